@@ -1,0 +1,57 @@
+//! Hooks for the valgrind constant-time check (`ct/run.sh`).
+//!
+//! With the `ct-valgrind` feature these issue memcheck client requests:
+//! `mark_secret` makes memory "undefined", so memcheck reports any branch or
+//! address computed from it; `declassify` makes the public-key-checked result
+//! "defined" again before it leaves the engine. Without the feature, and
+//! outside valgrind, they do nothing.
+
+#[cfg(all(feature = "ct-valgrind", target_arch = "x86_64"))]
+mod imp {
+    // VG_USERREQ_TOOL_BASE('M','C') + n, from valgrind's memcheck.h.
+    const MAKE_MEM_UNDEFINED: u64 = 0x4d43_0001;
+    const MAKE_MEM_DEFINED: u64 = 0x4d43_0002;
+
+    fn client_request(req: u64, addr: *const u8, len: usize) {
+        let args: [u64; 6] = [req, addr as u64, len as u64, 0, 0, 0];
+        let mut _res: u64 = 0;
+        // SAFETY: the "magic sequence" of valgrind's client requests for
+        // amd64 (valgrind.h): four rotations of rdi that add up to 128 bits
+        // (rdi is unchanged) and `xchg rbx, rbx`, a no-op on a real CPU.
+        // Valgrind reads `args` through rax; it only changes the memcheck
+        // state of [addr, addr+len), which the caller borrows.
+        unsafe {
+            core::arch::asm!(
+                "rol rdi, 3", "rol rdi, 13", "rol rdi, 61", "rol rdi, 51",
+                "xchg rbx, rbx",
+                inout("rdx") 0u64 => _res,
+                in("rax") args.as_ptr(),
+                inout("rdi") 0u64 => _,
+                options(nostack)
+            );
+        }
+    }
+
+    pub fn mark_secret<T>(x: &[T]) {
+        client_request(
+            MAKE_MEM_UNDEFINED,
+            x.as_ptr().cast(),
+            core::mem::size_of_val(x),
+        );
+    }
+    pub fn declassify<T>(x: &[T]) {
+        client_request(
+            MAKE_MEM_DEFINED,
+            x.as_ptr().cast(),
+            core::mem::size_of_val(x),
+        );
+    }
+}
+
+#[cfg(not(all(feature = "ct-valgrind", target_arch = "x86_64")))]
+mod imp {
+    pub fn mark_secret<T>(_x: &[T]) {}
+    pub fn declassify<T>(_x: &[T]) {}
+}
+
+pub use imp::{declassify, mark_secret};

@@ -1,0 +1,207 @@
+//! AVX-512 IFMA kernel: 8 lanes x radix-2^52 limbs in zmm registers.
+//!
+//! Layout is vertical: limb k of the 8 numbers is one zmm. The accumulator
+//! lives in registers while multiplicands and moduli are read as memory
+//! operands of `vpmadd52{l,h}uq` (keeping them in registers as well spills).
+//! Carries are lazy: 64-bit lanes absorb up to 2^12 52-bit additions, far
+//! more than the 4N (mul) or 6N (sqr) a limb receives for N <= 80, so limbs
+//! are normalized only once, at the end.
+//!
+//! Constant time: every function is straight-line code over the limb count
+//! N (a public const generic); there is no branch and no address that depends
+//! on lane values. IFMA, add, shift, and, compare-to-mask and blend have
+//! data-independent latency.
+
+use crate::bn::{Lanes, LANES};
+use crate::kernel::MontKernel;
+use core::arch::x86_64::*;
+
+/// Proof that the CPU has AVX-512F and IFMA: only `new` creates one.
+#[derive(Clone, Copy)]
+pub(crate) struct Ifma {
+    _detected: (),
+}
+
+impl Ifma {
+    pub fn new() -> Option<Self> {
+        (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512ifma"))
+            .then_some(Ifma { _detected: () })
+    }
+}
+
+const _: () = assert!(LANES == 8 && core::mem::size_of::<Lanes>() == 64);
+
+#[inline(always)]
+unsafe fn ld(p: *const Lanes) -> __m512i {
+    // SAFETY: `Lanes` is 64-byte aligned and 64 bytes long; callers pass
+    // pointers into live arrays.
+    unsafe { _mm512_load_si512(p.cast()) }
+}
+
+#[inline(always)]
+unsafe fn st(p: *mut Lanes, v: __m512i) {
+    // SAFETY: as for `ld`.
+    unsafe { _mm512_store_si512(p.cast(), v) }
+}
+
+/// Final carry propagation of `N` accumulators into normalized limbs.
+#[inline(always)]
+unsafe fn normalize_store<const N: usize>(r: *mut Lanes, t: &[__m512i]) {
+    // SAFETY: target features are enabled by the caller; `r` has N limbs.
+    unsafe {
+        let mask = _mm512_set1_epi64((1 << 52) - 1);
+        let mut carry = _mm512_setzero_si512();
+        for (j, &tj) in t.iter().enumerate().take(N) {
+            let v = _mm512_add_epi64(tj, carry);
+            st(r.add(j), _mm512_and_si512(v, mask));
+            carry = _mm512_srli_epi64::<52>(v);
+        }
+    }
+}
+
+/// Almost Montgomery multiplication, operand scanning: for each limb b_i,
+/// t += a*b_i, t += m*y with y = t_0*k0 mod 2^52, then t >>= 52.
+#[target_feature(enable = "avx512f,avx512ifma")]
+unsafe fn amm<const N: usize>(
+    r: &mut [Lanes; N],
+    a: &[Lanes; N],
+    b: &[Lanes; N],
+    m: &[Lanes; N],
+    k0: &Lanes,
+) {
+    // SAFETY: the caller guarantees AVX-512F/IFMA (an `Ifma` value exists);
+    // all pointers below index arrays of N limbs with j < N.
+    unsafe {
+        let zero = _mm512_setzero_si512();
+        let k0 = ld(k0);
+        let mut t = [zero; N];
+        let mut top;
+        for i in 0..N {
+            let bi = ld(&b[i]);
+            // Opaque copies stop LLVM from hoisting the loads of a and m out
+            // of the loop into (spilled) registers: they stay memory operands.
+            let ap = core::hint::black_box(a.as_ptr());
+            let mp = core::hint::black_box(m.as_ptr());
+            t[0] = _mm512_madd52lo_epu64(t[0], bi, ld(ap));
+            let y = _mm512_madd52lo_epu64(zero, t[0], k0);
+            for j in 1..N {
+                t[j] = _mm512_madd52lo_epu64(t[j], bi, ld(ap.add(j)));
+            }
+            for j in 0..N - 1 {
+                t[j + 1] = _mm512_madd52hi_epu64(t[j + 1], bi, ld(ap.add(j)));
+            }
+            top = _mm512_madd52hi_epu64(zero, bi, ld(ap.add(N - 1)));
+            t[0] = _mm512_madd52lo_epu64(t[0], y, ld(mp));
+            for j in 1..N {
+                t[j] = _mm512_madd52lo_epu64(t[j], y, ld(mp.add(j)));
+            }
+            for j in 0..N - 1 {
+                t[j + 1] = _mm512_madd52hi_epu64(t[j + 1], y, ld(mp.add(j)));
+            }
+            top = _mm512_madd52hi_epu64(top, y, ld(mp.add(N - 1)));
+            // t_0 is now a multiple of 2^52: shift down one limb.
+            let carry = _mm512_srli_epi64::<52>(t[0]);
+            for j in 0..N - 1 {
+                t[j] = t[j + 1];
+            }
+            t[N - 1] = top;
+            t[0] = _mm512_add_epi64(t[0], carry);
+        }
+        normalize_store::<N>(r.as_mut_ptr(), &t);
+    }
+}
+
+/// Dedicated squaring: the cross products a_i*a_j (i < j) once, doubled,
+/// plus the squares, then a separate Montgomery reduction of the 2N-limb
+/// product. Same result as `amm(a, a)` (the reduction is the same sequence
+/// of y values, since y_i depends only on the running low limbs).
+#[target_feature(enable = "avx512f,avx512ifma")]
+unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) {
+    // SAFETY: as in `amm`; `t` has 2N <= 160 entries.
+    unsafe {
+        let zero = _mm512_setzero_si512();
+        let k0 = ld(k0);
+        let mut t = [zero; 160];
+        let ap = a.as_ptr();
+        for i in 0..N {
+            let ai = ld(ap.add(i));
+            let aq = core::hint::black_box(ap);
+            for j in i + 1..N {
+                t[i + j] = _mm512_madd52lo_epu64(t[i + j], ai, ld(aq.add(j)));
+                t[i + j + 1] = _mm512_madd52hi_epu64(t[i + j + 1], ai, ld(aq.add(j)));
+            }
+        }
+        for (i, ti) in t.iter_mut().enumerate().take(2 * N) {
+            *ti = _mm512_add_epi64(*ti, *ti);
+            let ak = ld(ap.add(i / 2));
+            *ti = if i % 2 == 0 {
+                _mm512_madd52lo_epu64(*ti, ak, ak)
+            } else {
+                _mm512_madd52hi_epu64(*ti, ak, ak)
+            };
+        }
+        for i in 0..N {
+            let mp = core::hint::black_box(m.as_ptr());
+            let y = _mm512_madd52lo_epu64(zero, t[i], k0);
+            for j in 0..N {
+                t[i + j] = _mm512_madd52lo_epu64(t[i + j], y, ld(mp.add(j)));
+                t[i + j + 1] = _mm512_madd52hi_epu64(t[i + j + 1], y, ld(mp.add(j)));
+            }
+            t[i + 1] = _mm512_add_epi64(t[i + 1], _mm512_srli_epi64::<52>(t[i]));
+        }
+        normalize_store::<N>(r.as_mut_ptr(), &t[N..2 * N]);
+    }
+}
+
+/// Masked table lookup: every entry is read; lanes whose index matches take
+/// the entry through a blend mask.
+#[target_feature(enable = "avx512f")]
+unsafe fn select<const N: usize>(r: &mut [Lanes; N], table: &[[Lanes; N]], idx: &Lanes) {
+    // SAFETY: AVX-512F present (caller); indices are within the arrays.
+    unsafe {
+        let idx = ld(idx);
+        // Blocks of 16 limbs keep the running result in registers.
+        for base in (0..N).step_by(16) {
+            let len = (N - base).min(16);
+            let mut acc = [_mm512_setzero_si512(); 16];
+            for (k, entry) in table.iter().enumerate() {
+                let mask = _mm512_cmpeq_epi64_mask(idx, _mm512_set1_epi64(k as i64));
+                for (j, accj) in acc.iter_mut().enumerate().take(len) {
+                    *accj = _mm512_mask_mov_epi64(*accj, mask, ld(&entry[base + j]));
+                }
+            }
+            for (j, &accj) in acc.iter().enumerate().take(len) {
+                st(&mut r[base + j], accj);
+            }
+        }
+    }
+}
+
+impl MontKernel for Ifma {
+    fn mul<const N: usize>(
+        &self,
+        a: &[Lanes; N],
+        b: &[Lanes; N],
+        m: &[Lanes; N],
+        k0: &Lanes,
+    ) -> [Lanes; N] {
+        let mut r = [Lanes::default(); N];
+        // SAFETY: `self` proves AVX-512F + IFMA were detected at runtime.
+        unsafe { amm(&mut r, a, b, m, k0) };
+        r
+    }
+
+    fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N] {
+        let mut r = [Lanes::default(); N];
+        // SAFETY: as in `mul`.
+        unsafe { sqr(&mut r, a, m, k0) };
+        r
+    }
+
+    fn select<const N: usize>(&self, table: &[[Lanes; N]], idx: &Lanes) -> [Lanes; N] {
+        let mut r = [Lanes::default(); N];
+        // SAFETY: as in `mul`.
+        unsafe { select(&mut r, table, idx) };
+        r
+    }
+}

@@ -1,0 +1,247 @@
+//! Multi-buffer RSA private-key engine.
+//!
+//! Signs batches of RSA requests (PKCS#1 v1.5 or PSS, 2048/3072/4096-bit
+//! keys, keys may differ within a batch) with 8 modular exponentiations at a
+//! time in the 64-bit lanes of AVX-512 IFMA registers, or with a portable
+//! constant-time kernel on other CPUs. Every signature is checked with the
+//! public key before it is returned.
+//!
+//! `unsafe` appears only in the SIMD kernel (`ifma.rs`) and in the valgrind
+//! client requests of the optional `ct-valgrind` feature (`ct.rs`).
+
+mod bn;
+#[doc(hidden)]
+pub mod ct;
+#[cfg(target_arch = "x86_64")]
+mod ifma;
+mod kernel;
+mod padding;
+mod rsa;
+
+pub use padding::{Hash, RsaPadding};
+pub use rsa::RsaPrivateKey;
+
+use kernel::{MontKernel, Portable};
+
+/// Signatures that fill one multi-buffer pass: each signature takes two
+/// lanes (its mod-p and mod-q exponentiations), and a pass has 8 lanes.
+/// `sign_batch` accepts any number; 8 saves a little more, since the
+/// public-key check pass then also runs full.
+pub const MAX_BATCH: usize = 4;
+
+/// Lanes of one pass (exponentiations computed together).
+pub const LANES: usize = bn::LANES;
+
+/// Errors of the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// Modulus size (bits) other than 2048, 3072 or 4096.
+    UnsupportedKeySize(usize),
+    /// Components that do not form a supported RSA key.
+    InvalidKey(&'static str),
+    /// The encoding does not fit the modulus.
+    MessageTooLong,
+    /// A raw input longer than the modulus or not below it.
+    InputOutOfRange,
+    /// The result failed the public-key check (s^e mod n != input) and was
+    /// discarded.
+    FaultDetected,
+    /// The requested kernel needs CPU features this machine lacks.
+    KernelUnavailable,
+    /// The system random generator failed (PSS salt).
+    Rng,
+}
+
+impl core::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            EngineError::UnsupportedKeySize(b) => write!(f, "unsupported RSA key size: {b} bits"),
+            EngineError::InvalidKey(why) => write!(f, "invalid RSA key: {why}"),
+            EngineError::MessageTooLong => write!(f, "message too long for the modulus"),
+            EngineError::InputOutOfRange => write!(f, "RSA input out of range"),
+            EngineError::FaultDetected => write!(f, "RSA result failed the public-key check"),
+            EngineError::KernelUnavailable => write!(f, "kernel not available on this CPU"),
+            EngineError::Rng => write!(f, "random number generator failed"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+/// Which arithmetic kernel computes a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX-512 IFMA, 8 lanes per zmm register.
+    Ifma,
+    /// Portable constant-time Rust (u64 limbs, u128 products).
+    Portable,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU supports.
+    pub fn detect() -> Kernel {
+        if Kernel::Ifma.is_available() {
+            Kernel::Ifma
+        } else {
+            Kernel::Portable
+        }
+    }
+
+    pub fn is_available(self) -> bool {
+        match self {
+            Kernel::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Ifma => ifma::Ifma::new().is_some(),
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Ifma => false,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Ifma => "avx512ifma",
+            Kernel::Portable => "portable",
+        }
+    }
+}
+
+/// One signature to compute.
+pub struct SignRequest<'a> {
+    pub key: &'a RsaPrivateKey,
+    pub padding: RsaPadding,
+    /// The full data to sign; the engine hashes it.
+    pub message: &'a [u8],
+}
+
+/// Signs every request (keys and sizes may differ; requests are grouped by
+/// size and computed in multi-buffer passes). Every signature is verified
+/// with the public key; a mismatch gives [`EngineError::FaultDetected`].
+pub fn sign_batch(kernel: Kernel, reqs: &[SignRequest<'_>]) -> Vec<Result<Vec<u8>, EngineError>> {
+    let encoded: Vec<Result<Vec<u8>, EngineError>> = reqs
+        .iter()
+        .map(|r| padding::encode(r.padding, r.message, r.key.modulus_bits()))
+        .collect();
+    let (mut keys, mut inputs, mut idx) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, (r, em)) in reqs.iter().zip(&encoded).enumerate() {
+        if let Ok(em) = em {
+            keys.push(r.key);
+            inputs.push(em.as_slice());
+            idx.push(i);
+        }
+    }
+    let mut raw = rsa_private_batch(kernel, &keys, &inputs).into_iter();
+    let mut out: Vec<Result<Vec<u8>, EngineError>> = encoded;
+    for i in idx {
+        out[i] = raw.next().expect("one result per input");
+    }
+    out
+}
+
+/// The raw private operation `input^d mod n` (CRT), batched like
+/// [`sign_batch`]: `inputs[i]` (big-endian, below the modulus) with
+/// `keys[i]`. Results are modulus-length big-endian and checked with the
+/// public key.
+pub fn rsa_private_batch(
+    kernel: Kernel,
+    keys: &[&RsaPrivateKey],
+    inputs: &[&[u8]],
+) -> Vec<Result<Vec<u8>, EngineError>> {
+    private_batch_impl(kernel, keys, inputs, None)
+}
+
+/// Test hook: like [`rsa_private_batch`], but corrupts the CRT result of
+/// request `fault_index` before the public-key check (which must catch it).
+#[doc(hidden)]
+pub fn rsa_private_batch_with_fault(
+    kernel: Kernel,
+    keys: &[&RsaPrivateKey],
+    inputs: &[&[u8]],
+    fault_index: usize,
+) -> Vec<Result<Vec<u8>, EngineError>> {
+    private_batch_impl(kernel, keys, inputs, Some(fault_index))
+}
+
+/// PSS encoding with a caller-chosen salt, for known-answer tests.
+#[doc(hidden)]
+pub fn pss_encode_with_salt(
+    hash: Hash,
+    message: &[u8],
+    salt: &[u8],
+    mod_bits: usize,
+) -> Result<Vec<u8>, EngineError> {
+    padding::pss_encode_with_salt(hash, message, salt, mod_bits)
+}
+
+/// Encodes a message as `sign_batch` does (PSS with a random salt).
+pub fn encode_message(
+    padding: RsaPadding,
+    message: &[u8],
+    mod_bits: usize,
+) -> Result<Vec<u8>, EngineError> {
+    padding::encode(padding, message, mod_bits)
+}
+
+fn private_batch_impl(
+    kernel: Kernel,
+    keys: &[&RsaPrivateKey],
+    inputs: &[&[u8]],
+    fault: Option<usize>,
+) -> Vec<Result<Vec<u8>, EngineError>> {
+    assert_eq!(keys.len(), inputs.len(), "one input per key");
+    let mut out: Vec<Result<Vec<u8>, EngineError>> =
+        vec![Err(EngineError::KernelUnavailable); keys.len()];
+    if !kernel.is_available() {
+        return out;
+    }
+    // Group by key size, keeping request order within a group.
+    for bits in [2048, 3072, 4096] {
+        let (mut gk, mut gi, mut gidx) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (key, input)) in keys.iter().zip(inputs).enumerate() {
+            if key.modulus_bits() != bits {
+                continue;
+            }
+            match key.parse_input(input) {
+                Ok(c) => {
+                    gk.push(*key);
+                    gi.push(c);
+                    gidx.push(i);
+                }
+                Err(e) => out[i] = Err(e),
+            }
+        }
+        if gk.is_empty() {
+            continue;
+        }
+        let gfault = fault.and_then(|f| gidx.iter().position(|&i| i == f));
+        let res = match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Ifma => {
+                let k = ifma::Ifma::new().expect("checked above");
+                run_size(&move |_| k, bits, &gk, &gi, gfault)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Ifma => unreachable!("checked above"),
+            Kernel::Portable => run_size(&|lanes| Portable { lanes }, bits, &gk, &gi, gfault),
+        };
+        for (i, r) in gidx.into_iter().zip(res) {
+            out[i] = r;
+        }
+    }
+    out
+}
+
+/// One monomorphized pipeline per key size: 20/30/40 limbs per CRT half.
+fn run_size<K: MontKernel>(
+    make: &dyn Fn(usize) -> K,
+    bits: usize,
+    keys: &[&RsaPrivateKey],
+    inputs: &[Vec<u64>],
+    fault: Option<usize>,
+) -> Vec<Result<Vec<u8>, EngineError>> {
+    match bits {
+        2048 => rsa::private_batch::<K, 20, 40>(make, keys, inputs, fault),
+        3072 => rsa::private_batch::<K, 30, 60>(make, keys, inputs, fault),
+        4096 => rsa::private_batch::<K, 40, 80>(make, keys, inputs, fault),
+        _ => unreachable!("sizes are checked at key construction"),
+    }
+}
