@@ -1,0 +1,202 @@
+//! The built-in HTTP/1.1 responder: the embedded default's backend, and a plain backend
+//! for benchmarks (`tlsterm backend --listen ADDR`).
+//!
+//! `GET /` answers a small page; `GET /bytes/N` answers N bytes. Keep-alive unless the
+//! request says `Connection: close` (or is HTTP/1.0 without keep-alive).
+
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const MAX_HEADER: usize = 16 * 1024;
+const MAX_BODY_BYTES: u64 = 1 << 34;
+const PAGE: &[u8] =
+    b"<!doctype html>\n<title>tlsterm</title>\n<p>Hello from tlsterm's built-in backend.</p>\n";
+
+/// Serves forever on `listener`.
+pub async fn serve(listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(async move {
+                    let _ = stream.set_nodelay(true);
+                    if let Err(err) = handle(stream).await {
+                        tracing::debug!(error = %err, "backend connection ended with an error");
+                    }
+                });
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "backend accept failed");
+                // Usually EMFILE: give connections time to close instead of spinning.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Starts the responder on its own thread on 127.0.0.1 (ephemeral port); returns its address.
+pub fn spawn_builtin() -> anyhow::Result<SocketAddr> {
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    std_listener.set_nonblocking(true)?;
+    let address = std_listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("builtin-backend".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("backend runtime");
+            runtime.block_on(async move {
+                let listener = TcpListener::from_std(std_listener).expect("backend listener");
+                serve(listener).await
+            });
+        })?;
+    Ok(address)
+}
+
+struct Request {
+    path: String,
+    keep_alive: bool,
+    body_length: u64,
+}
+
+fn parse_request(head: &[u8]) -> Option<Request> {
+    let text = std::str::from_utf8(head).ok()?;
+    let mut lines = text.split("\r\n");
+    let mut parts = lines.next()?.split(' ');
+    let (_method, path, version) = (parts.next()?, parts.next()?, parts.next()?);
+    let mut keep_alive = version == "HTTP/1.1";
+    let mut body_length = 0;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("connection") {
+            if value.eq_ignore_ascii_case("close") {
+                keep_alive = false;
+            } else if value.eq_ignore_ascii_case("keep-alive") {
+                keep_alive = true;
+            }
+        } else if name.eq_ignore_ascii_case("content-length") {
+            body_length = value.parse().ok()?;
+        }
+    }
+    Some(Request {
+        path: path.to_string(),
+        keep_alive,
+        body_length,
+    })
+}
+
+async fn handle(mut stream: TcpStream) -> std::io::Result<()> {
+    let mut buffer = Vec::with_capacity(4096);
+    let filler = vec![b'x'; 64 * 1024];
+    loop {
+        let head_end = loop {
+            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end;
+            }
+            if buffer.len() > MAX_HEADER {
+                stream
+                    .write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .await?;
+                return Ok(());
+            }
+            let mut chunk = [0u8; 4096];
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            buffer.extend_from_slice(&chunk[..n]);
+        };
+        let Some(request) = parse_request(&buffer[..head_end]) else {
+            stream
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                )
+                .await?;
+            return Ok(());
+        };
+        buffer.drain(..head_end + 4);
+        // Discard a request body, if any.
+        let mut remaining = request.body_length;
+        let buffered = remaining.min(buffer.len() as u64) as usize;
+        buffer.drain(..buffered);
+        remaining -= buffered as u64;
+        while remaining > 0 {
+            let mut chunk = [0u8; 4096];
+            let n = stream
+                .read(&mut chunk[..remaining.min(4096) as usize])
+                .await?;
+            if n == 0 {
+                return Ok(());
+            }
+            remaining -= n as u64;
+        }
+
+        let body_len = match request.path.strip_prefix("/bytes/") {
+            Some(n) => match n.parse::<u64>() {
+                Ok(n) if n <= MAX_BODY_BYTES => Some(n),
+                _ => None,
+            },
+            None => Some(PAGE.len() as u64),
+        };
+        let Some(body_len) = body_len else {
+            stream
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                )
+                .await?;
+            return Ok(());
+        };
+        let connection = if request.keep_alive {
+            "keep-alive"
+        } else {
+            "close"
+        };
+        let content_type = if request.path.starts_with("/bytes/") {
+            "application/octet-stream"
+        } else {
+            "text/html"
+        };
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nServer: tlsterm-backend\r\nContent-Type: {content_type}\r\nContent-Length: {body_len}\r\nConnection: {connection}\r\n\r\n"
+        );
+        if request.path.starts_with("/bytes/") {
+            stream.write_all(head.as_bytes()).await?;
+            let mut left = body_len;
+            while left > 0 {
+                let n = left.min(filler.len() as u64) as usize;
+                stream.write_all(&filler[..n]).await?;
+                left -= n as u64;
+            }
+        } else {
+            let mut response = head.into_bytes();
+            response.extend_from_slice(PAGE);
+            stream.write_all(&response).await?;
+        }
+        if !request.keep_alive {
+            stream.shutdown().await?;
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_keep_alive_and_close() {
+        let r = parse_request(b"GET /bytes/10 HTTP/1.1\r\nHost: x\r\nConnection: close").unwrap();
+        assert_eq!(r.path, "/bytes/10");
+        assert!(!r.keep_alive);
+        let r = parse_request(b"GET / HTTP/1.1\r\nHost: x").unwrap();
+        assert!(r.keep_alive);
+        let r = parse_request(b"GET / HTTP/1.0").unwrap();
+        assert!(!r.keep_alive);
+        assert!(parse_request(b"\xff\xfe").is_none());
+    }
+}

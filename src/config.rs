@@ -1,0 +1,426 @@
+//! The TOML configuration: its types, defaults, and errors that name the key and the line.
+//!
+//! Parsing is done by `toml` + `serde`; values whose validity can only be judged after
+//! parsing (files that must exist, lists that must not be empty) are kept `Spanned` so
+//! that the error can still point at the line they came from.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Address of the built-in HTTP responder, usable in `backends` (the embedded default uses it).
+pub const BUILTIN_BACKEND: &str = "builtin";
+
+/// Mozilla "intermediate" TLS 1.2 suites: ECDHE only, AES-GCM and ChaCha20-Poly1305.
+pub const DEFAULT_TLS12_CIPHERS: &str =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:\
+ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:\
+ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Worker threads, each with its own runtime and SO_REUSEPORT listeners. Default: one per core.
+    pub workers: Option<usize>,
+    /// Pin worker i to core i (off by default so `taskset` on the whole process is respected).
+    #[serde(default)]
+    pub pin_workers: bool,
+    /// How long SIGTERM/SIGINT wait for open connections to finish.
+    #[serde(default = "default_drain_timeout", with = "humantime_serde")]
+    pub drain_timeout: Duration,
+    #[serde(default)]
+    pub log: LogConfig,
+    #[serde(default)]
+    pub engine: EngineConfig,
+    #[serde(default, rename = "listener")]
+    pub listeners: Vec<ListenerConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// A `tracing` filter, e.g. "info" or "tlsterm=debug". RUST_LOG overrides it.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+    /// One line per closed connection (client, SNI, ALPN, version, cipher, bytes, reason).
+    #[serde(default)]
+    pub connections: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: default_log_level(),
+            connections: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineMode {
+    /// Every private-key operation is computed by BoringSSL as soon as it is asked for.
+    Inline,
+    /// RSA operations are queued per worker and computed in multi-buffer batches.
+    Batch,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    #[serde(default = "default_engine_mode")]
+    pub mode: EngineMode,
+    /// Flush as soon as this many operations are queued (at most the engine's lane capacity).
+    pub batch_size: Option<usize>,
+    /// The longest an operation waits for companions before the batch runs anyway.
+    #[serde(default = "default_poll_delay", with = "humantime_serde")]
+    pub poll_delay: Duration,
+    /// Batches smaller than this are computed one operation at a time.
+    #[serde(default = "default_small_batch_threshold")]
+    pub small_batch_threshold: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            mode: default_engine_mode(),
+            batch_size: None,
+            poll_delay: default_poll_delay(),
+            small_batch_threshold: default_small_batch_threshold(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    None,
+    V1,
+    V2,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+pub enum TlsVersion {
+    #[serde(rename = "1.2")]
+    Tls12,
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    pub address: SocketAddr,
+    /// `host:port` of plaintext backends, tried round robin; "builtin" is the internal responder.
+    pub backends: Spanned<Vec<String>>,
+    #[serde(default = "default_proxy_protocol")]
+    pub proxy_protocol: ProxyProtocol,
+    /// ALPN protocols offered, in server preference order. Empty: no ALPN.
+    #[serde(default)]
+    pub alpn: Vec<String>,
+    #[serde(default = "default_min_version")]
+    pub min_version: TlsVersion,
+    #[serde(default = "default_max_version")]
+    pub max_version: TlsVersion,
+    /// TLS 1.2 cipher suites (OpenSSL names). TLS 1.3 suites are fixed by BoringSSL.
+    #[serde(default = "default_ciphers")]
+    pub ciphers: Spanned<String>,
+    /// Key-exchange groups in preference order: X25519, P-256, P-384.
+    #[serde(default = "default_groups")]
+    pub groups: Spanned<Vec<String>>,
+    #[serde(default = "default_handshake_timeout", with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+    /// A connection with no traffic either way for this long is closed.
+    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// A backend that refused a connection is skipped for this long.
+    #[serde(default = "default_backend_retry", with = "humantime_serde")]
+    pub backend_retry: Duration,
+    /// Per worker; when reached the worker stops accepting until a connection closes.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Relay buffer per direction (bytes): bounds memory per connection.
+    #[serde(default = "default_buffer_size")]
+    pub buffer_size: usize,
+    #[serde(default, rename = "certificate")]
+    pub certificates: Vec<CertificateConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateConfig {
+    /// PEM file: the certificate followed by its chain.
+    pub cert: Spanned<PathBuf>,
+    /// PEM private key (RSA 2048/3072/4096 or ECDSA P-256/P-384).
+    pub key: Spanned<PathBuf>,
+    /// SNI names served by it ("*.example.com" allowed). Default: the certificate's DNS names.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// Served to clients whose SNI matches nothing (and to clients without SNI).
+    #[serde(default)]
+    pub default: bool,
+}
+
+fn default_drain_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_log_level() -> String {
+    "info".into()
+}
+fn default_engine_mode() -> EngineMode {
+    EngineMode::Batch
+}
+fn default_poll_delay() -> Duration {
+    Duration::from_micros(200)
+}
+fn default_small_batch_threshold() -> usize {
+    2
+}
+fn default_proxy_protocol() -> ProxyProtocol {
+    ProxyProtocol::None
+}
+fn default_min_version() -> TlsVersion {
+    TlsVersion::Tls12
+}
+fn default_max_version() -> TlsVersion {
+    TlsVersion::Tls13
+}
+fn default_ciphers() -> Spanned<String> {
+    Spanned::new(0..0, DEFAULT_TLS12_CIPHERS.to_string())
+}
+fn default_groups() -> Spanned<Vec<String>> {
+    Spanned::new(0..0, vec!["X25519".into(), "P-256".into(), "P-384".into()])
+}
+fn default_handshake_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_backend_retry() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_max_connections() -> usize {
+    10_000
+}
+fn default_buffer_size() -> usize {
+    16 * 1024
+}
+
+/// A configuration error that points at the place it comes from.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.file, line, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Turns byte offsets into line numbers for errors found after parsing.
+pub struct SourceMap<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl SourceMap<'_> {
+    pub fn error<T>(&self, span: &Spanned<T>, message: impl Into<String>) -> ConfigError {
+        let range = span.span();
+        // Defaults carry an empty span at 0: they have no line.
+        let line = (range.end > 0).then(|| self.text[..range.start].matches('\n').count() + 1);
+        ConfigError {
+            file: self.file.to_string(),
+            line,
+            message: message.into(),
+        }
+    }
+
+    pub fn plain(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.to_string(),
+            line: None,
+            message: message.into(),
+        }
+    }
+
+    /// Resolves a path from the config relative to the config file's directory.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() {
+            return path.to_path_buf();
+        }
+        Path::new(self.file)
+            .parent()
+            .map(|dir| dir.join(path))
+            .unwrap_or_else(|| path.to_path_buf())
+    }
+}
+
+impl Config {
+    /// Parses and checks a configuration text; `file` is only used in messages.
+    pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|span| text[..span.start].matches('\n').count() + 1);
+            ConfigError {
+                file: file.to_string(),
+                line,
+                message: e.message().to_string(),
+            }
+        })?;
+        let map = SourceMap { file, text };
+        config.validate(&map)?;
+        Ok(config)
+    }
+
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(&file, &text)
+    }
+
+    fn validate(&mut self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
+        if self.workers == Some(0) {
+            return Err(map.plain("key `workers`: must be at least 1"));
+        }
+        if self.listeners.is_empty() {
+            return Err(map.plain("no [[listener]] configured"));
+        }
+        if let Some(0) = self.engine.batch_size {
+            return Err(map.plain("key `engine.batch_size`: must be at least 1"));
+        }
+        for listener in &mut self.listeners {
+            if listener.backends.get_ref().is_empty() {
+                return Err(map.error(&listener.backends, "key `backends`: must not be empty"));
+            }
+            for backend in listener.backends.get_ref() {
+                if backend != BUILTIN_BACKEND && !backend.contains(':') {
+                    return Err(map.error(
+                        &listener.backends,
+                        format!("key `backends`: `{backend}` is not host:port or \"builtin\""),
+                    ));
+                }
+            }
+            if listener.min_version > listener.max_version {
+                return Err(map.plain(format!(
+                    "listener {}: key `min_version` is above `max_version`",
+                    listener.address
+                )));
+            }
+            if listener.max_connections == 0 || listener.buffer_size < 1024 {
+                return Err(map.plain(format!(
+                    "listener {}: `max_connections` must be >= 1 and `buffer_size` >= 1024",
+                    listener.address
+                )));
+            }
+            for group in listener.groups.get_ref() {
+                if crate::tls::group_name(group).is_none() {
+                    return Err(map.error(
+                        &listener.groups,
+                        format!("key `groups`: unknown group `{group}` (X25519, P-256, P-384)"),
+                    ));
+                }
+            }
+            for cert in &mut listener.certificates {
+                for (span, what) in [(&mut cert.cert, "cert"), (&mut cert.key, "key")] {
+                    let resolved = map.resolve(span.get_ref());
+                    if !resolved.is_file() {
+                        return Err(map.error(
+                            span,
+                            format!("key `{what}`: no such file {}", resolved.display()),
+                        ));
+                    }
+                    *span.get_mut() = resolved;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The embedded default: 127.0.0.1:8443, self-signed certificates, the built-in backend.
+    pub fn embedded_default() -> Config {
+        let text = r#"
+            [[listener]]
+            address = "127.0.0.1:8443"
+            backends = ["builtin"]
+            alpn = ["http/1.1"]
+        "#;
+        Config::parse("<embedded default>", text).expect("embedded default config is valid")
+    }
+
+    pub fn worker_count(&self) -> usize {
+        self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_parses() {
+        let config = Config::embedded_default();
+        assert_eq!(config.listeners.len(), 1);
+        assert_eq!(
+            config.listeners[0].handshake_timeout,
+            Duration::from_secs(10)
+        );
+        assert_eq!(config.engine.mode, EngineMode::Batch);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let text = "workers = 1\n\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nfrobnicate = 3\n";
+        let err = Config::parse("t.toml", text).unwrap_err();
+        assert_eq!(err.line, Some(6), "{err}");
+        assert!(err.message.contains("frobnicate"), "{err}");
+    }
+
+    #[test]
+    fn bad_value_names_line() {
+        let text = "[[listener]]\naddress = \"not an address\"\nbackends = [\"builtin\"]\n";
+        let err = Config::parse("t.toml", text).unwrap_err();
+        assert_eq!(err.line, Some(2), "{err}");
+    }
+
+    #[test]
+    fn missing_certificate_file_names_key_and_line() {
+        let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n[[listener.certificate]]\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\"\n";
+        let err = Config::parse("t.toml", text).unwrap_err();
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(err.message.contains("key `cert`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_group_is_refused() {
+        let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\ngroups = [\"X448\"]\n";
+        let err = Config::parse("t.toml", text).unwrap_err();
+        assert_eq!(err.line, Some(4), "{err}");
+    }
+}

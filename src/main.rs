@@ -1,0 +1,101 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use tlsterm::config::Config;
+use tlsterm::server::{self, ConfigSource};
+
+#[derive(Parser)]
+#[command(
+    name = "tlsterm",
+    version,
+    about = "TLS termination proxy with batched (multi-buffer) private-key operations"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Terminate TLS and forward plaintext to backends (default: 127.0.0.1:8443, self-signed
+    /// certificates, built-in backend).
+    Serve {
+        /// TOML configuration file (see tlsterm.example.toml).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Validate the configuration and certificates, then exit.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run the built-in HTTP/1.1 responder alone (a backend for tests and benchmarks).
+    Backend {
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: SocketAddr,
+    },
+    /// Load generator: full or resumed handshakes, bulk transfers.
+    Bench(tlsterm_bench::BenchArgs),
+    /// Private-key operations per second: BoringSSL inline vs the batch engine.
+    Speed(tlsterm::speed::SpeedArgs),
+}
+
+fn init_logging(level: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+fn serve(config: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
+    let source = match config {
+        Some(path) => ConfigSource::File(path),
+        None => ConfigSource::Embedded,
+    };
+    let loaded: Config = source.load()?;
+    init_logging(&loaded.log.level);
+    if check {
+        // Builds every TLS context (loading certificates and keys) without binding anything.
+        server::build_states(&loaded, Some(SocketAddr::from(([127, 0, 0, 1], 0))))?;
+        println!("configuration OK");
+        return Ok(());
+    }
+    server::run(source)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Serve {
+        config: None,
+        check: false,
+    }) {
+        Command::Serve { config, check } => serve(config, check),
+        Command::Backend { listen } => {
+            init_logging("info");
+            (|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(async {
+                    let listener = tokio::net::TcpListener::bind(listen).await?;
+                    tracing::info!(address = %listener.local_addr()?, "backend listening");
+                    tlsterm::backend::serve(listener).await;
+                    anyhow::Ok(())
+                })
+            })()
+        }
+        Command::Bench(args) => tlsterm_bench::run(&args),
+        Command::Speed(args) => tlsterm::speed::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("tlsterm: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

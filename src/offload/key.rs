@@ -1,0 +1,176 @@
+//! A private key as the offload layer sees it: the BoringSSL key for inline signing and,
+//! for RSA, the same key converted for the multi-buffer engine.
+
+use boring::hash::MessageDigest;
+use boring::nid::Nid;
+use boring::pkey::{Id, PKey, Private};
+use boring::rsa::Padding;
+use boring::sign::{RsaPssSaltlen, Signer};
+use boring::ssl::SslSignatureAlgorithm;
+
+use super::OffloadError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Rsa { bits: u32 },
+    Ecdsa { curve: Nid },
+}
+
+impl KeyKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            KeyKind::Rsa { bits: 2048 } => "rsa2048",
+            KeyKind::Rsa { bits: 3072 } => "rsa3072",
+            KeyKind::Rsa { bits: 4096 } => "rsa4096",
+            KeyKind::Rsa { .. } => "rsa",
+            KeyKind::Ecdsa { curve } if curve == Nid::X9_62_PRIME256V1 => "ecdsap256",
+            KeyKind::Ecdsa { curve } if curve == Nid::SECP384R1 => "ecdsap384",
+            KeyKind::Ecdsa { .. } => "ecdsa",
+        }
+    }
+}
+
+/// How a TLS signature algorithm is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    RsaPkcs1(HashAlg),
+    RsaPss(HashAlg),
+    Ecdsa(HashAlg),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashAlg {
+    Sha256,
+    Sha384,
+    Sha512,
+}
+
+impl HashAlg {
+    fn digest(self) -> MessageDigest {
+        match self {
+            HashAlg::Sha256 => MessageDigest::sha256(),
+            HashAlg::Sha384 => MessageDigest::sha384(),
+            HashAlg::Sha512 => MessageDigest::sha512(),
+        }
+    }
+
+    pub fn engine(self) -> tlsterm_engine::Hash {
+        match self {
+            HashAlg::Sha256 => tlsterm_engine::Hash::Sha256,
+            HashAlg::Sha384 => tlsterm_engine::Hash::Sha384,
+            HashAlg::Sha512 => tlsterm_engine::Hash::Sha512,
+        }
+    }
+}
+
+impl Scheme {
+    /// The signature schemes tlsterm signs with; anything else (SHA-1, MD5) is refused.
+    pub fn from_tls(alg: SslSignatureAlgorithm) -> Option<Scheme> {
+        use SslSignatureAlgorithm as A;
+        Some(match alg {
+            a if a == A::RSA_PKCS1_SHA256 => Scheme::RsaPkcs1(HashAlg::Sha256),
+            a if a == A::RSA_PKCS1_SHA384 => Scheme::RsaPkcs1(HashAlg::Sha384),
+            a if a == A::RSA_PKCS1_SHA512 => Scheme::RsaPkcs1(HashAlg::Sha512),
+            a if a == A::RSA_PSS_RSAE_SHA256 => Scheme::RsaPss(HashAlg::Sha256),
+            a if a == A::RSA_PSS_RSAE_SHA384 => Scheme::RsaPss(HashAlg::Sha384),
+            a if a == A::RSA_PSS_RSAE_SHA512 => Scheme::RsaPss(HashAlg::Sha512),
+            a if a == A::ECDSA_SECP256R1_SHA256 => Scheme::Ecdsa(HashAlg::Sha256),
+            a if a == A::ECDSA_SECP384R1_SHA384 => Scheme::Ecdsa(HashAlg::Sha384),
+            a if a == A::ECDSA_SECP521R1_SHA512 => Scheme::Ecdsa(HashAlg::Sha512),
+            _ => return None,
+        })
+    }
+}
+
+/// A certificate's private key. Never logged: `Debug` shows only the kind.
+pub struct SigningKey {
+    pkey: PKey<Private>,
+    kind: KeyKind,
+    /// The key in the engine's form (RSA sizes the engine supports only).
+    engine_key: Option<tlsterm_engine::RsaPrivateKey>,
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SigningKey({})", self.kind.label())
+    }
+}
+
+impl SigningKey {
+    pub fn new(pkey: PKey<Private>) -> anyhow::Result<SigningKey> {
+        let (kind, engine_key) = match pkey.id() {
+            Id::RSA => {
+                let bits = pkey.bits();
+                anyhow::ensure!(
+                    matches!(bits, 2048 | 3072 | 4096),
+                    "RSA keys of 2048, 3072 or 4096 bits are supported, not {bits}"
+                );
+                (KeyKind::Rsa { bits }, Some(engine_key(&pkey)?))
+            }
+            Id::EC => {
+                let ec = pkey.ec_key()?;
+                let curve = ec.group().curve_name().unwrap_or(Nid::UNDEF);
+                anyhow::ensure!(
+                    curve == Nid::X9_62_PRIME256V1 || curve == Nid::SECP384R1,
+                    "ECDSA keys on P-256 or P-384 are supported"
+                );
+                (KeyKind::Ecdsa { curve }, None)
+            }
+            _ => anyhow::bail!("unsupported private key type (RSA or ECDSA expected)"),
+        };
+        Ok(SigningKey {
+            pkey,
+            kind,
+            engine_key,
+        })
+    }
+
+    pub fn kind(&self) -> KeyKind {
+        self.kind
+    }
+
+    pub fn engine_key(&self) -> Option<&tlsterm_engine::RsaPrivateKey> {
+        self.engine_key.as_ref()
+    }
+
+    /// Signs with BoringSSL on the calling thread.
+    pub fn sign_inline(&self, scheme: Scheme, message: &[u8]) -> Result<Vec<u8>, OffloadError> {
+        let result = (|| {
+            let (hash, pss) = match (scheme, self.kind) {
+                (Scheme::RsaPkcs1(h), KeyKind::Rsa { .. }) => (h, false),
+                (Scheme::RsaPss(h), KeyKind::Rsa { .. }) => (h, true),
+                (Scheme::Ecdsa(h), KeyKind::Ecdsa { .. }) => (h, false),
+                _ => return Ok(Err(OffloadError::WrongKeyType)),
+            };
+            let mut signer = Signer::new(hash.digest(), &self.pkey)?;
+            if pss {
+                signer.set_rsa_padding(Padding::PKCS1_PSS)?;
+                signer.set_rsa_pss_saltlen(RsaPssSaltlen::DIGEST_LENGTH)?;
+                signer.set_rsa_mgf1_md(hash.digest())?;
+            }
+            signer.update(message)?;
+            Ok::<_, boring::error::ErrorStack>(Ok(signer.sign_to_vec()?))
+        })();
+        result.unwrap_or(Err(OffloadError::Signing))
+    }
+}
+
+/// Copies the RSA components out of BoringSSL into the engine's key type.
+fn engine_key(pkey: &PKey<Private>) -> anyhow::Result<tlsterm_engine::RsaPrivateKey> {
+    let rsa = pkey.rsa()?;
+    let missing = || anyhow::anyhow!("RSA key lacks CRT parameters");
+    // BN_bn2bin output is secret for d, p, q...: zeroize the copies once the engine has its own.
+    let parts = zeroize::Zeroizing::new([
+        rsa.n().to_vec(),
+        rsa.e().to_vec(),
+        rsa.d().to_vec(),
+        rsa.p().ok_or_else(missing)?.to_vec(),
+        rsa.q().ok_or_else(missing)?.to_vec(),
+        rsa.dmp1().ok_or_else(missing)?.to_vec(),
+        rsa.dmq1().ok_or_else(missing)?.to_vec(),
+        rsa.iqmp().ok_or_else(missing)?.to_vec(),
+    ]);
+    let [n, e, d, p, q, dp, dq, qinv] = &*parts;
+    tlsterm_engine::RsaPrivateKey::from_components(n, e, d, p, q, dp, dq, qinv)
+        .map_err(|err| anyhow::anyhow!("engine rejected the RSA key: {err}"))
+}

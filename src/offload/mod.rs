@@ -1,0 +1,80 @@
+//! Private-key operations of handshakes, taken off the handshake's path.
+//!
+//! Every signature a handshake needs comes here through BoringSSL's asynchronous private
+//! key hook (see `tls::keymethod`). In `inline` mode it is computed at once by BoringSSL.
+//! In `batch` mode an RSA operation joins its worker's queue and the handshake is
+//! suspended; the worker's queue runs the multi-buffer engine when the batch is full, when
+//! every handshake of the worker is waiting on it, or when the poll delay expires.
+
+mod key;
+mod queue;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use boring::ssl::SslSignatureAlgorithm;
+
+use crate::config::{EngineConfig, EngineMode};
+pub use key::{HashAlg, KeyKind, Scheme, SigningKey};
+pub use queue::{install_worker_queue, HandshakeGuard};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffloadError {
+    /// The handshake asked for a signature scheme this key cannot make.
+    WrongKeyType,
+    /// A scheme tlsterm does not sign with (SHA-1, MD5-SHA1).
+    UnsupportedScheme,
+    /// BoringSSL failed to sign.
+    Signing,
+    /// The engine refused or its result failed the public-key check.
+    Engine,
+    /// The worker's queue went away before the result came.
+    Cancelled,
+}
+
+impl std::fmt::Display for OffloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A signature on its way.
+pub type PendingSignature = Pin<Box<dyn Future<Output = Result<Vec<u8>, OffloadError>> + Send>>;
+
+/// How a worker computes private-key operations (copied from `[engine]` at start and reload).
+#[derive(Debug, Clone, Copy)]
+pub struct OffloadSettings {
+    pub mode: EngineMode,
+    pub kernel: tlsterm_engine::Kernel,
+    pub batch_size: usize,
+    pub poll_delay: std::time::Duration,
+    pub small_batch_threshold: usize,
+}
+
+impl OffloadSettings {
+    pub fn from_config(config: &EngineConfig) -> OffloadSettings {
+        let lanes = tlsterm_engine::MAX_BATCH;
+        OffloadSettings {
+            mode: config.mode,
+            kernel: tlsterm_engine::Kernel::detect(),
+            batch_size: config.batch_size.unwrap_or(lanes).clamp(1, 64),
+            poll_delay: config.poll_delay,
+            small_batch_threshold: config.small_batch_threshold,
+        }
+    }
+}
+
+/// Starts the signature `alg` over `message` with `key`.
+pub fn sign(key: Arc<SigningKey>, alg: SslSignatureAlgorithm, message: &[u8]) -> PendingSignature {
+    let Some(scheme) = Scheme::from_tls(alg) else {
+        return Box::pin(std::future::ready(Err(OffloadError::UnsupportedScheme)));
+    };
+    match queue::try_enqueue(&key, scheme, message) {
+        Some(pending) => pending,
+        None => {
+            let result = queue::timed_inline(&key, scheme, message);
+            Box::pin(std::future::ready(result))
+        }
+    }
+}

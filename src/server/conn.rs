@@ -1,0 +1,220 @@
+//! One client connection: TLS handshake, backend connection, PROXY header, relay.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use boring::ssl::SslRef;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_boring::SslStreamBuilder;
+
+use super::ListenerState;
+use crate::config::ProxyProtocol;
+use crate::offload::HandshakeGuard;
+use crate::proxy::proxy_protocol::{self, TlsDetails};
+use crate::proxy::relay::{self, RelayEnd};
+
+/// What was negotiated, for the log line and the PROXY v2 TLVs.
+struct Negotiated {
+    sni: Option<String>,
+    alpn: Option<Vec<u8>>,
+    version: &'static str,
+    cipher: String,
+    resumed: bool,
+}
+
+impl Negotiated {
+    fn from_ssl(ssl: &SslRef) -> Negotiated {
+        Negotiated {
+            sni: ssl
+                .servername(boring::ssl::NameType::HOST_NAME)
+                .map(str::to_string),
+            alpn: ssl.selected_alpn_protocol().map(<[u8]>::to_vec),
+            version: ssl.version_str(),
+            cipher: ssl
+                .current_cipher()
+                .map(|c| c.standard_name().unwrap_or(c.name()).to_string())
+                .unwrap_or_default(),
+            resumed: ssl.session_reused(),
+        }
+    }
+}
+
+/// Why a connection ended, for the log line.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    HandshakeTimeout,
+    HandshakeFailed,
+    BackendUnavailable,
+    Relayed(RelayEnd),
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::HandshakeTimeout => "handshake_timeout",
+            Outcome::HandshakeFailed => "handshake_failed",
+            Outcome::BackendUnavailable => "backend_unavailable",
+            Outcome::Relayed(end) => end.label(),
+        }
+    }
+}
+
+pub async fn handle(
+    stream: TcpStream,
+    client: SocketAddr,
+    state: Arc<ListenerState>,
+    log_connections: bool,
+) {
+    let started = Instant::now();
+    let local = stream.local_addr().unwrap_or(state.config.address);
+    let _ = stream.set_nodelay(true);
+    let ssl = match state.tls.new_ssl() {
+        Ok(ssl) => ssl,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot create a TLS connection object");
+            return;
+        }
+    };
+
+    let guard = HandshakeGuard::new();
+    let handshake = SslStreamBuilder::new(ssl, stream).accept();
+    let result = tokio::time::timeout(state.config.handshake_timeout, handshake).await;
+    drop(guard);
+    let handshake_time = started.elapsed();
+    let mut tls = match result {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(err)) => {
+            tracing::debug!(%client, error = %err, "handshake failed");
+            log_end(
+                log_connections,
+                client,
+                None,
+                handshake_time,
+                0,
+                0,
+                Outcome::HandshakeFailed,
+            );
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%client, "handshake timed out");
+            log_end(
+                log_connections,
+                client,
+                None,
+                handshake_time,
+                0,
+                0,
+                Outcome::HandshakeTimeout,
+            );
+            return;
+        }
+    };
+    let negotiated = Negotiated::from_ssl(tls.ssl());
+
+    let mut backend = match state.pool.connect().await {
+        Ok((backend, _)) => backend,
+        Err(err) => {
+            tracing::warn!(%client, error = %err, "closing client: no backend");
+            // A clean close_notify: the client sees the connection end, not a reset.
+            let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+            log_end(
+                log_connections,
+                client,
+                Some(&negotiated),
+                handshake_time,
+                0,
+                0,
+                Outcome::BackendUnavailable,
+            );
+            return;
+        }
+    };
+
+    let header = match state.config.proxy_protocol {
+        ProxyProtocol::None => None,
+        ProxyProtocol::V1 => Some(proxy_protocol::encode_v1(client, local)),
+        ProxyProtocol::V2 => Some(proxy_protocol::encode_v2(
+            client,
+            local,
+            &TlsDetails {
+                alpn: negotiated.alpn.clone(),
+                sni: negotiated.sni.clone(),
+                version: negotiated.version.to_string(),
+                cipher: negotiated.cipher.clone(),
+                key_alg: None,
+            },
+        )),
+    };
+    if let Some(header) = header {
+        if let Err(err) = backend.write_all(&header).await {
+            tracing::warn!(%client, error = %err, "cannot send PROXY header to backend");
+            let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+            log_end(
+                log_connections,
+                client,
+                Some(&negotiated),
+                handshake_time,
+                0,
+                0,
+                Outcome::BackendUnavailable,
+            );
+            return;
+        }
+    }
+
+    let outcome = relay::relay(
+        &mut tls,
+        &mut backend,
+        state.config.buffer_size,
+        state.config.idle_timeout,
+    )
+    .await;
+    log_end(
+        log_connections,
+        client,
+        Some(&negotiated),
+        handshake_time,
+        outcome.to_backend,
+        outcome.to_client,
+        Outcome::Relayed(outcome.end),
+    );
+}
+
+fn log_end(
+    enabled: bool,
+    client: SocketAddr,
+    negotiated: Option<&Negotiated>,
+    handshake_time: Duration,
+    to_backend: u64,
+    to_client: u64,
+    outcome: Outcome,
+) {
+    if !enabled {
+        return;
+    }
+    let empty = Negotiated {
+        sni: None,
+        alpn: None,
+        version: "-",
+        cipher: String::new(),
+        resumed: false,
+    };
+    let n = negotiated.unwrap_or(&empty);
+    tracing::info!(
+        target: "tlsterm::connection",
+        %client,
+        sni = n.sni.as_deref().unwrap_or("-"),
+        alpn = n.alpn.as_deref().map(String::from_utf8_lossy).as_deref().unwrap_or("-"),
+        version = n.version,
+        cipher = n.cipher.as_str(),
+        resumed = n.resumed,
+        handshake_us = handshake_time.as_micros() as u64,
+        bytes_in = to_backend,
+        bytes_out = to_client,
+        close = outcome.label(),
+        "connection closed"
+    );
+}

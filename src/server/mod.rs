@@ -1,0 +1,272 @@
+//! `tlsterm serve`: the workers, their listeners, reload and shutdown.
+//!
+//! One worker per core, each a thread with its own single-threaded runtime and its own
+//! SO_REUSEPORT socket per listener: the kernel spreads connections over the workers and
+//! a connection lives its whole life on one core. What workers share is read-mostly and
+//! swapped whole on reload (`arc_swap`): a connection keeps the state it started with, so
+//! a reload never touches established connections.
+
+mod conn;
+mod worker;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+
+use crate::config::{Config, ListenerConfig, BUILTIN_BACKEND};
+use crate::offload::OffloadSettings;
+use crate::proxy::pool::BackendPool;
+use crate::tls::{CertifiedKey, ServerTls};
+
+/// Everything a connection of one listener needs.
+pub struct ListenerState {
+    pub config: ListenerConfig,
+    pub tls: ServerTls,
+    pub pool: BackendPool,
+}
+
+/// What the workers share and reload replaces.
+pub struct Shared {
+    /// Indexed like the listening sockets (by the listener's position at start).
+    pub listeners: ArcSwap<Vec<Arc<ListenerState>>>,
+    pub log_connections: std::sync::atomic::AtomicBool,
+}
+
+fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec<CertifiedKey>> {
+    if listener.certificates.is_empty() {
+        tracing::info!(address = %listener.address, "no certificate configured: using self-signed RSA-2048 and ECDSA P-256 certificates for localhost");
+        return CertifiedKey::self_signed_pair();
+    }
+    listener
+        .certificates
+        .iter()
+        .map(|c| {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+            };
+            CertifiedKey::from_pem(
+                &read(c.cert.get_ref())?,
+                &read(c.key.get_ref())?,
+                &c.names,
+                c.default,
+            )
+            .with_context(|| format!("certificate {}", c.cert.get_ref().display()))
+        })
+        .collect()
+}
+
+fn resolve_backends(
+    listener: &ListenerConfig,
+    builtin: Option<SocketAddr>,
+) -> anyhow::Result<Vec<SocketAddr>> {
+    listener
+        .backends
+        .get_ref()
+        .iter()
+        .map(|backend| {
+            if backend == BUILTIN_BACKEND {
+                return builtin.context("built-in backend not running");
+            }
+            backend
+                .to_socket_addrs()
+                .with_context(|| format!("cannot resolve backend {backend}"))?
+                .next()
+                .with_context(|| format!("backend {backend} resolves to no address"))
+        })
+        .collect()
+}
+
+/// Builds every listener's state; fails as a whole so a broken reload changes nothing.
+pub fn build_states(
+    config: &Config,
+    builtin: Option<SocketAddr>,
+) -> anyhow::Result<Vec<Arc<ListenerState>>> {
+    config
+        .listeners
+        .iter()
+        .map(|listener| {
+            let certs = load_certificates(listener)?;
+            let tls = ServerTls::build(listener, certs)
+                .with_context(|| format!("listener {}", listener.address))?;
+            let pool = BackendPool::new(
+                resolve_backends(listener, builtin)?,
+                listener.connect_timeout,
+                listener.backend_retry,
+            );
+            Ok(Arc::new(ListenerState {
+                config: listener.clone(),
+                tls,
+                pool,
+            }))
+        })
+        .collect()
+}
+
+fn uses_builtin(config: &Config) -> bool {
+    config
+        .listeners
+        .iter()
+        .any(|l| l.backends.get_ref().iter().any(|b| b == BUILTIN_BACKEND))
+}
+
+/// A listening socket with SO_REUSEPORT, so every worker can have its own.
+fn bind_reuseport(address: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket
+        .bind(&address.into())
+        .with_context(|| format!("cannot bind {address}"))?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// Where `serve` gets its configuration from, for start and reload.
+pub enum ConfigSource {
+    File(PathBuf),
+    Embedded,
+}
+
+impl ConfigSource {
+    pub fn load(&self) -> anyhow::Result<Config> {
+        match self {
+            ConfigSource::File(path) => Ok(Config::load(path)?),
+            ConfigSource::Embedded => Ok(Config::embedded_default()),
+        }
+    }
+}
+
+/// Runs the server until SIGTERM/SIGINT and the drain that follows.
+pub fn run(source: ConfigSource) -> anyhow::Result<()> {
+    let config = source.load()?;
+    let builtin = if uses_builtin(&config) {
+        Some(crate::backend::spawn_builtin()?)
+    } else {
+        None
+    };
+    let states = build_states(&config, builtin)?;
+    let workers = config.worker_count();
+    let shared = Arc::new(Shared {
+        listeners: ArcSwap::from_pointee(states),
+        log_connections: config.log.connections.into(),
+    });
+    let (settings_tx, settings_rx) = watch::channel(OffloadSettings::from_config(&config.engine));
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+    let mut handles = Vec::new();
+    for index in 0..workers {
+        let sockets = config
+            .listeners
+            .iter()
+            .map(|l| bind_reuseport(l.address))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let worker = worker::Worker {
+            index,
+            sockets,
+            shared: shared.clone(),
+            settings: settings_rx.clone(),
+            shutdown: shutdown_rx.clone(),
+            drain_timeout: config.drain_timeout,
+            pin: config.pin_workers,
+        };
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("worker-{index}"))
+                .spawn(move || worker.run())?,
+        );
+    }
+    let addresses: Vec<String> = config
+        .listeners
+        .iter()
+        .map(|l| l.address.to_string())
+        .collect();
+    tracing::info!(workers, listeners = ?addresses, engine = ?config.engine.mode, kernel = tlsterm_engine::Kernel::detect().name(), "tlsterm serving");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangup = signal(SignalKind::hangup())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => reload(&source, &config, &shared, builtin, &settings_tx),
+                _ = terminate.recv() => break,
+                _ = interrupt.recv() => break,
+            }
+        }
+        tracing::info!(drain_timeout = ?config.drain_timeout, "stopping: no new connections, draining open ones");
+        let _ = shutdown_tx.send(true);
+        anyhow::Ok(())
+    })?;
+    for handle in handles {
+        let _ = handle.join();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// SIGHUP: re-read configuration and certificates; on any error keep serving the old ones.
+fn reload(
+    source: &ConfigSource,
+    running: &Config,
+    shared: &Shared,
+    builtin: Option<SocketAddr>,
+    settings: &watch::Sender<OffloadSettings>,
+) {
+    let attempt = || -> anyhow::Result<Vec<Arc<ListenerState>>> {
+        let new = source.load()?;
+        let fresh = build_states(&new, builtin)?;
+        // Sockets are bound at start: map new listener settings onto them by address.
+        let current = shared.listeners.load();
+        let mut next = Vec::with_capacity(current.len());
+        for (old, socket_config) in current.iter().zip(&running.listeners) {
+            match fresh
+                .iter()
+                .find(|s| s.config.address == socket_config.address)
+            {
+                Some(state) => next.push(state.clone()),
+                None => {
+                    tracing::warn!(address = %socket_config.address, "listener removed from the configuration: keeps serving until restart");
+                    next.push(old.clone());
+                }
+            }
+        }
+        for state in &fresh {
+            if !running
+                .listeners
+                .iter()
+                .any(|l| l.address == state.config.address)
+            {
+                tracing::warn!(address = %state.config.address, "new listener needs a restart to open");
+            }
+        }
+        shared
+            .log_connections
+            .store(new.log.connections, std::sync::atomic::Ordering::Relaxed);
+        let _ = settings.send(OffloadSettings::from_config(&new.engine));
+        Ok(next)
+    };
+    match attempt() {
+        Ok(next) => {
+            shared.listeners.store(Arc::new(next));
+            tracing::info!("reloaded configuration and certificates");
+        }
+        Err(err) => tracing::error!(
+            error = format!("{err:#}"),
+            "reload refused; the previous configuration keeps serving"
+        ),
+    }
+}

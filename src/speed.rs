@@ -1,0 +1,292 @@
+//! `tlsterm speed`: private-key operations per second on the calling thread,
+//! inline (BoringSSL, one at a time) vs the batch engine (like
+//! `openssl speed -async_jobs N`).
+
+use anyhow::{bail, Context};
+use boring::ec::{EcGroup, EcKey};
+use boring::hash::MessageDigest;
+use boring::nid::Nid;
+use boring::pkey::{PKey, Private};
+use boring::rsa::Rsa;
+use boring::sign::Signer;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use tlsterm_engine::{Hash, Kernel, RsaPadding, RsaPrivateKey, SignRequest, MAX_BATCH};
+
+#[derive(clap::Args, Debug)]
+pub struct SpeedArgs {
+    /// Which implementation to measure.
+    #[arg(long, value_enum, default_value = "both")]
+    pub engine: SpeedEngine,
+    /// Operations per batch for the batch engine (default: MAX_BATCH).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Force a kernel (default: the best this CPU supports).
+    #[arg(long, value_enum)]
+    pub kernel: Option<SpeedKernel>,
+    /// Measure batch sizes 1..=8 against inline: ops/s and per-batch
+    /// latency, to choose the small-batch threshold.
+    #[arg(long)]
+    pub batch_sizes: bool,
+    /// Use RSA-PSS (SHA-256) instead of PKCS#1 v1.5 (SHA-256).
+    #[arg(long)]
+    pub pss: bool,
+    /// Algorithms to measure (rsa2048, rsa3072, rsa4096, ecdsap256); all if none.
+    pub algorithms: Vec<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpeedEngine {
+    Inline,
+    Batch,
+    Both,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpeedKernel {
+    Ifma,
+    Portable,
+}
+
+/// The message every signature signs (TLS signs ~100-byte transcripts).
+const MESSAGE: &[u8] = &[0x5a; 130];
+
+/// Runs `f` (which performs `ops_per_call` operations) repeatedly for about
+/// `seconds`; returns (operations per second, seconds per call).
+fn measure(seconds: f64, ops_per_call: usize, mut f: impl FnMut()) -> (f64, f64) {
+    f(); // warm-up: caches, page faults, CPU frequency
+    let limit = Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let mut calls = 0u64;
+    while start.elapsed() < limit {
+        f();
+        calls += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    (
+        (calls as f64 * ops_per_call as f64) / secs,
+        secs / calls as f64,
+    )
+}
+
+struct RsaSetup {
+    pkey: PKey<Private>,
+    key: RsaPrivateKey,
+}
+
+fn rsa_setup(bits: u32) -> anyhow::Result<RsaSetup> {
+    let rsa = Rsa::generate(bits)?;
+    let c = |x: Option<&boring::bn::BigNumRef>| -> anyhow::Result<Vec<u8>> {
+        Ok(x.context("missing CRT component")?.to_vec())
+    };
+    let key = RsaPrivateKey::from_components(
+        &rsa.n().to_vec(),
+        &rsa.e().to_vec(),
+        &rsa.d().to_vec(),
+        &c(rsa.p())?,
+        &c(rsa.q())?,
+        &c(rsa.dmp1())?,
+        &c(rsa.dmq1())?,
+        &c(rsa.iqmp())?,
+    )?;
+    Ok(RsaSetup {
+        pkey: PKey::from_rsa(rsa)?,
+        key,
+    })
+}
+
+fn inline_rsa_sign(pkey: &PKey<Private>, pss: bool) -> Vec<u8> {
+    let mut s = Signer::new(MessageDigest::sha256(), pkey).expect("signer");
+    if pss {
+        s.set_rsa_padding(boring::rsa::Padding::PKCS1_PSS)
+            .expect("pss");
+        s.set_rsa_pss_saltlen(boring::sign::RsaPssSaltlen::DIGEST_LENGTH)
+            .expect("saltlen");
+    }
+    s.update(MESSAGE).expect("update");
+    s.sign_to_vec().expect("sign")
+}
+
+fn batch_sign(kernel: Kernel, key: &RsaPrivateKey, padding: RsaPadding, n: usize) {
+    let reqs: Vec<SignRequest<'_>> = (0..n)
+        .map(|_| SignRequest {
+            key,
+            padding,
+            message: MESSAGE,
+        })
+        .collect();
+    for r in tlsterm_engine::sign_batch(kernel, &reqs) {
+        r.expect("engine signature");
+    }
+}
+
+fn progress(msg: &str) {
+    eprint!("\r{msg:<60}");
+    let _ = std::io::stderr().flush();
+}
+
+pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
+    let kernel = match args.kernel {
+        None => Kernel::detect(),
+        Some(SpeedKernel::Ifma) => Kernel::Ifma,
+        Some(SpeedKernel::Portable) => Kernel::Portable,
+    };
+    if !kernel.is_available() {
+        bail!("kernel {} is not available on this CPU", kernel.name());
+    }
+    let jobs = args.jobs.unwrap_or(MAX_BATCH);
+    if jobs == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    let algs: Vec<String> = if args.algorithms.is_empty() {
+        ["rsa2048", "rsa3072", "rsa4096", "ecdsap256"]
+            .map(String::from)
+            .to_vec()
+    } else {
+        args.algorithms.clone()
+    };
+    let padding = if args.pss {
+        RsaPadding::Pss(Hash::Sha256)
+    } else {
+        RsaPadding::Pkcs1v15(Hash::Sha256)
+    };
+    let pad_name = if args.pss { "PSS" } else { "PKCS#1 v1.5" };
+    let do_inline = args.engine != SpeedEngine::Batch;
+    let do_batch = args.engine != SpeedEngine::Inline;
+
+    if args.batch_sizes {
+        return batch_sizes(args, kernel, padding, &algs);
+    }
+
+    println!(
+        "one core, calling thread; {pad_name} SHA-256 for RSA; batch = {jobs} per call, kernel {}",
+        kernel.name()
+    );
+    let mut rows = Vec::new();
+    for alg in &algs {
+        let (inline, batch) = match alg.as_str() {
+            "rsa2048" | "rsa3072" | "rsa4096" => {
+                let bits: u32 = alg[3..].parse()?;
+                progress(&format!("{alg}: generating key"));
+                let setup = rsa_setup(bits)?;
+                let inline = do_inline.then(|| {
+                    progress(&format!("{alg}: inline (BoringSSL)"));
+                    measure(args.seconds, 1, || {
+                        inline_rsa_sign(&setup.pkey, args.pss);
+                    })
+                    .0
+                });
+                let batch = do_batch.then(|| {
+                    progress(&format!("{alg}: batch of {jobs} ({})", kernel.name()));
+                    measure(args.seconds, jobs, || {
+                        batch_sign(kernel, &setup.key, padding, jobs)
+                    })
+                    .0
+                });
+                (inline, batch)
+            }
+            "ecdsap256" => {
+                progress(&format!("{alg}: inline (BoringSSL)"));
+                let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
+                let pkey = PKey::from_ec_key(EcKey::generate(&group)?)?;
+                let sign = || {
+                    let mut s = Signer::new(MessageDigest::sha256(), &pkey).expect("signer");
+                    s.update(MESSAGE).expect("update");
+                    s.sign_to_vec().expect("sign");
+                };
+                // The engine only queues ECDSA; both columns are BoringSSL.
+                let r = measure(args.seconds, 1, sign).0;
+                (Some(r), do_batch.then_some(r))
+            }
+            other => bail!("unknown algorithm {other:?} (rsa2048, rsa3072, rsa4096, ecdsap256)"),
+        };
+        rows.push((alg.clone(), inline, batch));
+    }
+    progress("");
+    eprintln!();
+    let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.0}"));
+    println!(
+        "{:<10} {:>12} {:>12} {:>7}  kernel",
+        "algorithm", "inline/s", "batch/s", "ratio"
+    );
+    for (alg, inline, batch) in rows {
+        let ratio = match (inline, batch) {
+            (Some(i), Some(b)) => format!("{:.2}", b / i),
+            _ => "-".into(),
+        };
+        let k = if alg.starts_with("rsa") {
+            kernel.name()
+        } else {
+            "boringssl"
+        };
+        println!(
+            "{alg:<10} {:>12} {:>12} {ratio:>7}  {k}",
+            f(inline),
+            f(batch)
+        );
+    }
+    Ok(())
+}
+
+/// Batch sizes 1..=8 vs inline: where does batching start to pay?
+fn batch_sizes(
+    args: &SpeedArgs,
+    kernel: Kernel,
+    padding: RsaPadding,
+    algs: &[String],
+) -> anyhow::Result<()> {
+    for alg in algs {
+        let bits: u32 = match alg.as_str() {
+            "rsa2048" | "rsa3072" | "rsa4096" => alg[3..].parse()?,
+            _ => continue,
+        };
+        progress(&format!("{alg}: generating key"));
+        let setup = rsa_setup(bits)?;
+        progress(&format!("{alg}: inline"));
+        let (inline_ops, inline_lat) = measure(args.seconds, 1, || {
+            inline_rsa_sign(&setup.pkey, args.pss);
+        });
+        let mut rows = Vec::new();
+        for n in 1..=8 {
+            progress(&format!("{alg}: batch of {n}"));
+            rows.push((
+                n,
+                measure(args.seconds, n, || {
+                    batch_sign(kernel, &setup.key, padding, n)
+                }),
+            ));
+        }
+        progress("");
+        eprintln!();
+        println!(
+            "{alg}, kernel {}: inline (BoringSSL) {inline_ops:.0} ops/s, {:.1} us per op",
+            kernel.name(),
+            inline_lat * 1e6
+        );
+        println!(
+            "{:>5} {:>10} {:>14} {:>16} {:>8}",
+            "batch", "ops/s", "batch lat us", "n x inline us", "ratio"
+        );
+        let mut threshold = None;
+        for (n, (ops, lat)) in rows {
+            let serial = n as f64 * inline_lat;
+            if threshold.is_none() && lat < serial {
+                threshold = Some(n);
+            }
+            println!(
+                "{n:>5} {ops:>10.0} {:>14.1} {:>16.1} {:>8.2}",
+                lat * 1e6,
+                serial * 1e6,
+                ops / inline_ops
+            );
+        }
+        match threshold {
+            Some(k) => println!("batching beats inline from {k} operation(s) per batch\n"),
+            None => println!("batching never beats inline up to 8\n"),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,326 @@
+//! TLS setup: BoringSSL contexts built from a listener's configuration.
+//!
+//! Each certificate gets its own `SslContext` carrying the listener's settings, the
+//! certificate chain and an asynchronous private-key method (no private key is given to
+//! BoringSSL: every signature goes through the offload layer). A base context creates the
+//! connections; its certificate-selection callback looks at the ClientHello (SNI and the
+//! client's signature algorithms) and switches the connection to the right certificate's
+//! context — ECDSA when the client can verify it, RSA otherwise.
+
+mod keymethod;
+pub mod selfsigned;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use boring::nid::Nid;
+use boring::pkey::PKey;
+use boring::ssl::{
+    AlpnError, ClientHello, ExtensionType, NameType, SelectCertError, Ssl, SslContext,
+    SslContextBuilder, SslMethod, SslVersion,
+};
+use boring::x509::X509;
+
+use crate::config::{ListenerConfig, TlsVersion};
+use crate::offload::{KeyKind, SigningKey};
+use keymethod::OffloadKeyMethod;
+
+/// BoringSSL's name for a configured group, or `None` if unknown.
+pub fn group_name(name: &str) -> Option<&'static str> {
+    match name.to_ascii_lowercase().as_str() {
+        "x25519" => Some("X25519"),
+        "p-256" | "p256" | "prime256v1" | "secp256r1" => Some("P-256"),
+        "p-384" | "p384" | "secp384r1" => Some("P-384"),
+        _ => None,
+    }
+}
+
+/// A certificate chain with its key, as loaded from PEM files or generated.
+pub struct CertifiedKey {
+    pub chain: Vec<X509>,
+    pub key: Arc<SigningKey>,
+    /// Lower-case SNI names, possibly "*.suffix".
+    pub names: Vec<String>,
+    pub default: bool,
+}
+
+impl CertifiedKey {
+    pub fn from_pem(
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        names: &[String],
+        default: bool,
+    ) -> anyhow::Result<CertifiedKey> {
+        let chain = X509::stack_from_pem(cert_pem).context("cannot parse certificate PEM")?;
+        let leaf = chain.first().context("no certificate in the PEM file")?;
+        let pkey = PKey::private_key_from_pem(key_pem).context("cannot parse private key PEM")?;
+        anyhow::ensure!(
+            leaf.public_key()?.public_eq(&pkey),
+            "the private key does not match the certificate"
+        );
+        let names = if names.is_empty() {
+            certificate_names(leaf)
+        } else {
+            names.iter().map(|n| n.to_ascii_lowercase()).collect()
+        };
+        Ok(CertifiedKey {
+            key: Arc::new(SigningKey::new(pkey)?),
+            chain,
+            names,
+            default,
+        })
+    }
+
+    /// The embedded default: an RSA-2048 and an ECDSA P-256 certificate for localhost.
+    pub fn self_signed_pair() -> anyhow::Result<Vec<CertifiedKey>> {
+        use selfsigned::SelfSignedKey::{EcdsaP256, Rsa2048};
+        [Rsa2048, EcdsaP256]
+            .into_iter()
+            .map(|kind| {
+                let (cert, pkey) = selfsigned::generate(kind)?;
+                Ok(CertifiedKey {
+                    names: certificate_names(&cert),
+                    chain: vec![cert],
+                    key: Arc::new(SigningKey::new(pkey)?),
+                    default: true,
+                })
+            })
+            .collect()
+    }
+}
+
+/// DNS names of the certificate's SAN, or its common name when it has none.
+fn certificate_names(cert: &X509) -> Vec<String> {
+    let mut names: Vec<String> = cert
+        .subject_alt_names()
+        .map(|sans| {
+            sans.iter()
+                .filter_map(|name| name.dnsname().map(|n| n.to_ascii_lowercase()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if names.is_empty() {
+        if let Some(cn) = cert.subject_name().entries_by_nid(Nid::COMMONNAME).next() {
+            if let Ok(cn) = cn.data().as_utf8() {
+                names.push(cn.to_string().to_ascii_lowercase());
+            }
+        }
+    }
+    names
+}
+
+/// One certificate's context, ready to be switched to.
+struct CertContext {
+    ctx: SslContext,
+    kind: KeyKind,
+}
+
+/// Maps SNI names to certificate contexts.
+struct CertSelector {
+    certs: Vec<CertContext>,
+    exact: HashMap<String, Vec<usize>>,
+    /// Keyed by the suffix after "*.".
+    wildcard: HashMap<String, Vec<usize>>,
+    default: Vec<usize>,
+    tls13_enabled: bool,
+}
+
+impl CertSelector {
+    fn candidates(&self, sni: Option<&str>) -> &[usize] {
+        let Some(sni) = sni else {
+            return &self.default;
+        };
+        let sni = sni.to_ascii_lowercase();
+        if let Some(found) = self.exact.get(&sni) {
+            return found;
+        }
+        if let Some((_, parent)) = sni.split_once('.') {
+            if let Some(found) = self.wildcard.get(parent) {
+                return found;
+            }
+        }
+        &self.default
+    }
+
+    /// Picks ECDSA among the candidates when the client can verify it, else RSA.
+    fn select(&self, hello: &ClientHello<'_>) -> &CertContext {
+        let candidates = self.candidates(hello.servername(NameType::HOST_NAME));
+        let ecdsa = candidates.iter().map(|&i| &self.certs[i]).find(|cert| {
+            matches!(cert.kind, KeyKind::Ecdsa { curve } if client_accepts_ecdsa(hello, curve, self.tls13_enabled))
+        });
+        let rsa = candidates
+            .iter()
+            .map(|&i| &self.certs[i])
+            .find(|cert| matches!(cert.kind, KeyKind::Rsa { .. }));
+        ecdsa.or(rsa).unwrap_or_else(|| &self.certs[candidates[0]])
+    }
+}
+
+/// Reads a list of big-endian u16 values behind a length prefix of `prefix` bytes.
+fn u16_list(data: &[u8], prefix: usize) -> impl Iterator<Item = u16> + '_ {
+    data.get(prefix..)
+        .unwrap_or_default()
+        .chunks_exact(2)
+        .map(|pair| u16::from_be_bytes([pair[0], pair[1]]))
+}
+
+/// Whether the client can verify an ECDSA signature made with a key on `curve`.
+fn client_accepts_ecdsa(hello: &ClientHello<'_>, curve: Nid, tls13_enabled: bool) -> bool {
+    const TLS13: u16 = 0x0304;
+    // TLS 1.3 binds curve and hash: ecdsa_secp256r1_sha256 / ecdsa_secp384r1_sha384.
+    let scheme = if curve == Nid::SECP384R1 {
+        0x0503
+    } else {
+        0x0403
+    };
+    let Some(sigalgs) = hello.get_extension(ExtensionType::SIGNATURE_ALGORITHMS) else {
+        return false;
+    };
+    if !u16_list(sigalgs, 2).any(|s| s == scheme) {
+        return false;
+    }
+    let offers_tls13 = hello
+        .get_extension(ExtensionType::SUPPORTED_VERSIONS)
+        .is_some_and(|versions| u16_list(versions, 1).any(|v| v == TLS13));
+    // In TLS 1.2 the cipher suite names the certificate type: ECDHE-ECDSA-*.
+    const ECDHE_ECDSA_SUITES: [u16; 3] = [0xC02B, 0xC02C, 0xCCA9];
+    let offers_ecdsa_suite = u16_list(hello.ciphers(), 0).any(|c| ECDHE_ECDSA_SUITES.contains(&c));
+    (offers_tls13 && tls13_enabled) || offers_ecdsa_suite
+}
+
+fn ssl_version(version: TlsVersion) -> SslVersion {
+    match version {
+        TlsVersion::Tls12 => SslVersion::TLS1_2,
+        TlsVersion::Tls13 => SslVersion::TLS1_3,
+    }
+}
+
+/// Applies the listener's protocol settings; every context of a listener gets them, because
+/// switching context on SNI also switches callbacks such as ALPN selection.
+fn configure(builder: &mut SslContextBuilder, listener: &ListenerConfig) -> anyhow::Result<()> {
+    builder.set_min_proto_version(Some(ssl_version(listener.min_version)))?;
+    builder.set_max_proto_version(Some(ssl_version(listener.max_version)))?;
+    builder
+        .set_strict_cipher_list(listener.ciphers.get_ref())
+        .with_context(|| format!("invalid cipher list `{}`", listener.ciphers.get_ref()))?;
+    let groups: Vec<&str> = listener
+        .groups
+        .get_ref()
+        .iter()
+        .filter_map(|g| group_name(g))
+        .collect();
+    builder.set_curves_list(&groups.join(":"))?;
+    builder.set_session_id_context(b"tlsterm")?;
+    if !listener.alpn.is_empty() {
+        let preferences: Vec<Vec<u8>> = listener
+            .alpn
+            .iter()
+            .map(|p| p.as_bytes().to_vec())
+            .collect();
+        builder.set_alpn_select_callback(move |_, client| {
+            select_alpn(&preferences, client).ok_or(AlpnError::NOACK)
+        });
+    }
+    Ok(())
+}
+
+/// The first server-preferred protocol the client offers, as a slice of the client's list.
+fn select_alpn<'a>(preferences: &[Vec<u8>], client: &'a [u8]) -> Option<&'a [u8]> {
+    preferences.iter().find_map(|wanted| {
+        let mut rest = client;
+        while let Some((&len, tail)) = rest.split_first() {
+            let (proto, next) = tail.split_at_checked(len as usize)?;
+            if proto == wanted.as_slice() {
+                return Some(proto);
+            }
+            rest = next;
+        }
+        None
+    })
+}
+
+/// Everything TLS of one listener; shared by all workers, replaced whole on reload.
+pub struct ServerTls {
+    base: SslContext,
+}
+
+impl ServerTls {
+    pub fn build(listener: &ListenerConfig, certs: Vec<CertifiedKey>) -> anyhow::Result<ServerTls> {
+        anyhow::ensure!(!certs.is_empty(), "no certificate configured");
+        let mut selector = CertSelector {
+            certs: Vec::new(),
+            exact: HashMap::new(),
+            wildcard: HashMap::new(),
+            default: Vec::new(),
+            tls13_enabled: listener.max_version >= TlsVersion::Tls13,
+        };
+        let first_names = certs[0].names.clone();
+        let any_default = certs.iter().any(|c| c.default);
+        for (index, cert) in certs.into_iter().enumerate() {
+            let mut builder = SslContextBuilder::new(SslMethod::tls())?;
+            configure(&mut builder, listener)?;
+            let (leaf, intermediates) = cert.chain.split_first().expect("chain is not empty");
+            builder.set_certificate(leaf)?;
+            for intermediate in intermediates {
+                builder.add_extra_chain_cert(intermediate.clone())?;
+            }
+            builder.set_async_private_key_method(OffloadKeyMethod {
+                key: cert.key.clone(),
+            });
+            selector.certs.push(CertContext {
+                ctx: builder.build(),
+                kind: cert.key.kind(),
+            });
+            for name in &cert.names {
+                let table = match name.strip_prefix("*.") {
+                    Some(suffix) => selector.wildcard.entry(suffix.to_string()),
+                    None => selector.exact.entry(name.clone()),
+                };
+                table.or_default().push(index);
+            }
+            // Without an explicit default, the first certificate's names (all its key types) are it.
+            if cert.default || (!any_default && cert.names == first_names) {
+                selector.default.push(index);
+            }
+        }
+
+        let mut base = SslContextBuilder::new(SslMethod::tls())?;
+        configure(&mut base, listener)?;
+        let selector = Arc::new(selector);
+        base.set_select_certificate_callback(move |mut hello| {
+            let chosen = selector.select(&hello);
+            hello
+                .ssl_mut()
+                .set_ssl_context(&chosen.ctx)
+                .map_err(|_| SelectCertError::ERROR)
+        });
+        Ok(ServerTls { base: base.build() })
+    }
+
+    pub fn new_ssl(&self) -> anyhow::Result<Ssl> {
+        Ok(Ssl::new(&self.base)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alpn_follows_server_preference() {
+        let prefs = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let client = b"\x08http/1.1\x02h2";
+        assert_eq!(select_alpn(&prefs, client), Some(&b"h2"[..]));
+        assert_eq!(select_alpn(&prefs, b"\x03foo"), None);
+        // A truncated list is not read past its end.
+        assert_eq!(select_alpn(&prefs, b"\x09http/1.1"), None);
+    }
+
+    #[test]
+    fn group_names() {
+        assert_eq!(group_name("x25519"), Some("X25519"));
+        assert_eq!(group_name("prime256v1"), Some("P-256"));
+        assert_eq!(group_name("X448"), None);
+    }
+}
