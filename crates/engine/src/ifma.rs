@@ -38,6 +38,20 @@ unsafe fn ld(p: *const Lanes) -> __m512i {
     unsafe { _mm512_load_si512(p.cast()) }
 }
 
+/// Returns `p` through an empty asm statement: LLVM can no longer prove the
+/// loads through it loop-invariant, so it keeps them as memory operands
+/// instead of hoisting them into (spilled) registers. Unlike
+/// `core::hint::black_box` it has no memory clobber, which would force the
+/// accumulators out of registers.
+#[inline(always)]
+fn opaque<T>(mut p: *const T) -> *const T {
+    // SAFETY: an empty asm template; it only passes `p` through a register.
+    unsafe {
+        core::arch::asm!("/* {0} */", inout(reg) p, options(nomem, nostack, preserves_flags))
+    };
+    p
+}
+
 #[inline(always)]
 unsafe fn st(p: *mut Lanes, v: __m512i) {
     // SAFETY: as for `ld`.
@@ -75,36 +89,27 @@ unsafe fn amm<const N: usize>(
         let zero = _mm512_setzero_si512();
         let k0 = ld(k0);
         let mut t = [zero; N];
-        let mut top;
         for i in 0..N {
             let bi = ld(&b[i]);
-            // Opaque copies stop LLVM from hoisting the loads of a and m out
-            // of the loop into (spilled) registers: they stay memory operands.
-            let ap = core::hint::black_box(a.as_ptr());
-            let mp = core::hint::black_box(m.as_ptr());
-            t[0] = _mm512_madd52lo_epu64(t[0], bi, ld(ap));
-            let y = _mm512_madd52lo_epu64(zero, t[0], k0);
-            for j in 1..N {
-                t[j] = _mm512_madd52lo_epu64(t[j], bi, ld(ap.add(j)));
-            }
+            let ap = opaque(a.as_ptr());
+            let mp = opaque(m.as_ptr());
+            let mut t0 = _mm512_madd52lo_epu64(t[0], bi, ld(ap));
+            let y = _mm512_madd52lo_epu64(zero, t0, k0);
+            t0 = _mm512_madd52lo_epu64(t0, y, ld(mp));
+            // t0 is now a multiple of 2^52; its carry joins the next limb.
+            let carry = _mm512_srli_epi64::<52>(t0);
+            // Shift down one limb while accumulating (new t_j = old t_{j+1}
+            // + ...). Written this way, not as a separate copy loop, so that
+            // LLVM does not turn the shift into a memmove and keeps t in
+            // registers.
             for j in 0..N - 1 {
-                t[j + 1] = _mm512_madd52hi_epu64(t[j + 1], bi, ld(ap.add(j)));
+                let mut v = _mm512_madd52lo_epu64(t[j + 1], bi, ld(ap.add(j + 1)));
+                v = _mm512_madd52hi_epu64(v, bi, ld(ap.add(j)));
+                v = _mm512_madd52lo_epu64(v, y, ld(mp.add(j + 1)));
+                t[j] = _mm512_madd52hi_epu64(v, y, ld(mp.add(j)));
             }
-            top = _mm512_madd52hi_epu64(zero, bi, ld(ap.add(N - 1)));
-            t[0] = _mm512_madd52lo_epu64(t[0], y, ld(mp));
-            for j in 1..N {
-                t[j] = _mm512_madd52lo_epu64(t[j], y, ld(mp.add(j)));
-            }
-            for j in 0..N - 1 {
-                t[j + 1] = _mm512_madd52hi_epu64(t[j + 1], y, ld(mp.add(j)));
-            }
-            top = _mm512_madd52hi_epu64(top, y, ld(mp.add(N - 1)));
-            // t_0 is now a multiple of 2^52: shift down one limb.
-            let carry = _mm512_srli_epi64::<52>(t[0]);
-            for j in 0..N - 1 {
-                t[j] = t[j + 1];
-            }
-            t[N - 1] = top;
+            let top = _mm512_madd52hi_epu64(zero, bi, ld(ap.add(N - 1)));
+            t[N - 1] = _mm512_madd52hi_epu64(top, y, ld(mp.add(N - 1)));
             t[0] = _mm512_add_epi64(t[0], carry);
         }
         normalize_store::<N>(r.as_mut_ptr(), &t);
@@ -125,7 +130,7 @@ unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N]
         let ap = a.as_ptr();
         for i in 0..N {
             let ai = ld(ap.add(i));
-            let aq = core::hint::black_box(ap);
+            let aq = opaque(ap);
             for j in i + 1..N {
                 t[i + j] = _mm512_madd52lo_epu64(t[i + j], ai, ld(aq.add(j)));
                 t[i + j + 1] = _mm512_madd52hi_epu64(t[i + j + 1], ai, ld(aq.add(j)));
@@ -141,7 +146,7 @@ unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N]
             };
         }
         for i in 0..N {
-            let mp = core::hint::black_box(m.as_ptr());
+            let mp = opaque(m.as_ptr());
             let y = _mm512_madd52lo_epu64(zero, t[i], k0);
             for j in 0..N {
                 t[i + j] = _mm512_madd52lo_epu64(t[i + j], y, ld(mp.add(j)));
@@ -194,7 +199,7 @@ impl MontKernel for Ifma {
     fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N] {
         let mut r = [Lanes::default(); N];
         // SAFETY: as in `mul`.
-        unsafe { sqr(&mut r, a, m, k0) };
+        unsafe { amm(&mut r, a, a, m, k0) };
         r
     }
 
