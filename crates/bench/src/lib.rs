@@ -1,0 +1,301 @@
+//! `tlsterm bench`: a TLS load generator (full handshakes, resumed sessions, bulk
+//! keep-alive transfers, open-loop latency) and an in-memory record-layer benchmark.
+
+pub mod http;
+pub mod load;
+pub mod record;
+pub mod stats;
+pub mod tls;
+
+use std::io::Write;
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use rustls::pki_types::ServerName;
+
+use crate::load::{LoadConfig, Mode};
+use crate::stats::{Latency, Live, Report};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchMode {
+    /// A new TLS connection for every request, no session offered (like `wrk -H 'Connection: close'`
+    /// without its silent resumption).
+    Full,
+    /// N requests per TLS session, one per connection: the first a full handshake, then resumed.
+    Resume,
+    /// Keep-alive connections; large responses via the URL (e.g. /bytes/1048576). Reports MB/s.
+    Bulk,
+    /// In-memory BoringSSL record-layer throughput per cipher (no server; URL ignored).
+    Record,
+}
+
+/// Benchmark a TLS server (or, with `--mode record`, the local TLS record layer).
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Target URL, e.g. https://127.0.0.1:8443/ (not needed for --mode record).
+    pub url: Option<String>,
+    /// What to measure.
+    #[arg(short, long, value_enum, default_value = "full")]
+    pub mode: BenchMode,
+    /// Concurrent connections (open loop: the most units of work in flight at once).
+    #[arg(short, long, default_value_t = 50)]
+    pub concurrency: usize,
+    /// How long to run, e.g. 10, 10s, 500ms, 1m (ignored when --requests is given).
+    #[arg(short, long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Stop after this many requests instead of after --duration.
+    #[arg(short = 'n', long)]
+    pub requests: Option<u64>,
+    /// Resume mode: requests (connections) per TLS session.
+    #[arg(long, default_value_t = 4)]
+    pub per_session: u32,
+    /// Offer only this TLS version: 1.2 or 1.3 (default: both).
+    #[arg(long)]
+    pub tls_version: Option<String>,
+    /// Cipher suites to offer, comma-separated (OpenSSL, IANA or rustls names,
+    /// e.g. ECDHE-RSA-AES128-GCM-SHA256 or TLS_AES_128_GCM_SHA256).
+    #[arg(long)]
+    pub cipher: Option<String>,
+    /// Key exchange group to offer: x25519, p256 or p384.
+    #[arg(long, default_value = "x25519")]
+    pub group: String,
+    /// ALPN protocols to offer, comma-separated (requests are always HTTP/1.1).
+    #[arg(long, value_delimiter = ',')]
+    pub alpn: Vec<String>,
+    /// Server name to send (default: the URL's host, if it is a name).
+    #[arg(long)]
+    pub sni: Option<String>,
+    /// Skip certificate AND signature verification. For benchmarking only: it
+    /// removes the client's verification cost and trusts any server.
+    #[arg(long)]
+    pub insecure: bool,
+    /// PEM file of trusted CA certificates (when not --insecure).
+    #[arg(long)]
+    pub cacert: Option<String>,
+    /// Open-loop mode: start this many units of work per second (connections in
+    /// full/resume mode, requests in bulk mode); latency counts from the scheduled start.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Client threads (each a single-threaded runtime). Pin the client with taskset.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Per-unit timeout (connect + handshake + request).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// No progress line on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Record mode: bytes to push through each cipher, per direction.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub record_bytes: u64,
+    /// Record mode: plaintext bytes per write (16384 = full TLS records).
+    #[arg(long, default_value_t = 16384)]
+    pub record_size: usize,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(format!("bad duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+/// Host, port and path of an https:// URL.
+fn parse_url(url: &str) -> anyhow::Result<(String, u16, String)> {
+    let rest = url
+        .strip_prefix("https://")
+        .context("the URL must start with https://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let (host, port) = if let Some(h) = authority.strip_prefix('[') {
+        let (h, p) = h.split_once(']').context("bad IPv6 literal")?;
+        (h.to_string(), p.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (authority.to_string(), None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse().context("bad port")?,
+        None => 443,
+    };
+    Ok((host, port, path.to_string()))
+}
+
+/// Run the benchmark described by `args` and print its report.
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    if args.mode == BenchMode::Record {
+        return record::run(args);
+    }
+    let report = run_load(args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(())
+}
+
+/// Run a load (full/resume/bulk) and return its report.
+pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
+    let url = args.url.as_deref().context("a URL is required")?;
+    let (host, port, path) = parse_url(url)?;
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .context("no address")?;
+    let sni = args.sni.clone().unwrap_or_else(|| host.clone());
+    let server_name = ServerName::try_from(sni).context("bad server name")?;
+    let host_header = if port == 443 {
+        host.clone()
+    } else if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let mode = match args.mode {
+        BenchMode::Full => Mode::Full,
+        BenchMode::Resume => Mode::Resume,
+        BenchMode::Bulk => Mode::Bulk,
+        BenchMode::Record => unreachable!("handled by run"),
+    };
+    if args.concurrency == 0 || args.threads == 0 || args.per_session == 0 {
+        bail!("--concurrency, --threads and --per-session must be at least 1");
+    }
+    if let Some(r) = args.rate {
+        if !(r > 0.0 && r.is_finite()) {
+            bail!("--rate must be positive");
+        }
+    }
+    let tls = tls::client_config(&tls::TlsOptions {
+        version: args.tls_version.clone(),
+        ciphers: args.cipher.clone(),
+        group: args.group.clone(),
+        alpn: args.alpn.clone(),
+        insecure: args.insecure,
+        cacert: args.cacert.clone(),
+    })?;
+    let cfg = LoadConfig {
+        mode,
+        addr,
+        server_name,
+        request_close: http::request(&path, &host_header, true),
+        request_keepalive: http::request(&path, &host_header, false),
+        concurrency: args.concurrency,
+        threads: args.threads,
+        duration: if args.requests.is_some() {
+            None
+        } else {
+            Some(args.duration)
+        },
+        requests: args.requests,
+        per_session: args.per_session,
+        rate: args.rate,
+        timeout: args.timeout,
+        tls: Arc::new(tls),
+    };
+
+    let live = Arc::new(Live::default());
+    let cpu0 = stats::process_cpu_seconds();
+    let quiet = args.quiet;
+    let tick_live = live.clone();
+    let mut last = [0u64; 5];
+    let last_cell = std::cell::Cell::new(0.0f64);
+    let (stats, elapsed) = load::run(cfg, live, move |t| {
+        if quiet {
+            return;
+        }
+        let now = tick_live.snapshot();
+        let dt = (t - last_cell.replace(t)).max(1e-9);
+        let d = |i: usize| (now[i] - last[i]) as f64 / dt;
+        let cpu = stats::process_cpu_seconds() - cpu0;
+        eprintln!(
+            "[{t:5.0}s] {:8.0} hs/s {:8.0} req/s {:9.2} MB/s  resumed {:>8}  errors {:>6}  client cpu {:4.0}%",
+            d(0),
+            d(1),
+            d(2) / 1e6,
+            now[4],
+            now[3],
+            cpu / t * 100.0
+        );
+        last = now;
+        let _ = std::io::stderr().flush();
+    });
+    let cpu = stats::process_cpu_seconds() - cpu0;
+    let e = elapsed.max(1e-9);
+    Ok(Report {
+        url: url.to_string(),
+        mode: format!("{:?}", args.mode).to_lowercase(),
+        concurrency: args.concurrency,
+        threads: args.threads,
+        rate: args.rate,
+        elapsed_s: elapsed,
+        handshakes: stats.handshakes,
+        resumed: stats.resumed,
+        requests: stats.requests,
+        body_bytes: stats.body_bytes,
+        wire_bytes: stats.wire_bytes,
+        handshakes_per_s: stats.handshakes as f64 / e,
+        requests_per_s: stats.requests as f64 / e,
+        mb_per_s: stats.wire_bytes as f64 / e / 1e6,
+        errors_total: stats.errors.values().sum(),
+        errors: stats.errors.clone(),
+        status: stats.status.clone(),
+        negotiated: stats.negotiated.clone(),
+        handshake_latency: Latency::of(&stats.handshake),
+        request_latency: Latency::of(&stats.request),
+        total_latency: Latency::of(&stats.total),
+        client_cpu_s: cpu,
+        client_cpu_util: cpu / e / args.threads as f64,
+        handshakes_per_client_cpu_s: if cpu > 0.0 {
+            stats.handshakes as f64 / cpu
+        } else {
+            0.0
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_durations() {
+        assert_eq!(
+            parse_url("https://127.0.0.1:8443/bytes/10").unwrap(),
+            ("127.0.0.1".into(), 8443, "/bytes/10".into())
+        );
+        assert_eq!(
+            parse_url("https://example.com").unwrap(),
+            ("example.com".into(), 443, "/".into())
+        );
+        assert_eq!(
+            parse_url("https://[::1]:9/").unwrap(),
+            ("::1".into(), 9, "/".into())
+        );
+        assert!(parse_url("http://x/").is_err());
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+    }
+}

@@ -1,0 +1,360 @@
+//! The load generator: `threads` OS threads, each a tokio current-thread runtime
+//! driving its share of the connections (closed loop) or of the rate (open loop).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, HandshakeKind};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio::task::{JoinSet, LocalSet};
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+use crate::http::{self, HttpError};
+use crate::stats::{micros, Live, Stats};
+use crate::tls;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A new connection (full handshake, no session offered) per request.
+    Full,
+    /// Chains of `per_session` connections sharing a session: one full, then resumed.
+    Resume,
+    /// Keep-alive connections, many requests each.
+    Bulk,
+}
+
+/// Everything a run needs, resolved from the command line.
+pub struct LoadConfig {
+    pub mode: Mode,
+    pub addr: SocketAddr,
+    pub server_name: ServerName<'static>,
+    pub request_close: Vec<u8>,
+    pub request_keepalive: Vec<u8>,
+    pub concurrency: usize,
+    pub threads: usize,
+    pub duration: Option<Duration>,
+    pub requests: Option<u64>,
+    pub per_session: u32,
+    /// Open-loop rate in units of work per second (connections in full/resume mode,
+    /// requests in bulk mode).
+    pub rate: Option<f64>,
+    pub timeout: Duration,
+    /// Base TLS config with resumption disabled.
+    pub tls: Arc<ClientConfig>,
+}
+
+/// How much work is left: a deadline, a count, or both.
+struct Budget {
+    deadline: Option<Instant>,
+    remaining: Option<AtomicI64>,
+}
+
+impl Budget {
+    /// Claim one unit of work scheduled at `at`.
+    fn take(&self, at: Instant) -> bool {
+        if self.deadline.is_some_and(|d| at >= d) {
+            return false;
+        }
+        match &self.remaining {
+            Some(r) => r.fetch_sub(1, Relaxed) > 0,
+            None => true,
+        }
+    }
+}
+
+/// Per-thread context shared by that thread's tasks.
+struct Ctx {
+    cfg: Arc<LoadConfig>,
+    live: Arc<Live>,
+    budget: Arc<Budget>,
+    stats: RefCell<Stats>,
+    /// (protocol version, cipher suite) codes seen.
+    negotiated: RefCell<HashMap<(u16, u16), u64>>,
+}
+
+/// The state a unit of work carries from one unit to the next.
+struct Slot {
+    /// Resume mode: the chain's config (own session store) and connections made in it.
+    chain: Option<(Arc<ClientConfig>, u32)>,
+    /// Bulk mode: the kept-alive connection.
+    conn: Option<TlsStream<TcpStream>>,
+    reader: http::Reader,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            chain: None,
+            conn: None,
+            reader: http::Reader::default(),
+        }
+    }
+}
+
+/// Run the load and return the merged stats and the wall time it took.
+pub fn run(cfg: LoadConfig, live: Arc<Live>, mut on_tick: impl FnMut(f64)) -> (Stats, f64) {
+    let cfg = Arc::new(cfg);
+    let start = Instant::now();
+    let budget = Arc::new(Budget {
+        deadline: cfg.duration.map(|d| start + d),
+        remaining: cfg.requests.map(|n| AtomicI64::new(n as i64)),
+    });
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let threads = cfg.threads.max(1);
+    let mut handles = Vec::new();
+    for t in 0..threads {
+        // Split connections and rate evenly; the first threads take the remainder.
+        let conns = cfg.concurrency / threads + usize::from(t < cfg.concurrency % threads);
+        let rate = cfg.rate.map(|r| r / threads as f64);
+        let (cfg, live, budget, done) =
+            (cfg.clone(), live.clone(), budget.clone(), done_tx.clone());
+        handles.push(std::thread::spawn(move || {
+            let stats = thread_main(cfg, live, budget, conns.max(1), rate);
+            let _ = done.send(());
+            stats
+        }));
+    }
+    drop(done_tx);
+    // Progress ticks once a second until every thread has reported.
+    let mut finished = 0;
+    let mut next_tick = start + Duration::from_secs(1);
+    while finished < threads {
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        match done_rx.recv_timeout(wait) {
+            Ok(()) => finished += 1,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                on_tick(start.elapsed().as_secs_f64());
+                next_tick += Duration::from_secs(1);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut total = Stats::default();
+    for h in handles {
+        total.merge(h.join().expect("worker thread panicked"));
+    }
+    (total, elapsed)
+}
+
+fn thread_main(
+    cfg: Arc<LoadConfig>,
+    live: Arc<Live>,
+    budget: Arc<Budget>,
+    conns: usize,
+    rate: Option<f64>,
+) -> Stats {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let ctx = Rc::new(Ctx {
+        cfg,
+        live,
+        budget,
+        stats: RefCell::new(Stats::default()),
+        negotiated: RefCell::new(HashMap::new()),
+    });
+    let local = LocalSet::new();
+    local.block_on(&rt, async {
+        match rate {
+            None => closed_loop(&ctx, conns).await,
+            Some(r) => open_loop(&ctx, conns, r).await,
+        }
+    });
+    drop(local);
+    let ctx = Rc::try_unwrap(ctx).unwrap_or_else(|_| panic!("tasks still hold the context"));
+    let mut stats = ctx.stats.into_inner();
+    for ((v, s), n) in ctx.negotiated.into_inner() {
+        let name = format!(
+            "{:?} {:?}",
+            rustls::ProtocolVersion::from(v),
+            rustls::CipherSuite::from(s)
+        );
+        *stats.negotiated.entry(name).or_default() += n;
+    }
+    stats
+}
+
+/// `conns` tasks, each starting its next unit as soon as the last one ends.
+async fn closed_loop(ctx: &Rc<Ctx>, conns: usize) {
+    let mut set = JoinSet::new();
+    for _ in 0..conns {
+        let ctx = ctx.clone();
+        set.spawn_local(async move {
+            let mut slot = Slot::new();
+            loop {
+                let now = Instant::now();
+                if !ctx.budget.take(now) {
+                    break;
+                }
+                unit(&ctx, &mut slot, now).await;
+            }
+        });
+    }
+    while set.join_next().await.is_some() {}
+}
+
+/// Units start at fixed times (rate per second) whether or not earlier ones have
+/// finished; at most `conns` run at once, the rest queue. Latencies are measured
+/// from the scheduled start, so queueing shows (no coordinated omission).
+async fn open_loop(ctx: &Rc<Ctx>, conns: usize, rate: f64) {
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let sem = Rc::new(Semaphore::new(conns));
+    let slots = Rc::new(RefCell::new(
+        (0..conns).map(|_| Slot::new()).collect::<Vec<_>>(),
+    ));
+    let start = Instant::now();
+    let mut set = JoinSet::new();
+    for i in 0u64.. {
+        let sched = start + interval.mul_f64(i as f64);
+        if !ctx.budget.take(sched) {
+            break;
+        }
+        tokio::time::sleep_until(sched.into()).await;
+        while set.try_join_next().is_some() {}
+        let (ctx, sem, slots) = (ctx.clone(), sem.clone(), slots.clone());
+        set.spawn_local(async move {
+            let _permit = sem.acquire().await.expect("semaphore open");
+            let mut slot = slots.borrow_mut().pop().expect("a slot per permit");
+            unit(&ctx, &mut slot, sched).await;
+            slots.borrow_mut().push(slot);
+        });
+    }
+    while set.join_next().await.is_some() {}
+}
+
+/// One unit of work, bounded by the timeout. Work cut short because the run is
+/// over (past the deadline plus a grace second) is not counted as an error.
+async fn unit(ctx: &Ctx, slot: &mut Slot, sched: Instant) {
+    let mut limit = ctx.cfg.timeout;
+    let mut at_end = false;
+    if let Some(d) = ctx.budget.deadline {
+        let left = (d + Duration::from_secs(1)).saturating_duration_since(Instant::now());
+        if left < limit {
+            limit = left;
+            at_end = true;
+        }
+    }
+    let result = tokio::time::timeout(limit, unit_inner(ctx, slot, sched)).await;
+    let err = match result {
+        Ok(Ok(())) => return,
+        Ok(Err(kind)) => kind,
+        Err(_) if at_end => {
+            slot.conn = None;
+            return;
+        }
+        Err(_) => "timeout".to_string(),
+    };
+    // Any failure drops the connection and restarts the session chain.
+    slot.conn = None;
+    slot.chain = None;
+    ctx.stats.borrow_mut().error(&err);
+    ctx.live.errors.fetch_add(1, Relaxed);
+}
+
+async fn connect(
+    ctx: &Ctx,
+    config: Arc<ClientConfig>,
+    start: Instant,
+) -> Result<TlsStream<TcpStream>, String> {
+    let tcp = TcpStream::connect(ctx.cfg.addr)
+        .await
+        .map_err(|e| format!("connect: {}", e.kind()))?;
+    // Requests and responses are small in full mode: never wait for Nagle.
+    let _ = tcp.set_nodelay(true);
+    let tls = TlsConnector::from(config)
+        .connect(ctx.cfg.server_name.clone(), tcp)
+        .await
+        .map_err(|e| match e.get_ref() {
+            Some(inner) => format!("handshake: {inner}"),
+            None => format!("handshake: {}", e.kind()),
+        })?;
+    let conn = tls.get_ref().1;
+    let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+    let key = (
+        conn.protocol_version().map(u16::from).unwrap_or(0),
+        conn.negotiated_cipher_suite()
+            .map(|s| u16::from(s.suite()))
+            .unwrap_or(0),
+    );
+    *ctx.negotiated.borrow_mut().entry(key).or_default() += 1;
+    let mut stats = ctx.stats.borrow_mut();
+    stats.handshake.record(micros(start.elapsed())).ok();
+    stats.handshakes += 1;
+    ctx.live.handshakes.fetch_add(1, Relaxed);
+    if resumed {
+        stats.resumed += 1;
+        ctx.live.resumed.fetch_add(1, Relaxed);
+    }
+    Ok(tls)
+}
+
+async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), String> {
+    let cfg = &ctx.cfg;
+    let keepalive = cfg.mode == Mode::Bulk;
+    let mut conn = match slot.conn.take() {
+        Some(c) => c,
+        None => {
+            let config = match cfg.mode {
+                Mode::Full | Mode::Bulk => cfg.tls.clone(),
+                Mode::Resume => {
+                    if slot.chain.as_ref().is_none_or(|c| c.1 >= cfg.per_session) {
+                        slot.chain = Some((tls::with_fresh_session_store(&cfg.tls), 0));
+                    }
+                    let chain = slot.chain.as_mut().expect("chain set above");
+                    chain.1 += 1;
+                    chain.0.clone()
+                }
+            };
+            connect(ctx, config, sched).await?
+        }
+    };
+    let req = if keepalive {
+        &cfg.request_keepalive
+    } else {
+        &cfg.request_close
+    };
+    let t0 = Instant::now();
+    conn.write_all(req)
+        .await
+        .map_err(|e| format!("write: {}", e.kind()))?;
+    let resp = slot
+        .reader
+        .read_response(&mut conn)
+        .await
+        .map_err(|e| match e {
+            HttpError::Eof => "eof: closed before a complete response".to_string(),
+            HttpError::Read(e) => format!("read: {e}"),
+            HttpError::Parse(e) => format!("http: {e}"),
+        })?;
+    let now = Instant::now();
+    {
+        let mut stats = ctx.stats.borrow_mut();
+        stats.request.record(micros(now - t0)).ok();
+        stats.total.record(micros(now - sched)).ok();
+        stats.requests += 1;
+        stats.body_bytes += resp.body_len;
+        stats.wire_bytes += resp.wire_len;
+        *stats.status.entry(resp.status).or_default() += 1;
+    }
+    ctx.live.requests.fetch_add(1, Relaxed);
+    ctx.live.bytes.fetch_add(resp.wire_len, Relaxed);
+    if !(200..300).contains(&resp.status) {
+        return Err(format!("http status {}", resp.status));
+    }
+    if keepalive && !resp.close {
+        slot.conn = Some(conn);
+    }
+    // Otherwise the connection is dropped: the server has closed (Connection: close).
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! The load generator against an in-process rustls server on 127.0.0.1.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clap::Parser;
+use rustls::crypto::aws_lc_rs;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::ServerConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: tlsterm_bench::BenchArgs,
+}
+
+fn args(list: &[&str]) -> tlsterm_bench::BenchArgs {
+    let mut v = vec!["bench", "--insecure", "--quiet"];
+    v.extend_from_slice(list);
+    Cli::parse_from(v).args
+}
+
+#[derive(Clone, Copy)]
+enum Behaviour {
+    /// Answer HTTP/1.1 requests: `/` gets 5 bytes, `/bytes/N` gets N bytes.
+    Http,
+    /// Complete the handshake, then close without answering.
+    CloseAfterHandshake,
+}
+
+/// Start a TLS server on an ephemeral port in a background thread.
+fn server(behaviour: Behaviour) -> SocketAddr {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let chain = vec![CertificateDer::from(cert.cert.der().to_vec())];
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
+    let config = ServerConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let listener = TcpListener::from_std(listener).unwrap();
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::task::spawn_local(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    if let Behaviour::Http = behaviour {
+                        let _ = serve_http(&mut tls).await;
+                    }
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+    });
+    addr
+}
+
+async fn serve_http<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        let end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = s.read(&mut tmp).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            buf.extend_from_slice(&tmp[..n]);
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        buf.drain(..end);
+        let path = head.split(' ').nth(1).unwrap_or("/");
+        let len: usize = path
+            .strip_prefix("/bytes/")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(5);
+        let close = head.to_ascii_lowercase().contains("connection: close");
+        let mut resp = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n").into_bytes();
+        resp.resize(resp.len() + len, b'x');
+        s.write_all(&resp).await?;
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+#[test]
+fn full_mode_resumes_nothing() {
+    let addr = server(Behaviour::Http);
+    let url = format!("https://{addr}/");
+    for version in ["1.2", "1.3"] {
+        let r = tlsterm_bench::run_load(&args(&[
+            &url,
+            "-c",
+            "4",
+            "-n",
+            "40",
+            "--tls-version",
+            version,
+        ]))
+        .unwrap();
+        assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+        assert_eq!(r.handshakes, 40);
+        assert_eq!(r.requests, 40);
+        assert_eq!(
+            r.resumed, 0,
+            "full mode must offer no session (TLS {version})"
+        );
+        assert_eq!(r.body_bytes, 200);
+        assert_eq!(r.handshake_latency.count, 40);
+    }
+}
+
+#[test]
+fn resume_mode_resumes_all_but_the_first_of_each_session() {
+    let addr = server(Behaviour::Http);
+    let url = format!("https://{addr}/");
+    for version in ["1.2", "1.3"] {
+        // One connection slot, so the 16 requests form exactly 4 sessions of 4.
+        let r = tlsterm_bench::run_load(&args(&[
+            &url,
+            "--mode",
+            "resume",
+            "-c",
+            "1",
+            "-n",
+            "16",
+            "--per-session",
+            "4",
+            "--tls-version",
+            version,
+        ]))
+        .unwrap();
+        assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+        assert_eq!(r.handshakes, 16);
+        assert_eq!(
+            r.resumed, 12,
+            "3 of every 4 connections resume (TLS {version})"
+        );
+    }
+}
+
+#[test]
+fn bulk_mode_keeps_connections_alive() {
+    let addr = server(Behaviour::Http);
+    let url = format!("https://{addr}/bytes/1048576");
+    let r =
+        tlsterm_bench::run_load(&args(&[&url, "--mode", "bulk", "-c", "2", "-n", "20"])).unwrap();
+    assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+    assert_eq!(r.requests, 20);
+    assert_eq!(r.handshakes, 2);
+    assert_eq!(r.body_bytes, 20 << 20);
+    assert!(r.mb_per_s > 0.0);
+}
+
+#[test]
+fn open_loop_runs_at_the_given_rate() {
+    let addr = server(Behaviour::Http);
+    let url = format!("https://{addr}/");
+    let r =
+        tlsterm_bench::run_load(&args(&[&url, "--rate", "200", "-n", "50", "-c", "8"])).unwrap();
+    assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+    assert_eq!(r.requests, 50);
+    // 50 units at 200/s are scheduled over 245 ms: the run cannot be much shorter.
+    assert!(r.elapsed_s >= 0.24, "{}", r.elapsed_s);
+    assert_eq!(r.rate, Some(200.0));
+}
+
+#[test]
+fn errors_are_counted_when_the_server_closes() {
+    let addr = server(Behaviour::CloseAfterHandshake);
+    let url = format!("https://{addr}/");
+    let r = tlsterm_bench::run_load(&args(&[&url, "-c", "2", "-n", "10"])).unwrap();
+    assert_eq!(r.requests, 0);
+    assert_eq!(r.errors_total, 10, "{:?}", r.errors);
+    assert!(
+        r.errors.keys().all(|k| k.starts_with("eof")),
+        "{:?}",
+        r.errors
+    );
+}
+
+#[test]
+fn connection_refused_is_an_error_kind() {
+    // Bind then drop to get a port nobody listens on.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let url = format!("https://{addr}/");
+    let r = tlsterm_bench::run_load(&args(&[&url, "-c", "1", "-n", "3"])).unwrap();
+    assert_eq!(
+        r.errors.get("connect: connection refused"),
+        Some(&3),
+        "{:?}",
+        r.errors
+    );
+}
