@@ -206,15 +206,15 @@ fn log_end(
     tracing::info!(
         target: "tlsterm::connection",
         %client,
-        sni = n.sni.as_deref().unwrap_or("-"),
-        alpn = n.alpn.as_deref().map(String::from_utf8_lossy).as_deref().unwrap_or("-"),
-        version = n.version,
-        cipher = n.cipher.as_str(),
+        sni = %n.sni.as_deref().unwrap_or("-"),
+        alpn = %n.alpn.as_deref().map(String::from_utf8_lossy).as_deref().unwrap_or("-"),
+        version = %n.version,
+        cipher = %n.cipher,
         resumed = n.resumed,
         handshake_us = handshake_time.as_micros() as u64,
         bytes_in = to_backend,
         bytes_out = to_client,
-        close = outcome.label(),
+        close = %outcome.label(),
         "connection closed"
     );
 }

@@ -1,0 +1,301 @@
+//! Test support: certificates made with the openssl CLI, a tlsterm child process whose log
+//! is watched for readiness, a raw backend that records what it receives, and an
+//! in-process TLS client. Everything runs on 127.0.0.1 and ends by itself.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub const TLSTERM: &str = env!("CARGO_BIN_EXE_tlsterm");
+/// Upper bound for anything a test waits for; reaching it means the test failed.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn run(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().expect("command runs");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum KeyType {
+    Rsa2048,
+    EcdsaP256,
+}
+
+/// A self-signed certificate for `cn` (also its SAN) written as `<stem>.pem`/`<stem>.key`.
+pub fn make_cert(dir: &Path, stem: &str, cn: &str, key: KeyType) -> (PathBuf, PathBuf) {
+    let cert = dir.join(format!("{stem}.pem"));
+    let keyfile = dir.join(format!("{stem}.key"));
+    let newkey = match key {
+        KeyType::Rsa2048 => vec!["-newkey", "rsa:2048"],
+        KeyType::EcdsaP256 => vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+    };
+    run(Command::new("openssl")
+        .args(["req", "-x509", "-nodes", "-days", "2"])
+        .args(newkey)
+        .arg("-keyout")
+        .arg(&keyfile)
+        .arg("-out")
+        .arg(&cert)
+        .args(["-subj", &format!("/CN={cn}")])
+        .args(["-addext", &format!("subjectAltName=DNS:{cn}")]));
+    (cert, keyfile)
+}
+
+/// The lines a child process wrote to stderr, with a way to wait for one.
+#[derive(Clone, Default)]
+pub struct Log {
+    lines: Arc<(Mutex<Vec<String>>, Condvar)>,
+}
+
+impl Log {
+    /// Waits until a line containing `needle` appears after the first `skip` lines.
+    pub fn wait_for(&self, needle: &str, skip: usize) -> String {
+        let (lines, changed) = &*self.lines;
+        let guard = lines.lock().unwrap();
+        let (guard, timeout) = changed
+            .wait_timeout_while(guard, DEADLINE, |lines| {
+                !lines.iter().skip(skip).any(|l| l.contains(needle))
+            })
+            .unwrap();
+        assert!(
+            !timeout.timed_out(),
+            "no log line containing {needle:?}; log:\n{}",
+            guard.join("\n")
+        );
+        guard
+            .iter()
+            .skip(skip)
+            .find(|l| l.contains(needle))
+            .unwrap()
+            .clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lines.0.lock().unwrap().len()
+    }
+
+    pub fn contains(&self, needle: &str) -> bool {
+        self.lines
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(needle))
+    }
+
+    pub fn text(&self) -> String {
+        self.lines.0.lock().unwrap().join("\n")
+    }
+}
+
+/// A running `tlsterm serve`, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub log: Log,
+    pub config: PathBuf,
+}
+
+impl Server {
+    /// Starts `tlsterm serve -c <config>` and waits until it says it is serving.
+    pub fn start(config: &Path) -> Server {
+        let mut child = Command::new(TLSTERM)
+            .args(["serve", "-c"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tlsterm starts");
+        let log = Log::default();
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let (lines, changed) = &*sink.lines;
+                lines.lock().unwrap().push(line);
+                changed.notify_all();
+            }
+        });
+        log.wait_for("tlsterm serving", 0);
+        Server {
+            child,
+            log,
+            config: config.to_path_buf(),
+        }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        run(Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string()));
+    }
+
+    /// Sends SIGHUP and waits for the reload's verdict line; returns it.
+    pub fn reload(&self) -> String {
+        let before = self.log.len();
+        self.signal("HUP");
+        let (lines, changed) = &*self.log.lines;
+        let guard = lines.lock().unwrap();
+        let (guard, timeout) = changed
+            .wait_timeout_while(guard, DEADLINE, |lines| {
+                !lines
+                    .iter()
+                    .skip(before)
+                    .any(|l| l.contains("reloaded") || l.contains("reload refused"))
+            })
+            .unwrap();
+        assert!(!timeout.timed_out(), "no reload verdict");
+        guard
+            .iter()
+            .skip(before)
+            .find(|l| l.contains("reloaded") || l.contains("reload refused"))
+            .unwrap()
+            .clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `openssl s_client` with `args`, sending `input`; returns stdout and stderr together.
+pub fn s_client(port: u16, args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("timeout")
+        .args(["20", "openssl", "s_client", "-connect"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl s_client runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+pub const GET_CLOSE: &str = "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+
+/// A TLS client stream from the in-process client.
+pub type TlsClient = tokio_boring::SslStream<TcpStream>;
+
+/// Connects with BoringSSL. Certificates are not verified (they are self-signed), but the
+/// handshake signature still is: a wrong signature fails the handshake.
+pub async fn tls_connect(
+    port: u16,
+    sni: &str,
+    max_version: SslVersion,
+    alpn: &[&str],
+) -> anyhow::Result<TlsClient> {
+    let mut builder = SslConnector::builder(SslMethod::tls())?;
+    builder.set_verify(SslVerifyMode::NONE);
+    builder.set_max_proto_version(Some(max_version))?;
+    if !alpn.is_empty() {
+        let mut wire = Vec::new();
+        for proto in alpn {
+            wire.push(proto.len() as u8);
+            wire.extend_from_slice(proto.as_bytes());
+        }
+        builder.set_alpn_protos(&wire)?;
+    }
+    let config = builder.build().configure()?;
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+    Ok(tokio_boring::connect(config, sni, tcp).await?)
+}
+
+/// Sends one keep-alive request for `path` and reads the response body (Content-Length).
+pub async fn http_get(stream: &mut TlsClient, path: &str) -> anyhow::Result<Vec<u8>> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        anyhow::ensure!(
+            stream.read(&mut byte).await? == 1,
+            "connection closed in headers"
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head)?;
+    anyhow::ensure!(head.starts_with("HTTP/1.1 200"), "bad response: {head}");
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .ok_or_else(|| anyhow::anyhow!("no Content-Length"))?
+        .trim()
+        .parse()?;
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await?;
+    Ok(body)
+}
+
+/// A backend that accepts connections and hands each to the test.
+pub struct RawBackend {
+    pub listener: tokio::net::TcpListener,
+    pub address: SocketAddr,
+}
+
+impl RawBackend {
+    pub async fn bind() -> RawBackend {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        RawBackend { listener, address }
+    }
+
+    pub async fn accept(&self) -> TcpStream {
+        tokio::time::timeout(DEADLINE, self.listener.accept())
+            .await
+            .expect("tlsterm connects to the backend")
+            .unwrap()
+            .0
+    }
+}
+
+/// Writes a config file with one listener per `listeners` entry (TOML body of the listener).
+pub fn write_config(dir: &Path, header: &str, listeners: &[String]) -> PathBuf {
+    let mut text = format!("workers = 2\n{header}\n");
+    for listener in listeners {
+        text.push_str("\n[[listener]]\n");
+        text.push_str(listener);
+        text.push('\n');
+    }
+    let path = dir.join("tlsterm.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}

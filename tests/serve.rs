@@ -1,0 +1,486 @@
+//! `tlsterm serve` end to end: real clients (openssl s_client, curl, BoringSSL in-process)
+//! against a tlsterm process on 127.0.0.1.
+
+mod common;
+
+use std::process::Command;
+
+use boring::ssl::SslVersion;
+use common::*;
+use tlsterm::proxy::proxy_protocol::{self, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn cert_block(cert: &std::path::Path, key: &std::path::Path, extra: &str) -> String {
+    format!(
+        "[[listener.certificate]]\ncert = {:?}\nkey = {:?}\n{extra}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    )
+}
+
+/// One listener on `port` with an RSA and an ECDSA certificate for localhost.
+fn dual_cert_listener(dir: &std::path::Path, port: u16, extra: &str) -> String {
+    let (rc, rk) = make_cert(dir, "rsa", "localhost", KeyType::Rsa2048);
+    let (ec, ek) = make_cert(dir, "ecdsa", "localhost", KeyType::EcdsaP256);
+    format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n{extra}\n{}{}",
+        cert_block(&rc, &rk, ""),
+        cert_block(&ec, &ek, "")
+    )
+}
+
+#[test]
+fn openssl_and_curl_handshake_tls12_and_tls13_with_rsa_and_ecdsa() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(dir.path(), "", &[dual_cert_listener(dir.path(), port, "")]);
+    let _server = Server::start(&config);
+
+    // (client options, expected protocol, expected signature type)
+    let cases: &[(&[&str], &str, &str)] = &[
+        (
+            &["-tls1_3", "-sigalgs", "RSA-PSS+SHA256"],
+            "TLSv1.3",
+            "RSA-PSS",
+        ),
+        (&["-tls1_3", "-sigalgs", "ECDSA+SHA256"], "TLSv1.3", "ECDSA"),
+        (
+            &["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"],
+            "TLSv1.2",
+            "RSA-PSS",
+        ),
+        (
+            &[
+                "-tls1_2",
+                "-cipher",
+                "ECDHE-RSA-AES256-GCM-SHA384",
+                "-sigalgs",
+                "RSA+SHA256",
+            ],
+            "TLSv1.2",
+            "RSA",
+        ),
+        (
+            &["-tls1_2", "-cipher", "ECDHE-ECDSA-CHACHA20-POLY1305"],
+            "TLSv1.2",
+            "ECDSA",
+        ),
+    ];
+    for (args, protocol, signature) in cases {
+        let mut all = vec!["-servername", "localhost", "-ign_eof"];
+        all.extend_from_slice(args);
+        let out = s_client(port, &all, GET_CLOSE);
+        assert!(
+            out.contains(&format!("Protocol  : {protocol}"))
+                || out.contains(&format!("New, {protocol}")),
+            "{args:?}: {out}"
+        );
+        assert!(
+            out.contains(&format!("Peer signature type: {signature}\n")),
+            "{args:?}: {out}"
+        );
+        assert!(
+            out.contains("Hello from tlsterm"),
+            "{args:?}: no response: {out}"
+        );
+    }
+
+    for version in ["--tlsv1.2", "--tlsv1.3"] {
+        let out = run(Command::new("curl")
+            .args(["-sk", "--max-time", "20", version])
+            .arg(format!("https://localhost:{port}/bytes/100000"))
+            .args(["--resolve", &format!("localhost:{port}:127.0.0.1")]));
+        assert_eq!(out.stdout.len(), 100_000, "curl {version}");
+    }
+}
+
+#[test]
+fn sni_selects_certificate_exact_wildcard_and_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (ac, ak) = make_cert(dir.path(), "a", "a.test", KeyType::Rsa2048);
+    let (wc, wk) = make_cert(dir.path(), "w", "*.w.test", KeyType::EcdsaP256);
+    let (dc, dk) = make_cert(dir.path(), "d", "default.test", KeyType::EcdsaP256);
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n{}{}{}",
+        cert_block(&ac, &ak, ""),
+        cert_block(&wc, &wk, ""),
+        cert_block(&dc, &dk, "default = true")
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let _server = Server::start(&config);
+
+    for (sni, expected) in [
+        ("a.test", "CN=a.test"),
+        ("A.TEST", "CN=a.test"),
+        ("x.w.test", "CN=*.w.test"),
+        ("deeper.x.w.test", "CN=default.test"),
+        ("unknown.test", "CN=default.test"),
+    ] {
+        let out = s_client(port, &["-servername", sni], "");
+        let subject = out
+            .lines()
+            .find(|l| l.starts_with("subject="))
+            .unwrap_or_default()
+            .replace(' ', "");
+        assert!(subject.contains(expected), "SNI {sni}: {subject}\n{out}");
+    }
+    let out = s_client(port, &["-noservername"], "");
+    assert!(
+        out.replace(' ', "").contains("subject=CN=default.test"),
+        "{out}"
+    );
+}
+
+#[test]
+fn alpn_is_negotiated_in_server_preference() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        "",
+        &[dual_cert_listener(
+            dir.path(),
+            port,
+            "alpn = [\"h2\", \"http/1.1\"]",
+        )],
+    );
+    let _server = Server::start(&config);
+    let out = s_client(port, &["-alpn", "http/1.1,h2"], "");
+    assert!(out.contains("ALPN protocol: h2"), "{out}");
+    let out = s_client(port, &["-alpn", "http/1.1"], "");
+    assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
+    let out = s_client(port, &["-alpn", "spdy/3"], "");
+    assert!(out.contains("No ALPN negotiated"), "{out}");
+}
+
+/// PROXY headers as the backend receives them, decoded by an independent reading of the spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_protocol_v1_and_v2_headers() {
+    for version in ["v1", "v2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = RawBackend::bind().await;
+        let port = free_port();
+        let listener = format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\nproxy_protocol = \"{version}\"\nalpn = [\"h2\", \"http/1.1\"]",
+            backend.address
+        );
+        let config = write_config(dir.path(), "", &[listener]);
+        let _server = Server::start(&config);
+
+        let mut client = tls_connect(port, "proxy.test", SslVersion::TLS1_3, &["h2"])
+            .await
+            .unwrap();
+        let client_address = client.get_ref().local_addr().unwrap();
+        client.write_all(b"ping").await.unwrap();
+        let mut upstream = backend.accept().await;
+        let mut received = Vec::new();
+        // Read until the header and the 4 payload bytes are all there.
+        let header = loop {
+            let mut chunk = [0u8; 512];
+            let n = upstream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "backend connection closed early");
+            received.extend_from_slice(&chunk[..n]);
+            if let Ok((header, used)) = proxy_protocol::decode(&received) {
+                if received.len() >= used + 4 {
+                    assert_eq!(&received[used..used + 4], b"ping");
+                    break header;
+                }
+            }
+        };
+        assert_eq!(header.source, Some(client_address), "{version}");
+        assert_eq!(header.destination.map(|d| d.port()), Some(port));
+        if version == "v1" {
+            let expected = format!(
+                "PROXY TCP4 127.0.0.1 127.0.0.1 {} {port}\r\n",
+                client_address.port()
+            );
+            assert!(received.starts_with(expected.as_bytes()));
+        } else {
+            assert_eq!(&received[..12], b"\r\n\r\n\0\r\nQUIT\n");
+            assert_eq!(received[12], 0x21, "version 2, PROXY command");
+            assert_eq!(received[13], 0x11, "TCP over IPv4");
+            assert_eq!(header.tlv(PP2_TYPE_ALPN), Some(&b"h2"[..]));
+            assert_eq!(header.tlv(PP2_TYPE_AUTHORITY), Some(&b"proxy.test"[..]));
+            let (client_bits, _verify, subs) = header.ssl_subtlvs().expect("SSL TLV");
+            assert_eq!(client_bits & 0x01, 0x01, "PP2_CLIENT_SSL");
+            let version_tlv = subs
+                .iter()
+                .find(|(k, _)| *k == proxy_protocol::PP2_SUBTYPE_SSL_VERSION)
+                .unwrap();
+            assert_eq!(version_tlv.1, b"TLSv1.3");
+            let cipher_tlv = subs
+                .iter()
+                .find(|(k, _)| *k == proxy_protocol::PP2_SUBTYPE_SSL_CIPHER)
+                .unwrap();
+            assert!(String::from_utf8_lossy(&cipher_tlv.1).starts_with("TLS_"));
+        }
+    }
+}
+
+/// EOF from one side is passed on as a half-close; the other direction keeps flowing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_is_propagated_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = RawBackend::bind().await;
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]",
+        backend.address
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let _server = Server::start(&config);
+
+    let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    client.write_all(b"request").await.unwrap();
+    client.shutdown().await.unwrap(); // close_notify + FIN: the client is done sending
+    let mut upstream = backend.accept().await;
+    let mut got = Vec::new();
+    upstream.read_to_end(&mut got).await.unwrap(); // ends only if the half-close arrived
+    assert_eq!(got, b"request");
+    // The other direction still works after the client's half-close.
+    upstream
+        .write_all(b"response after half-close")
+        .await
+        .unwrap();
+    upstream.shutdown().await.unwrap();
+    let mut reply = Vec::new();
+    let _ = client.read_to_end(&mut reply).await;
+    assert_eq!(reply, b"response after half-close");
+}
+
+/// The backend finishing first: its EOF reaches the client, which can still send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_half_close_reaches_client_and_client_can_still_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = RawBackend::bind().await;
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]",
+        backend.address
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let _server = Server::start(&config);
+
+    let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    client.write_all(b"hello").await.unwrap();
+    let mut upstream = backend.accept().await;
+    let mut hello = [0u8; 5];
+    upstream.read_exact(&mut hello).await.unwrap();
+    upstream.write_all(b"bye").await.unwrap();
+    upstream.shutdown().await.unwrap(); // backend done sending
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap(); // ends only if the EOF was passed on
+    assert_eq!(got, b"bye");
+    client.write_all(b"late data").await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut late = Vec::new();
+    upstream.read_to_end(&mut late).await.unwrap();
+    assert_eq!(late, b"late data");
+}
+
+/// A dead backend costs its client a clean close; other connections go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_backend_closes_only_that_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dead_port, live_port) = (free_port(), free_port());
+    let nothing_listens = free_port();
+    let config = write_config(
+        dir.path(),
+        "",
+        &[
+            format!("address = \"127.0.0.1:{dead_port}\"\nbackends = [\"127.0.0.1:{nothing_listens}\"]"),
+            format!("address = \"127.0.0.1:{live_port}\"\nbackends = [\"127.0.0.1:{nothing_listens}\", \"builtin\"]"),
+        ],
+    );
+    let server = Server::start(&config);
+
+    let mut established = tls_connect(live_port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    assert!(http_get(&mut established, "/")
+        .await
+        .unwrap()
+        .starts_with(b"<!doctype"));
+
+    let mut doomed = tls_connect(dead_port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    let _ = doomed.write_all(GET_CLOSE.as_bytes()).await;
+    let mut rest = Vec::new();
+    let result = tokio::time::timeout(DEADLINE, doomed.read_to_end(&mut rest))
+        .await
+        .expect("closed, not hung");
+    assert!(
+        result.is_ok(),
+        "a clean close_notify, not a reset: {result:?}"
+    );
+    assert!(rest.is_empty());
+    server.log.wait_for("no backend", 0);
+
+    // The established connection is unaffected, and the live listener skips the dead backend.
+    assert_eq!(
+        http_get(&mut established, "/bytes/5000")
+            .await
+            .unwrap()
+            .len(),
+        5000
+    );
+    for _ in 0..4 {
+        let mut fresh = tls_connect(live_port, "localhost", SslVersion::TLS1_2, &[])
+            .await
+            .unwrap();
+        assert_eq!(http_get(&mut fresh, "/bytes/10").await.unwrap().len(), 10);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_client_is_cut_at_handshake_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nhandshake_timeout = \"1s\""
+    );
+    let config = write_config(dir.path(), "[log]\nconnections = true", &[listener]);
+    let server = Server::start(&config);
+    let mut silent = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(DEADLINE, silent.read(&mut buf))
+        .await
+        .expect("server closed the silent client");
+    assert_eq!(n.unwrap_or(0), 0);
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(900),
+        "closed before the timeout"
+    );
+    server.log.wait_for("close=handshake_timeout", 0);
+}
+
+/// SIGHUP under traffic: established connections keep working through reloads, new ones
+/// see the new certificate, and a broken configuration is refused while the old one serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_without_dropping_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (c1, k1) = make_cert(dir.path(), "one", "one.test", KeyType::Rsa2048);
+    let (c2, k2) = make_cert(dir.path(), "two", "two.test", KeyType::Rsa2048);
+    let live = dir.path().join("live");
+    std::fs::copy(&c1, live.with_extension("pem")).unwrap();
+    std::fs::copy(&k1, live.with_extension("key")).unwrap();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n{}",
+        cert_block(&live.with_extension("pem"), &live.with_extension("key"), "")
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let server = Server::start(&config);
+
+    let mut connections = Vec::new();
+    for _ in 0..8 {
+        connections.push(
+            tls_connect(port, "one.test", SslVersion::TLS1_3, &[])
+                .await
+                .unwrap(),
+        );
+    }
+    // Traffic runs on every connection while the reloads happen.
+    let traffic = tokio::spawn(async move {
+        for round in 0..30 {
+            for connection in connections.iter_mut() {
+                let body = http_get(connection, &format!("/bytes/{}", 1000 + round))
+                    .await
+                    .expect("request on an established connection");
+                assert_eq!(body.len(), 1000 + round);
+            }
+        }
+        connections
+    });
+
+    std::fs::copy(&c2, live.with_extension("pem")).unwrap();
+    std::fs::copy(&k2, live.with_extension("key")).unwrap();
+    assert!(server.reload().contains("reloaded"));
+    let out = s_client(port, &["-servername", "x"], "");
+    assert!(
+        out.replace(' ', "").contains("subject=CN=two.test"),
+        "new certificate served: {out}"
+    );
+
+    std::fs::write(live.with_extension("pem"), "garbage").unwrap();
+    assert!(server.reload().contains("reload refused"));
+    let out = s_client(port, &["-servername", "x"], "");
+    assert!(
+        out.replace(' ', "").contains("subject=CN=two.test"),
+        "old configuration still serves: {out}"
+    );
+
+    let mut connections = traffic.await.expect("no established connection failed");
+    for connection in connections.iter_mut() {
+        assert_eq!(http_get(connection, "/").await.unwrap().len() > 10, true);
+    }
+}
+
+#[test]
+fn bad_config_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "workers = 1\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nhandshake_timeout = \"ten seconds\"\n").unwrap();
+    let out = Command::new(TLSTERM)
+        .args(["serve", "--check", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.toml:5"), "{stderr}");
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n",
+    )
+    .unwrap();
+    let out = Command::new(TLSTERM)
+        .args(["serve", "--check", "-c"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// SIGTERM stops accepting but lets an open connection finish its exchange.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_open_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listener = format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]");
+    let config = write_config(dir.path(), "drain_timeout = \"20s\"", &[listener]);
+    let mut server = Server::start(&config);
+    let mut open = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    assert!(!http_get(&mut open, "/").await.unwrap().is_empty());
+    server.signal("TERM");
+    server.log.wait_for("stopping", 0);
+    // Still served while draining...
+    assert_eq!(http_get(&mut open, "/bytes/777").await.unwrap().len(), 777);
+    // ...and no new connections are accepted.
+    assert!(tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .is_err());
+    drop(open);
+    let status = tokio::task::spawn_blocking(move || server.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+}
