@@ -36,6 +36,8 @@ pub struct Config {
     pub log: LogConfig,
     #[serde(default)]
     pub engine: EngineConfig,
+    #[serde(default)]
+    pub session: crate::session::SessionConfig,
     #[serde(default, rename = "listener")]
     pub listeners: Vec<ListenerConfig>,
 }

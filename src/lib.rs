@@ -13,5 +13,6 @@ pub mod metrics;
 pub mod offload;
 pub mod proxy;
 pub mod server;
+pub mod session;
 pub mod speed;
 pub mod tls;

@@ -60,7 +60,12 @@ fn serve(config: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
     init_logging(&loaded.log.level);
     if check {
         // Builds every TLS context (loading certificates and keys) without binding anything.
-        server::build_states(&loaded, Some(SocketAddr::from(([127, 0, 0, 1], 0))))?;
+        let sessions = tlsterm::session::Sessions::new(&loaded.session)?;
+        server::build_states(
+            &loaded,
+            Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            &sessions,
+        )?;
         println!("configuration OK");
         return Ok(());
     }

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use crate::config::{Config, ListenerConfig, BUILTIN_BACKEND};
 use crate::offload::OffloadSettings;
 use crate::proxy::pool::BackendPool;
+use crate::session::Sessions;
 use crate::tls::{CertifiedKey, ServerTls};
 
 /// Everything a connection of one listener needs.
@@ -84,13 +85,14 @@ fn resolve_backends(
 pub fn build_states(
     config: &Config,
     builtin: Option<SocketAddr>,
+    sessions: &Sessions,
 ) -> anyhow::Result<Vec<Arc<ListenerState>>> {
     config
         .listeners
         .iter()
         .map(|listener| {
             let certs = load_certificates(listener)?;
-            let tls = ServerTls::build(listener, certs)
+            let tls = ServerTls::build(listener, certs, sessions)
                 .with_context(|| format!("listener {}", listener.address))?;
             let pool = BackendPool::new(
                 resolve_backends(listener, builtin)?,
@@ -154,7 +156,8 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     } else {
         None
     };
-    let states = build_states(&config, builtin)?;
+    let sessions = Sessions::new(&config.session)?;
+    let states = build_states(&config, builtin, &sessions)?;
     let workers = config.worker_count();
     let shared = Arc::new(Shared {
         listeners: ArcSwap::from_pointee(states),
@@ -202,7 +205,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         let mut interrupt = signal(SignalKind::interrupt())?;
         loop {
             tokio::select! {
-                _ = hangup.recv() => reload(&source, &config, &shared, builtin, &settings_tx),
+                _ = hangup.recv() => reload(&source, &config, &shared, builtin, &sessions, &settings_tx),
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,
             }
@@ -224,11 +227,13 @@ fn reload(
     running: &Config,
     shared: &Shared,
     builtin: Option<SocketAddr>,
+    sessions: &Sessions,
     settings: &watch::Sender<OffloadSettings>,
 ) {
     let attempt = || -> anyhow::Result<Vec<Arc<ListenerState>>> {
         let new = source.load()?;
-        let fresh = build_states(&new, builtin)?;
+        sessions.reload(&new.session)?;
+        let fresh = build_states(&new, builtin, sessions)?;
         // Sockets are bound at start: map new listener settings onto them by address.
         let current = shared.listeners.load();
         let mut next = Vec::with_capacity(current.len());

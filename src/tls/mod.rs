@@ -24,6 +24,7 @@ use boring::x509::X509;
 
 use crate::config::{ListenerConfig, TlsVersion};
 use crate::offload::{KeyKind, SigningKey};
+use crate::session::Sessions;
 use keymethod::OffloadKeyMethod;
 
 /// BoringSSL's name for a configured group, or `None` if unknown.
@@ -246,7 +247,11 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
-    pub fn build(listener: &ListenerConfig, certs: Vec<CertifiedKey>) -> anyhow::Result<ServerTls> {
+    pub fn build(
+        listener: &ListenerConfig,
+        certs: Vec<CertifiedKey>,
+        sessions: &Sessions,
+    ) -> anyhow::Result<ServerTls> {
         anyhow::ensure!(!certs.is_empty(), "no certificate configured");
         let mut selector = CertSelector {
             certs: Vec::new(),
@@ -287,6 +292,7 @@ impl ServerTls {
 
         let mut base = SslContextBuilder::new(SslMethod::tls())?;
         configure(&mut base, listener)?;
+        sessions.install(&mut base, listener)?;
         let selector = Arc::new(selector);
         base.set_select_certificate_callback(move |mut hello| {
             let chosen = selector.select(&hello);
