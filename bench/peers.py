@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""Run the same TLS scenarios against nginx, HAProxy, hitch and tlsterm in one run.
+
+The terminator (and the plain HTTP backend it proxies to) are pinned to CPU 0, the
+load generator (`tlsterm bench`) to CPU 1. Server CPU time is read from
+/proc/PID/stat (utime + stime) of every process of the terminator, before and after
+each run; the backend's CPU time is reported separately.
+
+Usage (as root, from the repository root; bench/peers.sh installs what it needs):
+    bench/.venv/bin/python bench/peers.py [--servers nginx,haproxy,hitch,tlsterm] [--runs 3]
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+RUN = BENCH / "run"
+CONF = BENCH / "conf"
+RESULTS = BENCH / "results"
+TLSTERM = ROOT / "target" / "release" / "tlsterm"
+LISTEN = ("127.0.0.1", 8443)
+BACKEND = ("127.0.0.1", 9000)
+SERVER_CPU = "0"
+CLIENT_CPU = "1"
+# Same TLS 1.2 suites everywhere (Mozilla intermediate, as tlsterm's default).
+CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+           "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+           "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# name, certificate, bench arguments, URL path, concurrency key
+SCENARIOS = [
+    ("tls13-rsa-full", "rsa", ["--mode", "full", "--tls-version", "1.3"], "/", "hs"),
+    ("tls13-ecdsa-full", "ecdsa", ["--mode", "full", "--tls-version", "1.3"], "/", "hs"),
+    ("tls12-rsa-full", "rsa", ["--mode", "full", "--tls-version", "1.2",
+                               "--cipher", "ECDHE-RSA-AES128-GCM-SHA256"], "/", "hs"),
+    ("tls13-rsa-resume", "rsa", ["--mode", "resume", "--tls-version", "1.3",
+                                 "--per-session", "4"], "/", "hs"),
+    ("bulk-1mib", "rsa", ["--mode", "bulk", "--tls-version", "1.3"], "/bytes/1048576", "bulk"),
+    # Open loop at half of the server's measured tls13-rsa-full capacity.
+    ("tls13-rsa-latency-half", "rsa", ["--mode", "full", "--tls-version", "1.3"], "/", "rate"),
+]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+# ---------------------------------------------------------------- setup
+
+def make_certs():
+    certs = RUN / "certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    if not (certs / "rsa.crt").exists():
+        sh(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", certs / "rsa.key",
+            "-out", certs / "rsa.crt", "-days", "365", "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], capture_output=True)
+    if not (certs / "ecdsa.crt").exists():
+        sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", certs / "ecdsa.key", "-out", certs / "ecdsa.crt", "-days", "365",
+            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+           capture_output=True)
+    for kind in ("rsa", "ecdsa"):
+        pem = certs / f"{kind}.pem"  # certificate + key, for HAProxy and hitch
+        pem.write_bytes((certs / f"{kind}.crt").read_bytes() + (certs / f"{kind}.key").read_bytes())
+        os.chmod(certs / f"{kind}.key", 0o644)  # hitch re-reads as nobody on reload
+    return certs
+
+
+def render(template, out, **vars):
+    text = (CONF / template).read_text()
+    for k, v in vars.items():
+        text = text.replace(f"@{k}@", str(v))
+    left = set(re.findall(r"@([A-Z_]+)@", text)) - {"VARS"}
+    assert not left, f"unfilled {left} in {template}"
+    (RUN / out).write_text(text)
+    return RUN / out
+
+
+# ---------------------------------------------------------------- processes
+
+def wait_port(addr, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(addr, timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {addr} after {timeout}s")
+
+
+def port_free(addr, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(addr, timeout=0.2).close()
+            time.sleep(0.05)
+        except OSError:
+            return
+    raise RuntimeError(f"{addr} still busy")
+
+
+def descendants(pid):
+    """pid and all its descendants (from /proc/*/stat parent links)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                st = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            fields = st[st.rfind(")") + 2:].split()
+            parent[int(d)] = int(fields[1])
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(c for c, pp in parent.items() if pp == p)
+    return out
+
+
+def cpu_seconds(pids):
+    """utime + stime of these processes (all their threads), in seconds."""
+    total = 0
+    for p in pids:
+        try:
+            st = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        fields = st[st.rfind(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / CLK_TCK
+
+
+class Proc:
+    def __init__(self, name, cmd, cpu=SERVER_CPU, logname=None):
+        self.name = name
+        logf = open(RUN / f"{logname or name}.log", "ab")
+        self.p = subprocess.Popen(["taskset", "-c", cpu] + [str(c) for c in cmd],
+                                  stdout=logf, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def pids(self):
+        return descendants(self.p.pid)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+def start_backend(kind):
+    if kind == "tlsterm":
+        b = Proc("backend", [TLSTERM, "backend", "--listen", f"{BACKEND[0]}:{BACKEND[1]}"])
+    else:  # nginx serving static files, for when `tlsterm backend` is unavailable
+        www = RUN / "www"
+        (www / "bytes").mkdir(parents=True, exist_ok=True)
+        (www / "index.html").write_text("hello\n")
+        (www / "bytes" / "1048576").write_bytes(b"x" * 1048576)
+        conf = RUN / "backend-nginx.conf"
+        conf.write_text(f"""worker_processes 1; daemon off; pid {RUN}/backend-nginx.pid;
+error_log {RUN}/backend-nginx-error.log warn;
+events {{ worker_connections 8192; }}
+http {{ access_log off; server {{ listen {BACKEND[0]}:{BACKEND[1]};
+root {www}; keepalive_requests 100000; }} }}
+""")
+        b = Proc("backend", ["nginx", "-c", conf])
+    wait_port(BACKEND)
+    return b
+
+
+def start_server(name, cert, certs, engine):
+    listen = f"{LISTEN[0]}:{LISTEN[1]}"
+    backend = f"{BACKEND[0]}:{BACKEND[1]}"
+    crt, key, pem = certs / f"{cert}.crt", certs / f"{cert}.key", certs / f"{cert}.pem"
+    if name == "nginx":
+        conf = render("nginx.conf", "nginx.conf", RUN=RUN, BACKEND=backend, LISTEN=listen,
+                      CERT=crt, KEY=key, CIPHERS=CIPHERS)
+        p = Proc(name, ["nginx", "-c", conf])
+    elif name == "haproxy":
+        conf = render("haproxy.cfg", "haproxy.cfg", LISTEN=listen, BACKEND=backend, PEM=pem,
+                      CIPHERS=CIPHERS)
+        p = Proc(name, ["haproxy", "-db", "-f", conf])
+    elif name == "hitch":
+        conf = render("hitch.conf", "hitch.conf", LISTEN_HOST=LISTEN[0], LISTEN_PORT=LISTEN[1],
+                      BACKEND_HOST=BACKEND[0], BACKEND_PORT=BACKEND[1], PEM=pem, CIPHERS=CIPHERS)
+        p = Proc(name, ["hitch", "--config", conf])
+    elif name.startswith("tlsterm"):
+        conf = render("tlsterm.toml", f"{name}.toml", LISTEN=listen, BACKEND=backend, CERT=crt,
+                      KEY=key, CIPHERS=CIPHERS, ENGINE=engine_of(name, engine))
+        p = Proc(name, [TLSTERM, "serve", "-c", conf])
+    else:
+        raise ValueError(name)
+    wait_port(LISTEN)
+    time.sleep(0.3)  # let worker processes finish starting before CPU accounting
+    return p
+
+
+def engine_of(name, default):
+    return name.split("-", 1)[1] if "-" in name else default
+
+
+# ---------------------------------------------------------------- measuring
+
+def bench(extra, path, conc, duration, rate=None):
+    cmd = ["taskset", "-c", CLIENT_CPU, TLSTERM, "bench", f"https://{LISTEN[0]}:{LISTEN[1]}{path}",
+           "--insecure", "--json", "--quiet", "-c", str(conc), "-d", f"{duration}s"] + extra
+    if rate:
+        cmd += ["--rate", f"{rate:.0f}"]
+    out = subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True,
+                         timeout=duration + 60)
+    return json.loads(out.stdout)
+
+
+def measure(server, backend, extra, path, conc, duration, rate=None):
+    load = Path("/proc/loadavg").read_text().split()[0]
+    spids, bpids = server.pids(), backend.pids()
+    s0, b0 = cpu_seconds(spids), cpu_seconds(bpids)
+    r = bench(extra, path, conc, duration, rate)
+    spids = sorted(set(spids) | set(server.pids()))
+    s1, b1 = cpu_seconds(spids), cpu_seconds(bpids)
+    scpu, bcpu = s1 - s0, b1 - b0
+    el = r["elapsed_s"]
+    res = {
+        "loadavg_before": float(load),
+        "elapsed_s": el,
+        "concurrency": conc,
+        "rate": rate,
+        "handshakes": r["handshakes"],
+        "resumed": r["resumed"],
+        "requests": r["requests"],
+        "handshakes_per_s": r["handshakes_per_s"],
+        "requests_per_s": r["requests_per_s"],
+        "mb_per_s": r["mb_per_s"],
+        "errors": r["errors_total"],
+        "error_kinds": r["errors"],
+        "negotiated": r["negotiated"],
+        "server_cpu_s": scpu,
+        "backend_cpu_s": bcpu,
+        "server_util": scpu / el,
+        "core0_util": (scpu + bcpu) / el,
+        "handshakes_per_server_cpu_s": r["handshakes"] / scpu if scpu > 0 else 0,
+        "mb_per_server_cpu_s": r["wire_bytes"] / 1e6 / scpu if scpu > 0 else 0,
+        "client_cpu_util": r["client_cpu_util"],
+        "handshakes_per_client_cpu_s": r["handshakes_per_client_cpu_s"],
+        "hs_p50_us": r["handshake_latency"]["p50_us"],
+        "hs_p99_us": r["handshake_latency"]["p99_us"],
+        "req_p99_us": r["request_latency"]["p99_us"],
+        "total_p50_us": r["total_latency"]["p50_us"],
+        "total_p99_us": r["total_latency"]["p99_us"],
+        "total_p999_us": r["total_latency"]["p999_us"],
+        "total_max_us": r["total_latency"]["max_us"],
+    }
+    if rate:
+        res["total_cdf"] = r["total_latency"]["cdf"]
+    return res
+
+
+def median_of(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--servers", default="nginx,haproxy,hitch,tlsterm",
+                    help="comma list; tlsterm-inline / tlsterm-batch force the engine mode")
+    ap.add_argument("--scenarios", default=",".join(s[0] for s in SCENARIOS))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=5)
+    ap.add_argument("--concurrency", type=int, default=64, help="handshake scenarios")
+    ap.add_argument("--bulk-concurrency", type=int, default=8)
+    ap.add_argument("--sweep", default="4,16,64,256", help="concurrency sweep for tls13-rsa-full ('' = none)")
+    ap.add_argument("--engine", default="batch", help="tlsterm [engine] mode for plain 'tlsterm'")
+    ap.add_argument("--backend", default="auto", choices=["auto", "tlsterm", "nginx"])
+    ap.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
+    args = ap.parse_args()
+
+    RUN.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    certs = make_certs()
+    servers = args.servers.split(",")
+    wanted = args.scenarios.split(",")
+    scenarios = [s for s in SCENARIOS if s[0] in wanted]
+    backend_kind = args.backend
+    if backend_kind == "auto":
+        ok = subprocess.run([TLSTERM, "backend", "--help"], capture_output=True).returncode == 0
+        backend_kind = "tlsterm" if ok else "nginx"
+    port_free(LISTEN)
+    port_free(BACKEND)
+    backend = start_backend(backend_kind)
+    meta = {
+        "tag": args.tag,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "kernel": os.uname().release,
+        "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
+        "nproc": os.cpu_count(),
+        "backend": backend_kind,
+        "server_cpu": SERVER_CPU,
+        "client_cpu": CLIENT_CPU,
+        "args": vars(args),
+        "versions": versions(),
+        "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip(),
+    }
+    results = {"meta": meta, "scenarios": {}, "sweep": {}}
+    capacity = {}
+    try:
+        for name, cert, extra, path, kind in scenarios:
+            results["scenarios"][name] = {}
+            for srv in servers:
+                if kind == "rate" and srv not in capacity:
+                    log(f"skip {name} {srv}: no tls13-rsa-full capacity measured")
+                    continue
+                server = start_server(srv, cert, certs, args.engine)
+                runs = []
+                try:
+                    for i in range(args.runs):
+                        if kind == "rate":
+                            rate = capacity[srv] / 2
+                            r = measure(server, backend, extra, path, 256, args.duration, rate)
+                        else:
+                            conc = args.bulk_concurrency if kind == "bulk" else args.concurrency
+                            r = measure(server, backend, extra, path, conc, args.duration)
+                        runs.append(r)
+                        log(f"{name:24} {srv:14} run {i + 1}: {r['handshakes_per_s']:8.0f} hs/s "
+                            f"{r['handshakes_per_server_cpu_s']:7.0f} hs/srv-CPU-s "
+                            f"{r['mb_per_s']:8.1f} MB/s srv {r['server_util'] * 100:3.0f}% "
+                            f"core0 {r['core0_util'] * 100:3.0f}% cli {r['client_cpu_util'] * 100:3.0f}% "
+                            f"p99 {r['total_p99_us'] / 1000:7.2f}ms resumed {r['resumed']} err {r['errors']} "
+                            f"load {r['loadavg_before']}")
+                finally:
+                    server.stop()
+                    port_free(LISTEN)
+                results["scenarios"][name][srv] = runs
+                if name == "tls13-rsa-full":
+                    capacity[srv] = median_of(runs, "handshakes_per_s")
+        sweep = [int(c) for c in args.sweep.split(",") if c]
+        if sweep and "tls13-rsa-full" in wanted:
+            name, cert, extra, path, _ = SCENARIOS[0]
+            for srv in servers:
+                server = start_server(srv, cert, certs, args.engine)
+                try:
+                    results["sweep"][srv] = []
+                    for c in sweep:
+                        r = measure(server, backend, extra, path, c, args.duration)
+                        log(f"sweep c={c:<4} {srv:14} {r['handshakes_per_s']:8.0f} hs/s "
+                            f"{r['handshakes_per_server_cpu_s']:7.0f} hs/srv-CPU-s cli {r['client_cpu_util'] * 100:3.0f}%")
+                        results["sweep"][srv].append(r)
+                finally:
+                    server.stop()
+                    port_free(LISTEN)
+    finally:
+        backend.stop()
+    out = RESULTS / f"peers-{args.tag}.json"
+    out.write_text(json.dumps(results, indent=1))
+    (RESULTS / "peers-latest.json").write_text(json.dumps(results, indent=1))
+    log(f"wrote {out}")
+    md = summarize(results)
+    (RESULTS / f"peers-{args.tag}.md").write_text(md)
+    print(md)
+    try:
+        import charts
+        charts.draw(results, RESULTS, args.tag)
+    except ImportError as e:
+        log(f"no charts ({e}); run bench/peers.sh to set up matplotlib")
+
+
+def versions():
+    def first_line(cmd):
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            return (p.stdout + p.stderr).strip().splitlines()[0]
+        except (OSError, IndexError):
+            return "?"
+    return {
+        "nginx": first_line(["nginx", "-v"]),
+        "haproxy": first_line(["haproxy", "-v"]),
+        "hitch": first_line(["hitch", "--version"]),
+        "openssl": first_line(["openssl", "version"]),
+        "tlsterm": first_line([TLSTERM, "--version"]),
+        "kernel": os.uname().release,
+    }
+
+
+def summarize(results):
+    lines = []
+    meta = results["meta"]
+    lines.append(f"Run {meta['tag']} ({meta['date']}, git {meta['git']}), backend: {meta['backend']}, "
+                 f"runs per cell: {meta['args']['runs']}, {meta['args']['duration']} s each; medians.\n")
+    for name, per in results["scenarios"].items():
+        if not per:
+            continue
+        lines.append(f"### {name}\n")
+        bulk = name.startswith("bulk")
+        rate = "latency" in name
+        hdr = ["server", "hs/s", "hs per server CPU-s", "MB/s", "MB per server CPU-s",
+               "server CPU", "core 0 CPU", "client CPU", "p50 ms", "p99 ms", "resumed", "errors"]
+        if rate:
+            hdr.insert(1, "rate /s")
+        lines.append("| " + " | ".join(hdr) + " |")
+        lines.append("|" + "---|" * len(hdr))
+        for srv, runs in per.items():
+            m = lambda k: median_of(runs, k)
+            row = [srv]
+            if rate:
+                row.append(f"{runs[0]['rate']:.0f}")
+            row += [f"{m('handshakes_per_s'):.0f}", f"{m('handshakes_per_server_cpu_s'):.0f}",
+                    f"{m('mb_per_s'):.1f}", f"{m('mb_per_server_cpu_s'):.0f}",
+                    f"{m('server_util') * 100:.0f}%", f"{m('core0_util') * 100:.0f}%",
+                    f"{m('client_cpu_util') * 100:.0f}%",
+                    f"{m('total_p50_us') / 1000:.2f}", f"{m('total_p99_us') / 1000:.2f}",
+                    f"{sum(r['resumed'] for r in runs)}/{sum(r['handshakes'] for r in runs)}",
+                    f"{sum(r['errors'] for r in runs)}"]
+            lines.append("| " + " | ".join(row) + " |")
+        # tlsterm / peer ratios on the per-CPU-second figure that matters for the scenario
+        key = "mb_per_server_cpu_s" if bulk else "handshakes_per_server_cpu_s"
+        mine = [s for s in per if s.startswith("tlsterm")]
+        peers = [s for s in per if not s.startswith("tlsterm")]
+        for t in mine:
+            tv = median_of(per[t], key)
+            ratios = ", ".join(f"{p} {tv / median_of(per[p], key):.2f}x" for p in peers
+                               if median_of(per[p], key) > 0)
+            if ratios:
+                lines.append(f"\n{t} / peer ({key.replace('_', ' ')}): {ratios}")
+        lines.append("")
+    if results.get("sweep"):
+        lines.append("### tls13-rsa-full, concurrency sweep (1 run each)\n")
+        sweep = results["sweep"]
+        concs = [r["concurrency"] for r in next(iter(sweep.values()))]
+        lines.append("| server | " + " | ".join(f"c={c} hs/s (per srv CPU-s)" for c in concs) + " |")
+        lines.append("|" + "---|" * (len(concs) + 1))
+        for srv, runs in sweep.items():
+            lines.append(f"| {srv} | " + " | ".join(
+                f"{r['handshakes_per_s']:.0f} ({r['handshakes_per_server_cpu_s']:.0f})" for r in runs) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(BENCH))
+    main()
