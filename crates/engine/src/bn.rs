@@ -25,6 +25,15 @@ impl Zeroize for Lanes {
     }
 }
 
+/// Hides a mask from the optimizer. Without it LLVM recognizes
+/// `(x & m) | (y & !m)` with `m` in {0, !0} and may emit a branch, which the
+/// valgrind check (ct/run.sh) caught. `black_box` forces the value through
+/// memory, so the compiler can no longer reason about its range.
+#[inline(always)]
+pub fn barrier(x: u64) -> u64 {
+    core::hint::black_box(x)
+}
+
 /// Limbs needed for `bits` bits.
 pub const fn limbs_for_bits(bits: usize) -> usize {
     bits.div_ceil(LIMB_BITS)
@@ -103,7 +112,7 @@ pub fn cond_sub(x: &mut [u64], m: &[u64]) {
     let mut t = vec![0u64; x.len()];
     let borrow = sub(&mut t, x, m);
     // borrow == 1 -> keep x; borrow == 0 -> take t.
-    let keep = borrow.wrapping_neg();
+    let keep = barrier(borrow.wrapping_neg());
     for i in 0..x.len() {
         x[i] = (x[i] & keep) | (t[i] & !keep);
     }
@@ -117,7 +126,7 @@ pub fn ct_eq_mask(a: &[u64], b: &[u64]) -> u64 {
         acc |= a[i] ^ b[i];
     }
     // acc == 0 <=> equal; (acc | -acc) has the top bit set iff acc != 0.
-    ((acc | acc.wrapping_neg()) >> 63).wrapping_sub(1)
+    barrier(((acc | acc.wrapping_neg()) >> 63).wrapping_sub(1))
 }
 
 /// Schoolbook product of normalized `a` and `b` into `r` (len a + len b),
@@ -196,7 +205,7 @@ pub fn pow2_mod(bits: usize, m: &[u64]) -> Vec<u64> {
         }
         normalize(&mut x);
         let borrow = sub(&mut t, &x, m);
-        let keep = borrow.wrapping_neg();
+        let keep = barrier(borrow.wrapping_neg());
         for i in 0..n {
             x[i] = (x[i] & keep) | (t[i] & !keep);
         }

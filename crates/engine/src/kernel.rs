@@ -76,7 +76,7 @@ impl MontKernel for Portable {
             for lane in 0..LANES {
                 let d = idx.0[lane] ^ k as u64;
                 // all-ones iff d == 0, without a branch
-                let mask = ((d | d.wrapping_neg()) >> 63).wrapping_sub(1);
+                let mask = bn::barrier(((d | d.wrapping_neg()) >> 63).wrapping_sub(1));
                 for j in 0..N {
                     r[j].0[lane] |= entry[j].0[lane] & mask;
                 }
