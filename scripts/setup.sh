@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake clang libclang-dev golang-go perl git curl ca-certificates
-          openssl pkg-config valgrind python3 procps)
+          openssl pkg-config valgrind python3 procps redis-server)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

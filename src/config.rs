@@ -38,6 +38,8 @@ pub struct Config {
     pub engine: EngineConfig,
     #[serde(default)]
     pub session: crate::session::SessionConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
     #[serde(default, rename = "listener")]
     pub listeners: Vec<ListenerConfig>,
 }
@@ -60,6 +62,33 @@ impl Default for LogConfig {
             connections: false,
         }
     }
+}
+
+/// The admin listener: `/metrics` and `/healthz` over plain HTTP.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    #[serde(default = "default_admin_address")]
+    pub address: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            address: default_admin_address(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+pub fn default_admin_address() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8444))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

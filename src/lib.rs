@@ -15,4 +15,5 @@ pub mod proxy;
 pub mod server;
 pub mod session;
 pub mod speed;
+pub mod stats;
 pub mod tls;

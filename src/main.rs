@@ -40,6 +40,8 @@ enum Command {
     Bench(tlsterm_bench::BenchArgs),
     /// Private-key operations per second: BoringSSL inline vs the batch engine.
     Speed(tlsterm::speed::SpeedArgs),
+    /// Live metrics of a running server: handshake and engine latency histograms, rates.
+    Stats(tlsterm::stats::StatsArgs),
 }
 
 fn init_logging(level: &str) {
@@ -95,6 +97,7 @@ fn main() -> ExitCode {
         }
         Command::Bench(args) => tlsterm_bench::run(&args),
         Command::Speed(args) => tlsterm::speed::run(&args),
+        Command::Stats(args) => tlsterm::stats::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,11 +1,21 @@
-//! Process-wide metrics (all workers aggregated), exposed in the Prometheus text format.
+//! Process-wide metrics (all workers aggregated), exposed in the Prometheus text format
+//! by the admin listener (`admin.rs`) and rendered by `tlsterm stats`.
+//!
+//! The histograms split a handshake the way seed 000 did with bpftrace: total time, time
+//! spent inside BoringSSL (the handshake future's polls), and time waiting on the
+//! private-key engine. Label sets are small and fixed; the label lookups of hot counters
+//! are resolved once.
+
+pub mod admin;
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus::{
-    exponential_buckets, register_histogram_with_registry, register_int_counter_vec_with_registry,
-    register_int_counter_with_registry, Histogram, IntCounter, IntCounterVec, Registry,
+    exponential_buckets, register_histogram_vec_with_registry, register_histogram_with_registry,
+    register_int_counter_vec_with_registry, register_int_counter_with_registry,
+    register_int_gauge_with_registry, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Registry, TextEncoder,
 };
 
 use crate::offload::KeyKind;
@@ -33,8 +43,85 @@ impl FlushCause {
     }
 }
 
+/// Why a handshake failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    Timeout,
+    /// The client sent a fatal alert.
+    ClientAlert,
+    NoSharedCipher,
+    ProtocolVersion,
+    /// Not TLS at all (plain HTTP, garbage).
+    NotTls,
+    /// The client closed the connection mid-handshake.
+    ClientClosed,
+    /// The private-key operation failed.
+    Signing,
+    Other,
+}
+
+impl HandshakeFailure {
+    pub fn label(self) -> &'static str {
+        match self {
+            HandshakeFailure::Timeout => "timeout",
+            HandshakeFailure::ClientAlert => "client_alert",
+            HandshakeFailure::NoSharedCipher => "no_shared_cipher",
+            HandshakeFailure::ProtocolVersion => "protocol_version",
+            HandshakeFailure::NotTls => "not_tls",
+            HandshakeFailure::ClientClosed => "client_closed",
+            HandshakeFailure::Signing => "signing",
+            HandshakeFailure::Other => "other",
+        }
+    }
+
+    /// Classifies BoringSSL's error text (its reason codes are stable identifiers).
+    pub fn classify(error: &str) -> HandshakeFailure {
+        let has = |needle: &str| error.contains(needle);
+        if has("NO_SHARED_CIPHER")
+            || has("NO_SHARED_GROUP")
+            || has("NO_COMMON_SIGNATURE_ALGORITHMS")
+        {
+            HandshakeFailure::NoSharedCipher
+        } else if has("UNSUPPORTED_PROTOCOL") || has("PROTOCOL_VERSION") {
+            HandshakeFailure::ProtocolVersion
+        } else if has("HTTP_REQUEST")
+            || has("WRONG_VERSION_NUMBER")
+            || has("UNKNOWN_PROTOCOL")
+            || has("HTTPS_PROXY_REQUEST")
+        {
+            HandshakeFailure::NotTls
+        } else if has("PRIVATE_KEY_OPERATION_FAILED") {
+            HandshakeFailure::Signing
+        } else if has("ALERT") {
+            HandshakeFailure::ClientAlert
+        } else if has("unexpected EOF")
+            || has("UNEXPECTED_EOF")
+            || has("Connection reset")
+            || has("Broken pipe")
+            || has("syscall")
+        {
+            HandshakeFailure::ClientClosed
+        } else {
+            HandshakeFailure::Other
+        }
+    }
+}
+
 pub struct Metrics {
     pub registry: Registry,
+    pub connections_accepted: IntCounter,
+    pub connections_active: IntGauge,
+    connections_closed: IntCounterVec,
+    handshakes: IntCounterVec,
+    handshake_failures: IntCounterVec,
+    tls_versions: IntCounterVec,
+    tls_ciphers: IntCounterVec,
+    tls_groups: IntCounterVec,
+    tls_alpn: IntCounterVec,
+    bytes: IntCounterVec,
+    backend_connect_failures: IntCounter,
+    backend_connect_time: Histogram,
+    handshake_time: HistogramVec,
     engine_ops: IntCounterVec,
     engine_errors: IntCounter,
     flushes: IntCounterVec,
@@ -48,54 +135,58 @@ fn latency_buckets() -> Vec<f64> {
     exponential_buckets(1e-6, 2.0, 24).expect("valid buckets")
 }
 
+macro_rules! counter_vec {
+    ($r:expr, $name:expr, $help:expr, $labels:expr) => {
+        register_int_counter_vec_with_registry!($name, $help, $labels, $r).expect("metric")
+    };
+}
+
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let registry = Registry::new_custom(Some("tlsterm".into()), None).expect("registry");
     let r = &registry;
     Metrics {
-        engine_ops: register_int_counter_vec_with_registry!(
-            "engine_operations_total",
-            "Private-key operations by algorithm and path (inline or batch)",
-            &["algorithm", "path"],
-            r
-        )
-        .expect("metric"),
-        engine_errors: register_int_counter_with_registry!(
-            "engine_errors_total",
-            "Engine operations that failed (fault check or refusal) and were redone inline",
-            r
-        )
-        .expect("metric"),
-        flushes: register_int_counter_vec_with_registry!(
-            "engine_flushes_total",
-            "Batches run, by the cause that triggered them",
-            &["cause"],
-            r
-        )
-        .expect("metric"),
-        queue_wait: register_histogram_with_registry!(
-            "engine_queue_wait_seconds",
-            "Time an operation waited in its worker's queue",
+        connections_accepted: register_int_counter_with_registry!("connections_accepted_total", "Connections accepted", r).expect("metric"),
+        connections_active: register_int_gauge_with_registry!("connections_active", "Connections open now", r).expect("metric"),
+        connections_closed: counter_vec!(r, "connections_closed_total", "Connections closed, by reason", &["reason"]),
+        handshakes: counter_vec!(r, "handshakes_total", "Completed handshakes: full or resumed", &["kind"]),
+        handshake_failures: counter_vec!(r, "handshake_failures_total", "Failed handshakes, by reason", &["reason"]),
+        tls_versions: counter_vec!(r, "tls_versions_total", "Completed handshakes by TLS version", &["version"]),
+        tls_ciphers: counter_vec!(r, "tls_ciphers_total", "Completed handshakes by cipher suite", &["cipher"]),
+        tls_groups: counter_vec!(r, "tls_groups_total", "Completed full handshakes by key-exchange group", &["group"]),
+        tls_alpn: counter_vec!(r, "tls_alpn_total", "Completed handshakes by negotiated ALPN protocol", &["protocol"]),
+        bytes: counter_vec!(r, "bytes_total", "Plaintext bytes relayed", &["direction"]),
+        backend_connect_failures: register_int_counter_with_registry!("backend_connect_failures_total", "Backend connection attempts that failed", r).expect("metric"),
+        backend_connect_time: register_histogram_with_registry!("backend_connect_seconds", "Time to connect to a backend", latency_buckets(), r).expect("metric"),
+        handshake_time: register_histogram_vec_with_registry!(
+            "handshake_seconds",
+            "Handshake time split as seed 000 does: total (accept to done), tls (inside BoringSSL), engine_wait (signature requested to signature ready)",
+            &["phase"],
             latency_buckets(),
             r
         )
         .expect("metric"),
-        batch_time: register_histogram_with_registry!(
-            "engine_batch_seconds",
-            "Compute time of one multi-buffer batch",
-            latency_buckets(),
-            r
-        )
-        .expect("metric"),
+        engine_ops: counter_vec!(r, "engine_operations_total", "Private-key operations by algorithm and path (inline or batch)", &["algorithm", "path"]),
+        engine_errors: register_int_counter_with_registry!("engine_errors_total", "Engine operations that failed (fault check or refusal) and were redone inline", r).expect("metric"),
+        flushes: counter_vec!(r, "engine_flushes_total", "Batches run, by the cause that triggered them", &["cause"]),
+        queue_wait: register_histogram_with_registry!("engine_queue_wait_seconds", "Time an operation waited in its worker's queue", latency_buckets(), r).expect("metric"),
+        batch_time: register_histogram_with_registry!("engine_batch_seconds", "Compute time of one multi-buffer batch", latency_buckets(), r).expect("metric"),
         batch_lanes: register_histogram_with_registry!(
             "engine_batch_operations",
             "Operations per multi-buffer batch",
-            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+            (1..=16).map(f64::from).collect(),
             r
         )
         .expect("metric"),
         registry,
     }
 });
+
+/// The exposition in the Prometheus text format.
+pub fn render() -> String {
+    TextEncoder::new()
+        .encode_to_string(&METRICS.registry.gather())
+        .unwrap_or_default()
+}
 
 pub fn record_inline_op(kind: KeyKind, _elapsed: Duration) {
     METRICS
@@ -123,4 +214,97 @@ pub fn record_batch(kind: KeyKind, ops: usize, elapsed: Duration) {
 
 pub fn record_engine_error() {
     METRICS.engine_errors.inc();
+}
+
+pub fn record_engine_wait(wait: Duration) {
+    METRICS
+        .handshake_time
+        .with_label_values(&["engine_wait"])
+        .observe(wait.as_secs_f64());
+}
+
+/// What a completed handshake negotiated.
+pub struct HandshakeRecord<'a> {
+    pub resumed: bool,
+    pub version: &'a str,
+    pub cipher: &'a str,
+    pub group: Option<&'a str>,
+    pub alpn: Option<&'a [u8]>,
+    pub total: Duration,
+    pub in_tls: Duration,
+}
+
+pub fn record_handshake(h: &HandshakeRecord<'_>) {
+    let m = &*METRICS;
+    m.handshakes
+        .with_label_values(&[if h.resumed { "resumed" } else { "full" }])
+        .inc();
+    m.tls_versions.with_label_values(&[h.version]).inc();
+    m.tls_ciphers.with_label_values(&[h.cipher]).inc();
+    if let Some(group) = h.group {
+        m.tls_groups.with_label_values(&[group]).inc();
+    }
+    let alpn = h.alpn.map(String::from_utf8_lossy);
+    m.tls_alpn
+        .with_label_values(&[alpn.as_deref().unwrap_or("none")])
+        .inc();
+    m.handshake_time
+        .with_label_values(&["total"])
+        .observe(h.total.as_secs_f64());
+    m.handshake_time
+        .with_label_values(&["tls"])
+        .observe(h.in_tls.as_secs_f64());
+}
+
+pub fn record_handshake_failure(reason: HandshakeFailure) {
+    METRICS
+        .handshake_failures
+        .with_label_values(&[reason.label()])
+        .inc();
+}
+
+pub fn record_close(reason: &str, to_backend: u64, to_client: u64) {
+    let m = &*METRICS;
+    m.connections_closed.with_label_values(&[reason]).inc();
+    m.bytes
+        .with_label_values(&["to_backend"])
+        .inc_by(to_backend);
+    m.bytes.with_label_values(&["to_client"]).inc_by(to_client);
+}
+
+pub fn record_backend_connect(elapsed: Duration, ok: bool) {
+    if ok {
+        METRICS.backend_connect_time.observe(elapsed.as_secs_f64());
+    } else {
+        METRICS.backend_connect_failures.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_reasons_are_classified() {
+        assert_eq!(
+            HandshakeFailure::classify("error:...:NO_SHARED_CIPHER"),
+            HandshakeFailure::NoSharedCipher
+        );
+        assert_eq!(
+            HandshakeFailure::classify("ssl:UNSUPPORTED_PROTOCOL"),
+            HandshakeFailure::ProtocolVersion
+        );
+        assert_eq!(
+            HandshakeFailure::classify("SSL_R_HTTP_REQUEST"),
+            HandshakeFailure::NotTls
+        );
+        assert_eq!(
+            HandshakeFailure::classify("TLSV1_ALERT_UNKNOWN_CA"),
+            HandshakeFailure::ClientAlert
+        );
+        assert_eq!(
+            HandshakeFailure::classify("something new"),
+            HandshakeFailure::Other
+        );
+    }
 }

@@ -82,6 +82,11 @@ impl BackendPool {
         };
         let mut last = String::new();
         for backend in &candidates {
+            let attempt = Instant::now();
+            let result =
+                tokio::time::timeout(self.connect_timeout, TcpStream::connect(backend.address))
+                    .await;
+            crate::metrics::record_backend_connect(attempt.elapsed(), matches!(result, Ok(Ok(_))));
             match tokio::time::timeout(self.connect_timeout, TcpStream::connect(backend.address))
                 .await
             {

@@ -11,6 +11,7 @@ use tokio_boring::SslStreamBuilder;
 
 use super::ListenerState;
 use crate::config::ProxyProtocol;
+use crate::metrics::{self, HandshakeFailure, HandshakeRecord};
 use crate::offload::HandshakeGuard;
 use crate::proxy::proxy_protocol::{self, TlsDetails};
 use crate::proxy::relay::{self, RelayEnd};
@@ -38,6 +39,27 @@ impl Negotiated {
                 .unwrap_or_default(),
             resumed: ssl.session_reused(),
         }
+    }
+}
+
+/// Adds up the time spent inside the wrapped future's `poll`: for a handshake, the time
+/// inside BoringSSL (including its socket reads and writes), not the time waiting.
+struct PollTimer<F> {
+    inner: F,
+    busy: Duration,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for PollTimer<F> {
+    type Output = (F::Output, Duration);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let start = Instant::now();
+        let result = std::pin::Pin::new(&mut self.inner).poll(cx);
+        self.busy += start.elapsed();
+        result.map(|output| (output, self.busy))
     }
 }
 
@@ -79,14 +101,34 @@ pub async fn handle(
     };
 
     let guard = HandshakeGuard::new();
-    let handshake = SslStreamBuilder::new(ssl, stream).accept();
+    let handshake = PollTimer {
+        inner: Box::pin(SslStreamBuilder::new(ssl, stream).accept()),
+        busy: Duration::ZERO,
+    };
     let result = tokio::time::timeout(state.config.handshake_timeout, handshake).await;
     drop(guard);
     let handshake_time = started.elapsed();
     let mut tls = match result {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(err)) => {
-            tracing::debug!(%client, error = %err, "handshake failed");
+        Ok((Ok(tls), in_tls)) => {
+            let ssl = tls.ssl();
+            metrics::record_handshake(&HandshakeRecord {
+                resumed: ssl.session_reused(),
+                version: ssl.version_str(),
+                cipher: ssl
+                    .current_cipher()
+                    .map(|c| c.standard_name().unwrap_or(c.name()))
+                    .unwrap_or("-"),
+                group: ssl.curve_name(),
+                alpn: ssl.selected_alpn_protocol(),
+                total: handshake_time,
+                in_tls,
+            });
+            tls
+        }
+        Ok((Err(err), _)) => {
+            let reason = HandshakeFailure::classify(&format!("{err} {err:?}"));
+            metrics::record_handshake_failure(reason);
+            tracing::debug!(%client, error = %err, reason = reason.label(), "handshake failed");
             log_end(
                 log_connections,
                 client,
@@ -99,6 +141,7 @@ pub async fn handle(
             return;
         }
         Err(_) => {
+            metrics::record_handshake_failure(HandshakeFailure::Timeout);
             tracing::debug!(%client, "handshake timed out");
             log_end(
                 log_connections,
@@ -192,6 +235,7 @@ fn log_end(
     to_client: u64,
     outcome: Outcome,
 ) {
+    metrics::record_close(outcome.label(), to_backend, to_client);
     if !enabled {
         return;
     }

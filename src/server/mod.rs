@@ -163,6 +163,13 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         listeners: ArcSwap::from_pointee(states),
         log_connections: config.log.connections.into(),
     });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let admin = match config.admin.enabled {
+        true => Some(runtime.block_on(crate::metrics::admin::bind(config.admin.address))?),
+        false => None,
+    };
     let (settings_tx, settings_rx) = watch::channel(OffloadSettings::from_config(&config.engine));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
@@ -193,12 +200,13 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         .iter()
         .map(|l| l.address.to_string())
         .collect();
-    tracing::info!(workers, listeners = ?addresses, engine = ?config.engine.mode, kernel = tlsterm_engine::Kernel::detect().name(), "tlsterm serving");
+    let admin_address = config.admin.enabled.then_some(config.admin.address);
+    tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, engine = ?config.engine.mode, kernel = tlsterm_engine::Kernel::detect().name(), "tlsterm serving");
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     runtime.block_on(async {
+        if let Some(admin) = admin {
+            tokio::spawn(admin);
+        }
         use tokio::signal::unix::{signal, SignalKind};
         let mut hangup = signal(SignalKind::hangup())?;
         let mut terminate = signal(SignalKind::terminate())?;

@@ -103,8 +103,12 @@ async fn accept_loop(
             Ok((stream, client)) => {
                 let state = shared.listeners.load()[slot].clone();
                 let log = shared.log_connections.load(Ordering::Relaxed);
+                let metrics = &crate::metrics::METRICS;
+                metrics.connections_accepted.inc();
+                metrics.connections_active.inc();
                 tokio::task::spawn_local(async move {
                     conn::handle(stream, client, state, log).await;
+                    crate::metrics::METRICS.connections_active.dec();
                     drop(permit);
                 });
             }

@@ -22,9 +22,12 @@ impl AsyncPrivateKeyMethod for OffloadKeyMethod {
         algorithm: SslSignatureAlgorithm,
         _output: &mut [u8],
     ) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
+        let requested = std::time::Instant::now();
         let pending = offload::sign(self.key.clone(), algorithm, input);
         Ok(Box::pin(async move {
-            let signature = pending.await.map_err(|err| {
+            let result = pending.await;
+            crate::metrics::record_engine_wait(requested.elapsed());
+            let signature = result.map_err(|err| {
                 tracing::debug!(error = %err, "private-key operation failed");
                 AsyncPrivateKeyMethodError
             })?;

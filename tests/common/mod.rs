@@ -295,7 +295,52 @@ pub fn write_config(dir: &Path, header: &str, listeners: &[String]) -> PathBuf {
         text.push_str(listener);
         text.push('\n');
     }
+    if !header.contains("[admin]") {
+        // Every test server gets its own admin port, so tests can run in parallel.
+        text.push_str(&format!(
+            "\n[admin]\naddress = \"127.0.0.1:{}\"\n",
+            free_port()
+        ));
+    }
     let path = dir.join("tlsterm.toml");
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// The `[admin] address` of a config file written by `write_config`.
+pub fn admin_address(config: &Path) -> Option<SocketAddr> {
+    let text = std::fs::read_to_string(config).ok()?;
+    let admin = text.split("[admin]").nth(1)?;
+    let line = admin
+        .lines()
+        .find(|l| l.trim_start().starts_with("address"))?;
+    line.split('"').nth(1)?.parse().ok()
+}
+
+/// GET `path` from the admin listener; returns (status code, body).
+pub fn admin_get(address: SocketAddr, path: &str) -> (u16, String) {
+    raw_http(
+        address,
+        &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// Sends `request` bytes as they are; returns the response's status code and body.
+pub fn raw_http(address: SocketAddr, request: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
 }

@@ -1,0 +1,343 @@
+//! `tlsterm stats`: the admin listener's metrics as terminal tables and histograms, the
+//! way bpftrace's ssllatency showed handshake and crypto latency in seed 000.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use prometheus_parse::{Scrape, Value};
+
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    /// Admin listener of the running `tlsterm serve`.
+    #[arg(long, default_value_t = crate::config::default_admin_address())]
+    pub admin: SocketAddr,
+    /// Refresh continuously, showing rates and histograms of the last interval.
+    #[arg(long)]
+    pub watch: bool,
+    /// Refresh interval in watch mode, e.g. 1s, 500ms.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+}
+
+/// One scrape, reduced to what is rendered.
+#[derive(Default, Clone)]
+struct Snapshot {
+    /// (metric, label text) -> value, for counters and gauges.
+    values: BTreeMap<(String, String), f64>,
+    /// (metric, label text) -> cumulative buckets (upper bound, count).
+    histograms: BTreeMap<(String, String), Vec<(f64, f64)>>,
+    sums: BTreeMap<(String, String), f64>,
+}
+
+fn label_text(labels: &prometheus_parse::Labels) -> String {
+    let text = labels.to_string();
+    text.trim_matches(|c| c == '{' || c == '}').to_string()
+}
+
+fn fetch(admin: SocketAddr) -> anyhow::Result<Snapshot> {
+    let body = ureq::get(&format!("http://{admin}/metrics"))
+        .call()
+        .map_err(|e| anyhow::anyhow!("cannot read http://{admin}/metrics: {e}"))?
+        .body_mut()
+        .read_to_string()?;
+    parse(&body)
+}
+
+fn parse(body: &str) -> anyhow::Result<Snapshot> {
+    let scrape = Scrape::parse(body.lines().map(|l| Ok(l.to_string())))?;
+    let mut snapshot = Snapshot::default();
+    for sample in scrape.samples {
+        let key = (sample.metric.clone(), label_text(&sample.labels));
+        match sample.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => {
+                if let Some(name) = sample.metric.strip_suffix("_sum") {
+                    snapshot.sums.insert((name.to_string(), key.1.clone()), v);
+                }
+                snapshot.values.insert(key, v);
+            }
+            Value::Histogram(buckets) => {
+                let buckets = buckets.iter().map(|b| (b.less_than, b.count)).collect();
+                snapshot.histograms.insert(key, buckets);
+            }
+            Value::Summary(_) => {}
+        }
+    }
+    Ok(snapshot)
+}
+
+impl Snapshot {
+    /// What happened between `earlier` and `self`.
+    fn since(&self, earlier: &Snapshot) -> Snapshot {
+        let diff_map = |now: &BTreeMap<(String, String), f64>,
+                        then: &BTreeMap<(String, String), f64>| {
+            now.iter()
+                .map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0.0)))
+                .collect()
+        };
+        Snapshot {
+            values: diff_map(&self.values, &earlier.values),
+            sums: diff_map(&self.sums, &earlier.sums),
+            histograms: self
+                .histograms
+                .iter()
+                .map(|(k, buckets)| {
+                    let before = earlier.histograms.get(k);
+                    let diffed = buckets
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &(le, c))| {
+                            (le, c - before.and_then(|b| b.get(i)).map_or(0.0, |b| b.1))
+                        })
+                        .collect();
+                    (k.clone(), diffed)
+                })
+                .collect(),
+        }
+    }
+
+    fn value(&self, metric: &str, labels: &str) -> f64 {
+        self.values
+            .get(&(metric.to_string(), labels.to_string()))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// Values of one metric by label text.
+    fn series(&self, metric: &str) -> Vec<(String, f64)> {
+        self.values
+            .iter()
+            .filter(|((m, _), _)| m == metric)
+            .map(|((_, l), v)| (l.clone(), *v))
+            .collect()
+    }
+}
+
+fn format_seconds(s: f64) -> String {
+    match s {
+        s if s < 1e-3 => format!("{:.0}us", s * 1e6),
+        s if s < 1.0 => format!("{:.2}ms", s * 1e3),
+        s => format!("{s:.2}s"),
+    }
+}
+
+/// A bpftrace-style histogram: one row per non-empty bucket.
+fn render_histogram(
+    out: &mut String,
+    title: &str,
+    buckets: &[(f64, f64)],
+    sum: Option<f64>,
+    seconds: bool,
+) {
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    let average = match (sum, total > 0.0) {
+        (Some(sum), true) => {
+            let avg = sum / total;
+            if seconds {
+                format_seconds(avg)
+            } else {
+                format!("{avg:.2}")
+            }
+        }
+        _ => "-".into(),
+    };
+    out.push_str(&format!("\n{title}: count {total:.0}, average {average}\n"));
+    let mut previous = (0.0, 0.0);
+    let rows: Vec<(String, f64)> = buckets
+        .iter()
+        .map(|&(le, cumulative)| {
+            let count = cumulative - previous.1;
+            let label = if seconds {
+                let hi = if le.is_infinite() {
+                    "inf".into()
+                } else {
+                    format_seconds(le)
+                };
+                format!("[{}, {hi})", format_seconds(previous.0))
+            } else if le.is_infinite() {
+                format!("> {}", previous.0)
+            } else {
+                format!("{le}")
+            };
+            previous = (le, cumulative);
+            (label, count)
+        })
+        .collect();
+    let max = rows.iter().map(|r| r.1).fold(0.0, f64::max);
+    let first = rows.iter().position(|r| r.1 > 0.0);
+    let last = rows.iter().rposition(|r| r.1 > 0.0);
+    let (Some(first), Some(last)) = (first, last) else {
+        out.push_str("  (no samples)\n");
+        return;
+    };
+    for (label, count) in &rows[first..=last] {
+        let width = if max > 0.0 {
+            (count / max * 40.0).round() as usize
+        } else {
+            0
+        };
+        out.push_str(&format!(
+            "  {label:>20} {count:>9.0} |{:<40}|\n",
+            "@".repeat(width)
+        ));
+    }
+}
+
+fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
+    let (view, seconds) = match window {
+        Some((earlier, elapsed)) => (now.since(earlier), Some(elapsed.as_secs_f64())),
+        None => (now.clone(), None),
+    };
+    let mut out = String::new();
+    let rate = |count: f64| match seconds {
+        Some(s) if s > 0.0 => format!("{count:>10.0}  {:>10.1}/s", count / s),
+        _ => format!("{count:>10.0}"),
+    };
+    let scope = if seconds.is_some() {
+        "last interval"
+    } else {
+        "since start"
+    };
+    out.push_str(&format!("tlsterm stats ({scope})\n\n"));
+    out.push_str(&format!(
+        "connections    accepted {}   active now {:.0}\n",
+        rate(view.value("tlsterm_connections_accepted_total", "")),
+        now.value("tlsterm_connections_active", "")
+    ));
+    for (labels, count) in view.series("tlsterm_handshakes_total") {
+        out.push_str(&format!("handshakes     {labels:<22} {}\n", rate(count)));
+    }
+    for (labels, count) in view.series("tlsterm_handshake_failures_total") {
+        out.push_str(&format!("failed         {labels:<22} {}\n", rate(count)));
+    }
+    for (labels, count) in view.series("tlsterm_engine_operations_total") {
+        out.push_str(&format!("engine ops     {labels:<40} {}\n", rate(count)));
+    }
+    for (labels, count) in view.series("tlsterm_engine_flushes_total") {
+        out.push_str(&format!("batch flushes  {labels:<22} {}\n", rate(count)));
+    }
+    for (labels, count) in view.series("tlsterm_tls_versions_total") {
+        out.push_str(&format!("version        {labels:<22} {}\n", rate(count)));
+    }
+    for (labels, count) in view.series("tlsterm_bytes_total") {
+        out.push_str(&format!("bytes          {labels:<22} {}\n", rate(count)));
+    }
+
+    let histograms: [(&str, &str, &str, bool); 7] = [
+        (
+            "handshake total (accept to done)",
+            "tlsterm_handshake_seconds",
+            "phase=\"total\"",
+            true,
+        ),
+        (
+            "handshake inside BoringSSL",
+            "tlsterm_handshake_seconds",
+            "phase=\"tls\"",
+            true,
+        ),
+        (
+            "handshake waiting on the private-key engine",
+            "tlsterm_handshake_seconds",
+            "phase=\"engine_wait\"",
+            true,
+        ),
+        (
+            "engine queue wait",
+            "tlsterm_engine_queue_wait_seconds",
+            "",
+            true,
+        ),
+        (
+            "engine batch compute time",
+            "tlsterm_engine_batch_seconds",
+            "",
+            true,
+        ),
+        (
+            "operations per batch",
+            "tlsterm_engine_batch_operations",
+            "",
+            false,
+        ),
+        (
+            "backend connect time",
+            "tlsterm_backend_connect_seconds",
+            "",
+            true,
+        ),
+    ];
+    for (title, metric, labels, seconds) in histograms {
+        let key = (metric.to_string(), labels.to_string());
+        if let Some(buckets) = view.histograms.get(&key) {
+            render_histogram(
+                &mut out,
+                title,
+                buckets,
+                view.sums.get(&key).copied(),
+                seconds,
+            );
+        }
+    }
+    out
+}
+
+pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
+    let mut previous = fetch(args.admin)?;
+    if !args.watch {
+        print!("{}", render(&previous, None));
+        return Ok(());
+    }
+    let mut taken = Instant::now();
+    loop {
+        std::thread::sleep(args.interval);
+        let current = fetch(args.admin)?;
+        let now = Instant::now();
+        // Clear the screen and draw from the top, like `watch`.
+        print!(
+            "\x1b[2J\x1b[H{}",
+            render(&current, Some((&previous, now - taken)))
+        );
+        previous = current;
+        taken = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+# TYPE tlsterm_handshakes_total counter
+tlsterm_handshakes_total{kind=\"full\"} 10
+# TYPE tlsterm_engine_batch_seconds histogram
+tlsterm_engine_batch_seconds_bucket{le=\"0.001\"} 2
+tlsterm_engine_batch_seconds_bucket{le=\"0.002\"} 6
+tlsterm_engine_batch_seconds_bucket{le=\"+Inf\"} 6
+tlsterm_engine_batch_seconds_sum 0.009
+tlsterm_engine_batch_seconds_count 6
+";
+
+    #[test]
+    fn renders_counts_averages_and_bars() {
+        let snapshot = parse(SAMPLE).unwrap();
+        let text = render(&snapshot, None);
+        assert!(text.contains("kind=\"full\""), "{text}");
+        assert!(
+            text.contains("engine batch compute time: count 6, average 1.50ms"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("|{:<40}|", "@".repeat(40))),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn watch_mode_shows_the_difference() {
+        let earlier = parse(SAMPLE).unwrap();
+        let later = parse(&SAMPLE.replace("} 10", "} 30")).unwrap();
+        let text = render(&later, Some((&earlier, Duration::from_secs(2))));
+        assert!(text.contains("10.0/s"), "{text}");
+    }
+}

@@ -1,0 +1,226 @@
+//! The admin listener: exact counts after known traffic, a parseable exposition, and
+//! bad requests answered with 4xx without harm.
+
+mod common;
+
+use boring::ssl::{SslConnector, SslMethod, SslSession, SslVerifyMode, SslVersion};
+use common::*;
+use prometheus_parse::{Scrape, Value};
+use tokio::net::TcpStream;
+
+/// A TLS 1.2 connection, resuming `session` if given; returns the stream and its session.
+async fn connect_tls12(port: u16, session: Option<&SslSession>) -> (TlsClient, SslSession) {
+    let mut builder = SslConnector::builder(SslMethod::tls()).unwrap();
+    builder.set_verify(SslVerifyMode::NONE);
+    builder
+        .set_max_proto_version(Some(SslVersion::TLS1_2))
+        .unwrap();
+    let mut config = builder.build().configure().unwrap();
+    if let Some(session) = session {
+        // SAFETY: the session comes from a connection to this same server and context type.
+        unsafe { config.set_session(session).unwrap() };
+    }
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let tls = tokio_boring::connect(config, "localhost", tcp)
+        .await
+        .unwrap();
+    let session = tls.ssl().session().unwrap().to_owned();
+    (tls, session)
+}
+
+fn scrape(admin: std::net::SocketAddr) -> Scrape {
+    let (status, body) = admin_get(admin, "/metrics");
+    assert_eq!(status, 200);
+    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("valid Prometheus text format")
+}
+
+fn value(scrape: &Scrape, metric: &str, label: Option<(&str, &str)>) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric)
+        .filter(|s| label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
+        .map(|s| match s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+            Value::Histogram(ref buckets) => buckets.last().map_or(0.0, |b| b.count),
+            Value::Summary(_) => 0.0,
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_exactly_the_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        "",
+        &[format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]"
+        )],
+    );
+    // One worker: connections are handled in the order they arrive, so by the time the
+    // last response is read every earlier handshake has been recorded.
+    std::fs::write(
+        &config,
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("workers = 2", "workers = 1"),
+    )
+    .unwrap();
+    let server = Server::start(&config);
+    let admin = admin_address(&config).unwrap();
+
+    const FAILED: usize = 2;
+    const FULL: usize = 5;
+    const RESUMED: usize = 3;
+    for _ in 0..FAILED {
+        let out = s_client(port, &["-tls1_2", "-cipher", "AES128-SHA"], "");
+        assert!(!out.contains("Cipher is AES128-SHA"), "{out}");
+    }
+    let mut session = None;
+    for _ in 0..FULL {
+        let (mut tls, s) = connect_tls12(port, None).await;
+        assert!(!tls.ssl().session_reused());
+        http_get(&mut tls, "/").await.unwrap();
+        session = Some(s);
+    }
+    for _ in 0..RESUMED {
+        let (mut tls, _) = connect_tls12(port, session.as_ref()).await;
+        assert!(tls.ssl().session_reused(), "the server resumed the session");
+        http_get(&mut tls, "/").await.unwrap();
+    }
+
+    let scrape = scrape(admin);
+    assert_eq!(
+        value(&scrape, "tlsterm_handshakes_total", Some(("kind", "full"))),
+        FULL as f64
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "tlsterm_handshakes_total",
+            Some(("kind", "resumed"))
+        ),
+        RESUMED as f64
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "tlsterm_handshake_failures_total",
+            Some(("reason", "no_shared_cipher"))
+        ),
+        FAILED as f64
+    );
+    assert_eq!(
+        value(&scrape, "tlsterm_handshake_failures_total", None),
+        FAILED as f64
+    );
+    assert_eq!(
+        value(&scrape, "tlsterm_connections_accepted_total", None),
+        (FAILED + FULL + RESUMED) as f64
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "tlsterm_tls_versions_total",
+            Some(("version", "TLSv1.2"))
+        ),
+        (FULL + RESUMED) as f64
+    );
+    // Every full handshake signed once (self-signed default: RSA or ECDSA, batch or inline).
+    assert_eq!(
+        value(&scrape, "tlsterm_engine_operations_total", None),
+        FULL as f64
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "tlsterm_handshake_seconds",
+            Some(("phase", "total"))
+        ),
+        (FULL + RESUMED) as f64
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "tlsterm_handshake_seconds",
+            Some(("phase", "engine_wait"))
+        ),
+        FULL as f64
+    );
+    drop(server);
+}
+
+#[test]
+fn admin_rejects_bad_requests_with_4xx_and_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        "",
+        &[format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]"
+        )],
+    );
+    let _server = Server::start(&config);
+    let admin = admin_address(&config).unwrap();
+
+    assert_eq!(admin_get(admin, "/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(admin_get(admin, "/nope").0, 404);
+    assert_eq!(
+        raw_http(
+            admin,
+            "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .0,
+        405
+    );
+    let malformed = raw_http(admin, "THIS IS NOT HTTP\r\n\r\n").0;
+    assert!(
+        (400..500).contains(&malformed),
+        "malformed request got {malformed}"
+    );
+    let huge_header = format!(
+        "GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(200_000)
+    );
+    let status = raw_http(admin, &huge_header).0;
+    assert!(
+        status == 0 || (400..500).contains(&status),
+        "oversized request got {status}"
+    );
+    // Still serving, and TLS traffic is unaffected.
+    assert_eq!(admin_get(admin, "/healthz").0, 200);
+    let out = s_client(port, &["-servername", "localhost", "-ign_eof"], GET_CLOSE);
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+}
+
+#[test]
+fn stats_renders_histograms_from_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        "",
+        &[format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]"
+        )],
+    );
+    let _server = Server::start(&config);
+    let admin = admin_address(&config).unwrap();
+    let out = s_client(port, &["-servername", "localhost", "-ign_eof"], GET_CLOSE);
+    assert!(out.contains("Hello from tlsterm"));
+    let stats =
+        run(std::process::Command::new(TLSTERM).args(["stats", "--admin", &admin.to_string()]));
+    let text = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        text.contains("handshake total (accept to done): count 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("handshake waiting on the private-key engine: count 1"),
+        "{text}"
+    );
+    assert!(text.contains("|@"), "{text}");
+}
