@@ -4,20 +4,24 @@
 #   crates/engine/ct/run.sh            # 2048-bit keys
 #   CT_ALL_SIZES=1 crates/engine/ct/run.sh   # 2048, 3072 and 4096
 #
-# Marks all secret key material undefined (valgrind client requests, feature
-# `ct-valgrind`) and signs; memcheck must report nothing. Two negative
-# controls must be reported, or the check itself is broken. Exits non-zero on
-# any failure. Valgrind does not emulate AVX-512, so under it the engine runs
-# its portable kernel (Kernel::detect sees no IFMA); see the IFMA argument in
-# crates/engine/src/ifma.rs.
+# 1. Static check of the IFMA kernel (ct/ifma_branches.py): every conditional
+#    branch in tlsterm_engine::ifma::* is a loop counter compared with an
+#    immediate. Valgrind 3.19 cannot run AVX-512 (it hides it from CPUID and
+#    raises SIGILL on IFMA instructions), hence this check for that kernel.
+# 2. Valgrind memcheck: marks all secret key material undefined (client
+#    requests, feature `ct-valgrind`) and signs with the portable kernel,
+#    which shares the whole RSA pipeline with the IFMA kernel; memcheck must
+#    report nothing. Two negative controls must be reported, or the check
+#    itself is broken. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-if ! command -v valgrind >/dev/null; then
-    echo "ct/run.sh: valgrind not installed (apt-get install valgrind)" >&2
+if ! command -v valgrind >/dev/null || ! command -v objdump >/dev/null; then
+    echo "ct/run.sh: needs valgrind and objdump (apt-get install valgrind binutils)" >&2
     exit 2
 fi
 cargo build --release -p tlsterm-engine --features ct-valgrind --example ct_check
 bin=target/release/examples/ct_check
+python3 crates/engine/ct/ifma_branches.py "$bin"
 vg=(valgrind --tool=memcheck --error-exitcode=99 --track-origins=yes --quiet)
 
 for control in control-local control-input; do

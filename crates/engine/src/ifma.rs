@@ -13,7 +13,7 @@
 //! data-independent latency.
 
 use crate::bn::{Lanes, LANES};
-use crate::kernel::MontKernel;
+use crate::kernel::{MontKernel, TABLE};
 use core::arch::x86_64::*;
 
 /// Proof that the CPU has AVX-512F and IFMA: only `new` creates one.
@@ -211,7 +211,7 @@ unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N]
 /// Masked table lookup: every entry is read; lanes whose index matches take
 /// the entry through a blend mask.
 #[target_feature(enable = "avx512f")]
-unsafe fn select<const N: usize>(r: &mut [Lanes; N], table: &[[Lanes; N]], idx: &Lanes) {
+unsafe fn select<const N: usize>(r: &mut [Lanes; N], table: &[[Lanes; N]; TABLE], idx: &Lanes) {
     // SAFETY: AVX-512F present (caller); indices are within the arrays.
     unsafe {
         let idx = ld(idx);
@@ -253,7 +253,7 @@ impl MontKernel for Ifma {
         r
     }
 
-    fn select<const N: usize>(&self, table: &[[Lanes; N]], idx: &Lanes) -> [Lanes; N] {
+    fn select<const N: usize>(&self, table: &[[Lanes; N]; TABLE], idx: &Lanes) -> [Lanes; N] {
         let mut r = [Lanes::default(); N];
         // SAFETY: as in `mul`.
         unsafe { select(&mut r, table, idx) };

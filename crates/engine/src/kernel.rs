@@ -7,6 +7,9 @@
 use crate::bn::{self, Lanes, LANES};
 use zeroize::Zeroize;
 
+/// Entries of the exponentiation table (window of 5 bits).
+pub(crate) const TABLE: usize = 32;
+
 /// Operations the exponentiation needs. All are constant time with respect
 /// to the values (lane count and limb count are public).
 pub(crate) trait MontKernel {
@@ -22,7 +25,7 @@ pub(crate) trait MontKernel {
     /// `a*a/R mod m`; same contract as `mul`.
     fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N];
     /// Per lane `l`: `table[idx[l]]`, reading every entry (no secret index).
-    fn select<const N: usize>(&self, table: &[[Lanes; N]], idx: &Lanes) -> [Lanes; N];
+    fn select<const N: usize>(&self, table: &[[Lanes; N]; TABLE], idx: &Lanes) -> [Lanes; N];
 }
 
 /// Portable kernel: runs the scalar algorithm lane by lane, only for the
@@ -70,7 +73,7 @@ impl MontKernel for Portable {
         self.mul(a, a, m, k0)
     }
 
-    fn select<const N: usize>(&self, table: &[[Lanes; N]], idx: &Lanes) -> [Lanes; N] {
+    fn select<const N: usize>(&self, table: &[[Lanes; N]; TABLE], idx: &Lanes) -> [Lanes; N] {
         let mut r = [Lanes::default(); N];
         for (k, entry) in table.iter().enumerate() {
             for lane in 0..LANES {

@@ -18,12 +18,13 @@
 //! are covered by the public-key check, which never lets a wrong result out.
 
 use crate::bn::{self, limbs_for_bits, Lanes, LANES, LIMB_BITS};
-use crate::kernel::{get_lane, set_lane, MontKernel};
+use crate::kernel::{get_lane, set_lane, MontKernel, TABLE};
 use crate::EngineError;
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 /// Window width of the fixed-window exponentiation (32-entry table).
 const WINDOW: usize = 5;
+const _: () = assert!(1 << WINDOW == TABLE);
 
 /// Precomputed data for one CRT half (modulus p or q).
 #[derive(Zeroize, ZeroizeOnDrop)]
@@ -296,7 +297,10 @@ fn mod_exp<K: MontKernel, const N: usize>(
     k0: &Lanes,
     one: &[Lanes; N],
 ) -> [Lanes; N] {
-    let mut table = vec![[Lanes::default(); N]; 1 << WINDOW];
+    let mut table: Box<[[Lanes; N]; TABLE]> = vec![[Lanes::default(); N]; TABLE]
+        .into_boxed_slice()
+        .try_into()
+        .expect("TABLE entries");
     table[0] = *one;
     table[1] = *base;
     for i in 2..table.len() {
@@ -316,7 +320,7 @@ fn mod_exp<K: MontKernel, const N: usize>(
         acc = k.mul(&acc, &t, m, k0);
         t.zeroize();
     }
-    table.zeroize();
+    table.iter_mut().for_each(|e| e.zeroize());
     acc
 }
 
