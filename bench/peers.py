@@ -233,13 +233,18 @@ def bench(extra, path, conc, duration, rate=None):
 def measure(server, backend, extra, path, conc, duration, rate=None):
     load = Path("/proc/loadavg").read_text().split()[0]
     spids, bpids = server.pids(), backend.pids()
-    s0, b0 = cpu_seconds(spids), cpu_seconds(bpids)
+    s0, b0, busy0 = cpu_seconds(spids), cpu_seconds(bpids), cpu_busy()
     r = bench(extra, path, conc, duration, rate)
+    busy1 = cpu_busy()
     spids = sorted(set(spids) | set(server.pids()))
     s1, b1 = cpu_seconds(spids), cpu_seconds(bpids)
     scpu, bcpu = s1 - s0, b1 - b0
     el = r["elapsed_s"]
+    busy = {c: busy1[c] - busy0[c] for c in busy1}
     res = {
+        # CPU used during the run by anything but server, backend and client: noise.
+        "other_cpu_s": sum(busy.values()) - scpu - bcpu - r["client_cpu_s"],
+        "cpu_busy": {c: v / el for c, v in busy.items()},
         "loadavg_before": float(load),
         "elapsed_s": el,
         "concurrency": conc,
@@ -274,6 +279,17 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
     return res
 
 
+def cpu_busy():
+    """Busy seconds per CPU from /proc/stat (everything but idle and iowait)."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        f = line.split()
+        if f[0].startswith("cpu") and f[0] != "cpu":
+            v = [int(x) for x in f[1:9]]
+            out[f[0]] = (sum(v) - v[3] - v[4]) / CLK_TCK
+    return out
+
+
 def median_of(runs, key):
     return statistics.median(r[key] for r in runs)
 
@@ -292,6 +308,7 @@ def main():
     ap.add_argument("--sweep", default="4,16,64,256", help="concurrency sweep for tls13-rsa-full ('' = none)")
     ap.add_argument("--engine", default="batch", help="tlsterm [engine] mode for plain 'tlsterm'")
     ap.add_argument("--backend", default="auto", choices=["auto", "tlsterm", "nginx"])
+    ap.add_argument("--no-record", action="store_true", help="skip the record-layer microbenchmark")
     ap.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
     args = ap.parse_args()
 
@@ -347,7 +364,7 @@ def main():
                             f"{r['mb_per_s']:8.1f} MB/s srv {r['server_util'] * 100:3.0f}% "
                             f"core0 {r['core0_util'] * 100:3.0f}% cli {r['client_cpu_util'] * 100:3.0f}% "
                             f"p99 {r['total_p99_us'] / 1000:7.2f}ms resumed {r['resumed']} err {r['errors']} "
-                            f"load {r['loadavg_before']}")
+                            f"load {r['loadavg_before']} other {r['other_cpu_s']:.2f}s")
                 finally:
                     server.stop()
                     port_free(LISTEN)
@@ -371,6 +388,8 @@ def main():
                     port_free(LISTEN)
     finally:
         backend.stop()
+    if not args.no_record:
+        results["record"] = record_bench()
     out = RESULTS / f"peers-{args.tag}.json"
     out.write_text(json.dumps(results, indent=1))
     (RESULTS / "peers-latest.json").write_text(json.dumps(results, indent=1))
@@ -383,6 +402,27 @@ def main():
         charts.draw(results, RESULTS, args.tag)
     except ImportError as e:
         log(f"no charts ({e}); run bench/peers.sh to set up matplotlib")
+
+
+OPENSSL_EVP = {"AES128-GCM": "aes-128-gcm", "AES256-GCM": "aes-256-gcm", "CHACHA20": "chacha20-poly1305"}
+
+
+def record_bench(seconds=3):
+    """tlsterm's BoringSSL record layer in memory vs `openssl speed -evp`, 16 KiB, on CPU 1."""
+    out = subprocess.run(["taskset", "-c", CLIENT_CPU, str(TLSTERM), "bench", "--mode", "record",
+                          "--json"], check=True, capture_output=True, text=True)
+    rows = json.loads(out.stdout)
+    for row in rows:
+        evp = next((v for k, v in OPENSSL_EVP.items() if k in row["cipher"]), None)
+        if row["version"] != "TLSv1.2" or evp is None:
+            continue
+        sp = subprocess.run(["taskset", "-c", CLIENT_CPU, "openssl", "speed", "-evp", evp, "-bytes",
+                             "16384", "-seconds", str(seconds)], capture_output=True, text=True)
+        last = sp.stdout.strip().splitlines()[-1].split()
+        # "<name> <N>k": thousands of bytes per CPU-second
+        row["openssl_speed_evp"] = evp
+        row["openssl_speed_mb_per_s"] = float(last[-1].rstrip("k")) / 1000
+    return rows
 
 
 def versions():
@@ -414,7 +454,8 @@ def summarize(results):
         bulk = name.startswith("bulk")
         rate = "latency" in name
         hdr = ["server", "hs/s", "hs per server CPU-s", "MB/s", "MB per server CPU-s",
-               "server CPU", "core 0 CPU", "client CPU", "p50 ms", "p99 ms", "resumed", "errors"]
+               "server CPU", "core 0 CPU", "client CPU", "p50 ms", "p99 ms", "resumed", "errors",
+               "other CPU-s"]
         if rate:
             hdr.insert(1, "rate /s")
         lines.append("| " + " | ".join(hdr) + " |")
@@ -430,7 +471,7 @@ def summarize(results):
                     f"{m('client_cpu_util') * 100:.0f}%",
                     f"{m('total_p50_us') / 1000:.2f}", f"{m('total_p99_us') / 1000:.2f}",
                     f"{sum(r['resumed'] for r in runs)}/{sum(r['handshakes'] for r in runs)}",
-                    f"{sum(r['errors'] for r in runs)}"]
+                    f"{sum(r['errors'] for r in runs)}", f"{m('other_cpu_s'):.2f}"]
             lines.append("| " + " | ".join(row) + " |")
         # tlsterm / peer ratios on the per-CPU-second figure that matters for the scenario
         key = "mb_per_server_cpu_s" if bulk else "handshakes_per_server_cpu_s"
@@ -442,6 +483,16 @@ def summarize(results):
                                if median_of(per[p], key) > 0)
             if ratios:
                 lines.append(f"\n{t} / peer ({key.replace('_', ' ')}): {ratios}")
+        lines.append("")
+    if results.get("record"):
+        lines.append("### Record layer in memory (16 KiB records, MB = 10^6 B per CPU-second, CPU 1)\n")
+        lines.append("| cipher | TLS | BoringSSL send (encrypt) | BoringSSL receive (decrypt) | openssl speed -evp |")
+        lines.append("|---|---|---|---|---|")
+        for row in results["record"]:
+            sp = (f"{row['openssl_speed_mb_per_s']:.0f} ({row['openssl_speed_evp']})"
+                  if "openssl_speed_mb_per_s" in row else "")
+            lines.append(f"| {row['cipher']} | {row['version']} | {row['send_mb_per_cpu_s']:.0f} | "
+                         f"{row['recv_mb_per_cpu_s']:.0f} | {sp} |")
         lines.append("")
     if results.get("sweep"):
         lines.append("### tls13-rsa-full, concurrency sweep (1 run each)\n")
