@@ -1,36 +1,667 @@
 //! Session resumption: ticket keys shared by all workers (from a file or rotated in
 //! memory), a bounded session-ID cache, and a Redis-backed distributed cache.
 //! (Issue 6; this is the hook the TLS setup calls.)
+//!
+//! All of it lives in one [`Sessions`] per process, created before the workers start and
+//! kept across reloads, so that a SIGHUP (which builds new TLS contexts) does not turn the
+//! next connections into full handshakes.
+//!
+//! * Tickets (TLS 1.2 and 1.3): BoringSSL calls [`ticket_key_callback`] to pick the key that
+//!   encrypts a new ticket and to find the one that decrypts a presented ticket. Keys are in a
+//!   ring published through an `ArcSwap` (see `tickets`): no lock on the handshake path.
+//! * Session IDs (TLS 1.2, when the client does not use tickets): the base context's external
+//!   cache callbacks store serialized sessions in an in-process LRU cache (`cache`) and, when
+//!   configured, in Redis (`redis`). Lookups go through BoringSSL's asynchronous get-session
+//!   callback: the handshake is suspended while Redis answers, the worker is not.
 
-use boring::ssl::SslContextBuilder;
+mod cache;
+mod redis;
+pub mod tickets;
+
+use std::os::raw::c_int;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use boring::ssl::{
+    BoxGetSessionFinish, BoxGetSessionFuture, SslContextBuilder, SslOptions, SslSession,
+    SslSessionCacheMode, SslSessionRef, SslVersion,
+};
+use boring_sys as ffi;
+use prometheus::{
+    register_int_counter_vec_with_registry, register_int_gauge_with_registry, IntCounterVec,
+    IntGauge,
+};
 use serde::Deserialize;
 
 use crate::config::ListenerConfig;
+use cache::LruCache;
+use redis::{Outcome, RedisStore};
+use tickets::{KeySource, Lookup, TicketKeys};
 
 /// `[session]` in the configuration.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionConfig {}
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionConfig {
+    /// Issue and accept session tickets (TLS 1.2 and 1.3).
+    pub tickets: bool,
+    /// Ticket keys: base64 lines of 80 bytes (16-byte name, 32-byte HMAC key, 32-byte AES
+    /// key); the last line encrypts, all lines decrypt. Re-read on SIGHUP. Without it, keys
+    /// are generated in memory and rotated.
+    pub ticket_key_file: Option<PathBuf>,
+    /// In-memory keys: how long one key encrypts new tickets.
+    #[serde(with = "humantime_serde")]
+    pub ticket_rotation: Duration,
+    /// In-memory keys: how long a replaced key still decrypts tickets.
+    #[serde(with = "humantime_serde")]
+    pub ticket_grace: Duration,
+    /// How long a session (ticket or cached ID) can be resumed.
+    #[serde(with = "humantime_serde")]
+    pub lifetime: Duration,
+    /// The in-process session-ID cache (TLS 1.2), shared by all workers.
+    pub cache: bool,
+    pub cache_max_entries: usize,
+    /// Serialized sessions plus bookkeeping, in bytes.
+    pub cache_max_bytes: usize,
+    /// e.g. "redis://127.0.0.1:6379/0": a session-ID cache shared by several processes.
+    pub redis_url: Option<String>,
+    /// The longest a handshake waits for Redis before it goes on as a full handshake.
+    #[serde(with = "humantime_serde")]
+    pub redis_timeout: Duration,
+    /// Prefix of the Redis keys (followed by the session ID in hex).
+    pub redis_prefix: String,
+}
 
-/// Process-wide resumption state; survives reloads so that clients keep resuming.
-pub struct Sessions {}
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            tickets: true,
+            ticket_key_file: None,
+            ticket_rotation: Duration::from_secs(3600),
+            ticket_grace: Duration::from_secs(3600),
+            lifetime: Duration::from_secs(600),
+            cache: true,
+            cache_max_entries: 20_000,
+            cache_max_bytes: 32 << 20,
+            redis_url: None,
+            redis_timeout: Duration::from_millis(20),
+            redis_prefix: "tlsterm:session:".into(),
+        }
+    }
+}
 
-impl Sessions {
-    pub fn new(_config: &SessionConfig) -> anyhow::Result<Sessions> {
-        Ok(Sessions {})
+impl SessionConfig {
+    fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.ticket_key_file.is_some() || !self.ticket_rotation.is_zero(),
+            "[session] ticket_rotation must be more than 0"
+        );
+        anyhow::ensure!(
+            self.lifetime >= Duration::from_secs(1) && self.lifetime.as_secs() <= u32::MAX as u64,
+            "[session] lifetime must be at least 1s"
+        );
+        anyhow::ensure!(
+            !self.redis_timeout.is_zero(),
+            "[session] redis_timeout must be more than 0"
+        );
+        Ok(())
     }
 
-    /// Applies a reloaded `[session]` section (e.g. re-reads the ticket key file).
-    pub fn reload(&self, _config: &SessionConfig) -> anyhow::Result<()> {
+    fn key_source(&self) -> KeySource {
+        match &self.ticket_key_file {
+            Some(path) => KeySource::File(path.clone()),
+            None => KeySource::Memory {
+                rotation: self.ticket_rotation,
+                grace: self.ticket_grace,
+            },
+        }
+    }
+
+    fn cache_bounds(&self) -> (usize, usize) {
+        match self.cache {
+            true => (self.cache_max_entries, self.cache_max_bytes),
+            false => (0, 0),
+        }
+    }
+}
+
+struct SessionMetrics {
+    tickets: IntCounterVec,
+    cache_lookups: IntCounterVec,
+    cache_entries: IntGauge,
+    cache_bytes: IntGauge,
+    cache_evictions: IntGauge,
+    redis: IntCounterVec,
+    fallbacks: IntCounterVec,
+}
+
+static METRICS: LazyLock<SessionMetrics> = LazyLock::new(|| {
+    let r = &crate::metrics::METRICS.registry;
+    SessionMetrics {
+        tickets: register_int_counter_vec_with_registry!(
+            "session_tickets_total",
+            "Session ticket key callbacks: issued, decrypted with the current key, with an older key (ticket renewed), or unknown/expired key (full handshake)",
+            &["result"],
+            r
+        )
+        .expect("metric registers"),
+        cache_lookups: register_int_counter_vec_with_registry!(
+            "session_cache_lookups_total",
+            "Session-ID lookups (TLS 1.2) by where they were answered: local, redis, or miss",
+            &["result"],
+            r
+        )
+        .expect("metric registers"),
+        cache_entries: register_int_gauge_with_registry!(
+            "session_cache_entries",
+            "Sessions in the in-process session-ID cache",
+            r
+        )
+        .expect("metric registers"),
+        cache_bytes: register_int_gauge_with_registry!(
+            "session_cache_bytes",
+            "Bytes accounted to the in-process session-ID cache",
+            r
+        )
+        .expect("metric registers"),
+        cache_evictions: register_int_gauge_with_registry!(
+            "session_cache_evictions",
+            "Sessions pushed out of the in-process cache by its bounds since start",
+            r
+        )
+        .expect("metric registers"),
+        redis: register_int_counter_vec_with_registry!(
+            "session_redis_operations_total",
+            "Redis session-cache operations by command and outcome",
+            &["op", "result"],
+            r
+        )
+        .expect("metric registers"),
+        fallbacks: register_int_counter_vec_with_registry!(
+            "session_redis_fallbacks_total",
+            "Session-ID resumptions that became full handshakes because Redis was slow, down or overloaded",
+            &["reason"],
+            r
+        )
+        .expect("metric registers"),
+    }
+});
+
+/// The ticket keys the ticket callback uses. BoringSSL looks the callback up on the session
+/// context, but boring's closure-based `set_ticket_key_callback` finds its closure on the
+/// *current* context, which the select-certificate callback has switched to a per-certificate
+/// one by then; so the callback is a plain function and the keys are process-wide, as
+/// `Sessions` is (the most recent `Sessions::new` wins).
+static TICKET_KEYS: ArcSwapOption<TicketKeys> = ArcSwapOption::const_empty();
+
+struct Inner {
+    config: Mutex<SessionConfig>,
+    tickets: Arc<TicketKeys>,
+    cache: Mutex<LruCache>,
+    redis: ArcSwapOption<RedisStore>,
+    /// Seconds; read by the store callback.
+    lifetime: AtomicU64,
+}
+
+/// Process-wide resumption state; survives reloads so that clients keep resuming.
+/// Cloning is cheap: all clones share the same state.
+#[derive(Clone)]
+pub struct Sessions {
+    inner: Arc<Inner>,
+}
+
+impl Sessions {
+    pub fn new(config: &SessionConfig) -> anyhow::Result<Sessions> {
+        config.validate()?;
+        let tickets = Arc::new(TicketKeys::new(config.key_source(), Instant::now())?);
+        let (entries, bytes) = config.cache_bounds();
+        let redis = match &config.redis_url {
+            Some(url) => Some(Arc::new(RedisStore::new(
+                url,
+                &config.redis_prefix,
+                config.redis_timeout,
+            )?)),
+            None => None,
+        };
+        TICKET_KEYS.store(Some(tickets.clone()));
+        LazyLock::force(&METRICS);
+        Ok(Sessions {
+            inner: Arc::new(Inner {
+                config: Mutex::new(config.clone()),
+                tickets,
+                cache: Mutex::new(LruCache::new(entries, bytes)),
+                redis: ArcSwapOption::new(redis),
+                lifetime: AtomicU64::new(config.lifetime.as_secs()),
+            }),
+        })
+    }
+
+    /// Applies a reloaded `[session]` section: re-reads the ticket key file (an error refuses
+    /// the reload and keeps the current keys), applies new cache bounds, and reconnects to
+    /// Redis if its address changed. Sessions and in-memory keys are kept.
+    pub fn reload(&self, config: &SessionConfig) -> anyhow::Result<()> {
+        config.validate()?;
+        let inner = &self.inner;
+        let redis_changed = {
+            let current = inner.config.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                &current.redis_url,
+                &current.redis_prefix,
+                current.redis_timeout,
+            ) != (
+                &config.redis_url,
+                &config.redis_prefix,
+                config.redis_timeout,
+            )
+        };
+        let redis = match (&config.redis_url, redis_changed) {
+            (Some(url), true) => Some(Some(Arc::new(RedisStore::new(
+                url,
+                &config.redis_prefix,
+                config.redis_timeout,
+            )?))),
+            (None, true) => Some(None),
+            (_, false) => None,
+        };
+        inner
+            .tickets
+            .reconfigure(config.key_source(), Instant::now())?;
+        if let Some(redis) = redis {
+            inner.redis.store(redis);
+        }
+        let (entries, bytes) = config.cache_bounds();
+        {
+            let mut cache = inner.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.set_bounds(entries, bytes);
+            update_cache_gauges(&cache);
+        }
+        inner
+            .lifetime
+            .store(config.lifetime.as_secs(), Ordering::Relaxed);
+        *inner.config.lock().unwrap_or_else(|e| e.into_inner()) = config.clone();
+        TICKET_KEYS.store(Some(inner.tickets.clone()));
         Ok(())
     }
 
     /// Installs tickets and caches on a listener's base context (BoringSSL's session context).
     pub fn install(
         &self,
-        _base: &mut SslContextBuilder,
+        base: &mut SslContextBuilder,
         _listener: &ListenerConfig,
     ) -> anyhow::Result<()> {
+        let config = self
+            .inner
+            .config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let lifetime = config.lifetime.as_secs() as u32;
+        // SAFETY: `base.as_ptr()` is a valid SSL_CTX owned by the builder; these setters only
+        // store integers in it.
+        unsafe {
+            ffi::SSL_CTX_set_timeout(base.as_ptr(), lifetime);
+            ffi::SSL_CTX_set_session_psk_dhe_timeout(base.as_ptr(), lifetime);
+        }
+        if config.tickets {
+            // SAFETY: `ticket_key_callback` follows the SSL_CTX_set_tlsext_ticket_key_cb
+            // contract: in encrypt mode it writes the 16-byte key name and a 16-byte IV and
+            // initialises the cipher context (AES-256-CBC) and HMAC context (SHA-256) with
+            // the same key; in decrypt mode it reads the name, initialises both contexts with
+            // the IV BoringSSL passes, and returns 0 for an unknown key. It never unwinds.
+            let ok = unsafe {
+                ffi::SSL_CTX_set_tlsext_ticket_key_cb(base.as_ptr(), Some(ticket_key_callback))
+            };
+            anyhow::ensure!(ok == 1, "cannot install the session ticket callback");
+        } else {
+            base.set_options(SslOptions::NO_TICKET);
+        }
+        if config.cache || config.redis_url.is_some() {
+            base.set_session_cache_mode(
+                SslSessionCacheMode::SERVER | SslSessionCacheMode::NO_INTERNAL,
+            );
+            let store = self.inner.clone();
+            base.set_new_session_callback(move |_ssl, session| store.store(&session));
+            let lookup = self.inner.clone();
+            // SAFETY: the sessions returned are deserialized from bytes, hence associated
+            // with no context at all (the requirement is: not with a different context).
+            unsafe {
+                base.set_async_get_session_callback(move |_ssl, id| lookup.lookup(id));
+            }
+        } else {
+            base.set_session_cache_mode(SslSessionCacheMode::OFF);
+        }
         Ok(())
+    }
+
+    /// Sessions in the in-process session-ID cache.
+    pub fn cache_len(&self) -> usize {
+        self.inner
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Bytes accounted to the in-process session-ID cache.
+    pub fn cache_bytes(&self) -> usize {
+        self.inner
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bytes()
+    }
+
+    /// Stores a session as the new-session callback does (for tests and tools).
+    pub fn store_session(&self, session: &SslSessionRef) {
+        self.inner.store(session);
+    }
+}
+
+fn update_cache_gauges(cache: &LruCache) {
+    let m = &*METRICS;
+    m.cache_entries.set(cache.len() as i64);
+    m.cache_bytes.set(cache.bytes() as i64);
+    m.cache_evictions.set(cache.evictions() as i64);
+}
+
+fn finish_with(der: Arc<[u8]>) -> BoxGetSessionFinish {
+    Box::new(move |_ssl, _id| SslSession::from_der(&der).ok())
+}
+
+impl Inner {
+    /// The new-session callback: TLS 1.2 sessions with an ID go to the local cache and Redis.
+    fn store(&self, session: &SslSessionRef) {
+        if session.protocol_version() == SslVersion::TLS1_3 || session.id().is_empty() {
+            return;
+        }
+        let Ok(der) = session.to_der() else {
+            return;
+        };
+        let id = session.id().to_vec();
+        let ttl = Duration::from_secs(
+            u64::from(session.timeout()).min(self.lifetime.load(Ordering::Relaxed)),
+        );
+        if let Some(redis) = self.redis.load_full() {
+            redis.put(&id, der.clone(), ttl, |outcome| {
+                METRICS
+                    .redis
+                    .with_label_values(&["set", outcome.label()])
+                    .inc();
+            });
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.insert(id, der.into(), ttl, Instant::now());
+        update_cache_gauges(&cache);
+    }
+
+    /// The get-session callback: the local cache answers at once; otherwise Redis, within
+    /// `redis_timeout`; otherwise a full handshake.
+    fn lookup(self: &Arc<Self>, id: &[u8]) -> Option<BoxGetSessionFuture> {
+        let m = &*METRICS;
+        let local = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id, Instant::now());
+        if let Some(der) = local {
+            m.cache_lookups.with_label_values(&["local"]).inc();
+            return Some(Box::pin(async move { Some(finish_with(der)) }));
+        }
+        let Some(redis) = self.redis.load_full() else {
+            m.cache_lookups.with_label_values(&["miss"]).inc();
+            return None;
+        };
+        let pending = match redis.get(id) {
+            Ok(pending) => pending,
+            Err(outcome) => {
+                m.redis.with_label_values(&["get", outcome.label()]).inc();
+                m.fallbacks.with_label_values(&[outcome.label()]).inc();
+                m.cache_lookups.with_label_values(&["miss"]).inc();
+                return None;
+            }
+        };
+        let inner = self.clone();
+        let id = id.to_vec();
+        Some(Box::pin(async move {
+            let m = &*METRICS;
+            let outcome = pending.await.unwrap_or(Outcome::Error);
+            match outcome {
+                Outcome::Done(Some(der)) => {
+                    m.redis.with_label_values(&["get", "hit"]).inc();
+                    m.cache_lookups.with_label_values(&["redis"]).inc();
+                    let der: Arc<[u8]> = der.into();
+                    let ttl = Duration::from_secs(inner.lifetime.load(Ordering::Relaxed));
+                    let mut cache = inner.cache.lock().unwrap_or_else(|e| e.into_inner());
+                    cache.insert(id, der.clone(), ttl, Instant::now());
+                    update_cache_gauges(&cache);
+                    drop(cache);
+                    Some(finish_with(der))
+                }
+                Outcome::Done(None) => {
+                    m.redis.with_label_values(&["get", "miss"]).inc();
+                    m.cache_lookups.with_label_values(&["miss"]).inc();
+                    None
+                }
+                failed => {
+                    m.redis.with_label_values(&["get", failed.label()]).inc();
+                    m.fallbacks.with_label_values(&[failed.label()]).inc();
+                    m.cache_lookups.with_label_values(&["miss"]).inc();
+                    None
+                }
+            }
+        }))
+    }
+}
+
+/// BoringSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_cb), on every worker.
+///
+/// Encrypt (`encrypt == 1`): returns 1 after writing the key name and a random IV and setting
+/// up AES-256-CBC and HMAC-SHA256 with the encrypting key. Decrypt: returns 1 (current key),
+/// 2 (older key: resume and issue a fresh ticket) or 0 (unknown or expired key: full
+/// handshake). -1 aborts the handshake and is only returned if the crypto setup fails.
+unsafe extern "C" fn ticket_key_callback(
+    _ssl: *mut ffi::SSL,
+    key_name: *mut u8,
+    iv: *mut u8,
+    cipher: *mut ffi::EVP_CIPHER_CTX,
+    hmac: *mut ffi::HMAC_CTX,
+    encrypt: c_int,
+) -> c_int {
+    const NAME_LEN: usize = 16;
+    const IV_LEN: usize = 16; // AES-CBC; BoringSSL's buffer is EVP_MAX_IV_LENGTH (16).
+    let run = || -> c_int {
+        let Some(keys) = TICKET_KEYS.load_full() else {
+            // No keys at all: send no ticket / ignore the ticket.
+            return 0;
+        };
+        let now = Instant::now();
+        let m = &*METRICS;
+        if encrypt == 1 {
+            let ring = keys.ring_for_encrypt(now);
+            let key = &ring.encrypting().key;
+            // SAFETY: BoringSSL passes a 16-byte key-name buffer and an IV buffer of
+            // EVP_MAX_IV_LENGTH (16) bytes, both writable; the contexts are initialised and
+            // owned by BoringSSL for the duration of the call.
+            unsafe {
+                std::ptr::copy_nonoverlapping(key.name.as_ptr(), key_name, NAME_LEN);
+                if ffi::RAND_bytes(iv, IV_LEN) != 1
+                    || ffi::EVP_EncryptInit_ex(
+                        cipher,
+                        ffi::EVP_aes_256_cbc(),
+                        std::ptr::null_mut(),
+                        key.aes.as_ptr(),
+                        iv,
+                    ) != 1
+                    || ffi::HMAC_Init_ex(
+                        hmac,
+                        key.hmac.as_ptr().cast(),
+                        key.hmac.len(),
+                        ffi::EVP_sha256(),
+                        std::ptr::null_mut(),
+                    ) != 1
+                {
+                    return -1;
+                }
+            }
+            m.tickets.with_label_values(&["issued"]).inc();
+            1
+        } else {
+            let ring = keys.ring();
+            // SAFETY: in decrypt mode the name buffer holds the ticket's 16-byte key name.
+            let name = unsafe { std::slice::from_raw_parts(key_name, NAME_LEN) };
+            let (key, result, label) = match ring.lookup(name, now) {
+                Lookup::Current(key) => (key, 1, "current_key"),
+                Lookup::Old(key) => (key, 2, "old_key"),
+                Lookup::Unknown => {
+                    m.tickets.with_label_values(&["unknown_key"]).inc();
+                    return 0;
+                }
+            };
+            // SAFETY: as above; `iv` holds the ticket's 16-byte IV.
+            unsafe {
+                if ffi::HMAC_Init_ex(
+                    hmac,
+                    key.hmac.as_ptr().cast(),
+                    key.hmac.len(),
+                    ffi::EVP_sha256(),
+                    std::ptr::null_mut(),
+                ) != 1
+                    || ffi::EVP_DecryptInit_ex(
+                        cipher,
+                        ffi::EVP_aes_256_cbc(),
+                        std::ptr::null_mut(),
+                        key.aes.as_ptr(),
+                        iv,
+                    ) != 1
+                {
+                    return -1;
+                }
+            }
+            m.tickets.with_label_values(&[label]).inc();
+            result
+        }
+    };
+    // A panic must not cross into C: treat it as "no ticket" / "unknown ticket".
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use boring::ssl::{SslAcceptor, SslConnector, SslMethod, SslVerifyMode};
+
+    #[test]
+    fn config_defaults_and_durations() {
+        let config: SessionConfig = toml::from_str(
+            "ticket_rotation = \"1s\"\nticket_grace = \"2s\"\nredis_timeout = \"5ms\"\ncache_max_entries = 100\n",
+        )
+        .unwrap();
+        assert!(config.tickets && config.cache);
+        assert_eq!(config.ticket_rotation, Duration::from_secs(1));
+        assert_eq!(config.ticket_grace, Duration::from_secs(2));
+        assert_eq!(config.redis_timeout, Duration::from_millis(5));
+        assert_eq!(config.cache_max_entries, 100);
+        assert_eq!(config.lifetime, SessionConfig::default().lifetime);
+        assert!(toml::from_str::<SessionConfig>("ticket_rotaton = \"1s\"").is_err());
+        let bad = SessionConfig {
+            ticket_rotation: Duration::ZERO,
+            ..SessionConfig::default()
+        };
+        assert!(Sessions::new(&bad).is_err());
+    }
+
+    /// Real TLS 1.2 sessions from in-memory handshakes.
+    fn make_sessions(count: usize) -> Vec<SslSession> {
+        use std::process::Command;
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("c.pem");
+        let key = dir.path().join("k.pem");
+        let ok = Command::new("openssl")
+            .args(["req", "-x509", "-nodes", "-days", "1", "-newkey", "ec"])
+            .args(["-pkeyopt", "ec_paramgen_curve:P-256", "-subj", "/CN=t"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(ok);
+        let mut acceptor = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
+        acceptor.set_certificate_chain_file(&cert).unwrap();
+        acceptor
+            .set_private_key_file(&key, boring::ssl::SslFiletype::PEM)
+            .unwrap();
+        acceptor.set_options(SslOptions::NO_TICKET);
+        acceptor.set_session_id_context(b"tlsterm").unwrap();
+        let acceptor = acceptor.build();
+        let mut connector = SslConnector::builder(SslMethod::tls()).unwrap();
+        connector.set_verify(SslVerifyMode::NONE);
+        connector
+            .set_max_proto_version(Some(SslVersion::TLS1_2))
+            .unwrap();
+        let connector = connector.build();
+        (0..count)
+            .map(|_| {
+                let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+                let acceptor = acceptor.clone();
+                let server = std::thread::spawn(move || {
+                    let stream = acceptor.accept(a).unwrap();
+                    drop(stream);
+                });
+                let client = connector.connect("t", b).unwrap();
+                let session = client.ssl().session().unwrap().to_owned();
+                server.join().unwrap();
+                session
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cache_bound_holds_under_many_sessions() {
+        let config = SessionConfig {
+            cache_max_entries: 100,
+            ..SessionConfig::default()
+        };
+        let sessions = Sessions::new(&config).unwrap();
+        let made = make_sessions(500);
+        for session in &made {
+            assert!(!session.id().is_empty());
+            sessions.store_session(session);
+            assert!(sessions.cache_len() <= 100);
+        }
+        assert_eq!(sessions.cache_len(), 100);
+        // The most recent ones are the ones kept, and they come back intact.
+        let last = made.last().unwrap();
+        let der = sessions
+            .inner
+            .cache
+            .lock()
+            .unwrap()
+            .get(last.id(), Instant::now())
+            .unwrap();
+        assert_eq!(SslSession::from_der(&der).unwrap().id(), last.id());
+        let first = &made[0];
+        assert!(sessions
+            .inner
+            .cache
+            .lock()
+            .unwrap()
+            .get(first.id(), Instant::now())
+            .is_none());
+
+        // The byte bound holds too.
+        let per = sessions.cache_bytes() / 100;
+        sessions
+            .reload(&SessionConfig {
+                cache_max_bytes: per * 10,
+                ..config
+            })
+            .unwrap();
+        assert!(sessions.cache_bytes() <= per * 10);
+        assert!(sessions.cache_len() <= 10 && sessions.cache_len() > 0);
     }
 }

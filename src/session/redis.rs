@@ -1,0 +1,169 @@
+//! The Redis session store: serialized TLS 1.2 sessions by ID, shared by a fleet.
+//!
+//! Every Redis operation runs on a dedicated thread ("session-redis") with its own tokio
+//! runtime, never on a worker: a worker hands the operation over (`Handle::spawn`, which does
+//! not block) and, for lookups, waits on the task's `JoinHandle` inside the handshake future,
+//! so a slow or dead Redis delays only the handshakes that asked it, and at most by
+//! `redis_timeout`, after which they go on as full handshakes.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+/// Operations in flight at once; beyond this, lookups miss and stores are dropped.
+const MAX_IN_FLIGHT: usize = 4096;
+
+/// What a lookup or store came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<T> {
+    Done(T),
+    Timeout,
+    Error,
+    /// Too many operations in flight: not even sent.
+    Overload,
+}
+
+impl<T> Outcome<T> {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Done(_) => "ok",
+            Outcome::Timeout => "timeout",
+            Outcome::Error => "error",
+            Outcome::Overload => "overload",
+        }
+    }
+}
+
+/// The runtime all Redis I/O of the process runs on (started on first use).
+fn runtime() -> anyhow::Result<Handle> {
+    static HANDLE: OnceLock<Handle> = OnceLock::new();
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the Redis runtime")?;
+    let handle = runtime.handle().clone();
+    std::thread::Builder::new()
+        .name("session-redis".into())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))
+        .context("cannot start the Redis thread")?;
+    // Two racing first calls would each start a thread; the loser's idles. Only the main
+    // thread calls this (start and reload), so it does not happen.
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+pub struct RedisStore {
+    prefix: String,
+    timeout: Duration,
+    handle: Handle,
+    connection: ConnectionManager,
+    in_flight: Arc<AtomicUsize>,
+}
+
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl RedisStore {
+    /// Connects lazily: a Redis that is down at start is not an error, only misses.
+    pub fn new(url: &str, prefix: &str, timeout: Duration) -> anyhow::Result<RedisStore> {
+        let client =
+            redis::Client::open(url).with_context(|| format!("invalid redis_url `{url}`"))?;
+        let handle = runtime()?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout.max(Duration::from_millis(200))))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_secs(1));
+        let connection = {
+            let _entered = handle.enter();
+            ConnectionManager::new_lazy_with_config(client, config)
+                .with_context(|| format!("cannot set up Redis at `{url}`"))?
+        };
+        Ok(RedisStore {
+            prefix: prefix.to_string(),
+            timeout,
+            handle,
+            connection,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    pub fn key(&self, id: &[u8]) -> String {
+        format!("{}{}", self.prefix, super::tickets::hex(id))
+    }
+
+    fn admit(&self) -> Option<InFlight> {
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= MAX_IN_FLIGHT {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(InFlight(self.in_flight.clone()))
+    }
+
+    /// Looks a session up; the answer comes within `redis_timeout`.
+    pub fn get(&self, id: &[u8]) -> Result<JoinHandle<Outcome<Option<Vec<u8>>>>, Outcome<()>> {
+        let guard = self.admit().ok_or(Outcome::Overload)?;
+        let key = self.key(id);
+        let mut connection = self.connection.clone();
+        let timeout = self.timeout;
+        Ok(self.handle.spawn(async move {
+            let _guard = guard;
+            let mut command = redis::cmd("GET");
+            command.arg(&key);
+            let request = command.query_async::<Option<Vec<u8>>>(&mut connection);
+            match tokio::time::timeout(timeout, request).await {
+                Ok(Ok(value)) => Outcome::Done(value),
+                Ok(Err(err)) => {
+                    tracing::debug!(error = %err, "redis GET failed");
+                    Outcome::Error
+                }
+                Err(_) => Outcome::Timeout,
+            }
+        }))
+    }
+
+    /// Stores a session for `ttl` in the background; `done` gets the outcome.
+    pub fn put(
+        &self,
+        id: &[u8],
+        der: Vec<u8>,
+        ttl: Duration,
+        done: impl FnOnce(Outcome<()>) + Send + 'static,
+    ) {
+        let Some(guard) = self.admit() else {
+            done(Outcome::Overload);
+            return;
+        };
+        let key = self.key(id);
+        let mut connection = self.connection.clone();
+        let timeout = self.timeout;
+        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
+        self.handle.spawn(async move {
+            let _guard = guard;
+            let mut command = redis::cmd("SET");
+            command.arg(&key).arg(der).arg("PX").arg(millis);
+            let request = command.query_async::<()>(&mut connection);
+            done(match tokio::time::timeout(timeout, request).await {
+                Ok(Ok(())) => Outcome::Done(()),
+                Ok(Err(err)) => {
+                    tracing::debug!(error = %err, "redis SET failed");
+                    Outcome::Error
+                }
+                Err(_) => Outcome::Timeout,
+            });
+        });
+    }
+}

@@ -1,0 +1,409 @@
+//! Session ticket keys shared by every worker of the process.
+//!
+//! A [`KeyRing`] is an immutable list of keys: one encrypts new tickets, all of them decrypt.
+//! [`TicketKeys`] holds the current ring in an `ArcSwap`, so the ticket callback (which runs on
+//! every worker thread) reads it without taking a lock; rotation and reloads publish a new
+//! ring.
+//!
+//! Two sources of keys:
+//! * a key file (`ticket_key_file`): base64 lines of 80 bytes each, the last line encrypts and
+//!   every line decrypts; re-read on SIGHUP. Several machines with the same file resume each
+//!   other's tickets.
+//! * none: keys are generated in memory; the encrypting key is replaced every
+//!   `ticket_rotation` and a replaced key still decrypts for `ticket_grace`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use zeroize::Zeroize;
+
+/// Bytes of one key in the key file: name (16), HMAC-SHA256 key (32), AES-256 key (32).
+pub const KEY_FILE_ENTRY_LEN: usize = 80;
+
+/// One ticket key. Tickets are AES-256-CBC encrypted and HMAC-SHA256 authenticated (the
+/// format BoringSSL writes: name, IV, ciphertext, MAC); the name tells which key made them.
+#[derive(Clone)]
+pub struct TicketKey {
+    pub name: [u8; 16],
+    pub hmac: [u8; 32],
+    pub aes: [u8; 32],
+}
+
+impl TicketKey {
+    pub fn generate() -> TicketKey {
+        let mut bytes = [0u8; KEY_FILE_ENTRY_LEN];
+        boring::rand::rand_bytes(&mut bytes).expect("the RNG works");
+        let key = TicketKey::from_bytes(&bytes);
+        bytes.zeroize();
+        key
+    }
+
+    /// Name, HMAC key, AES key: the layout of one key-file entry.
+    pub fn from_bytes(bytes: &[u8; KEY_FILE_ENTRY_LEN]) -> TicketKey {
+        let mut key = TicketKey {
+            name: [0; 16],
+            hmac: [0; 32],
+            aes: [0; 32],
+        };
+        key.name.copy_from_slice(&bytes[..16]);
+        key.hmac.copy_from_slice(&bytes[16..48]);
+        key.aes.copy_from_slice(&bytes[48..]);
+        key
+    }
+}
+
+impl Drop for TicketKey {
+    fn drop(&mut self) {
+        self.hmac.zeroize();
+        self.aes.zeroize();
+    }
+}
+
+impl std::fmt::Debug for TicketKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TicketKey({})", hex(&self.name))
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[derive(Debug)]
+pub struct RingKey {
+    pub key: TicketKey,
+    /// After this instant the key no longer encrypts (in-memory keys only).
+    pub encrypt_until: Option<Instant>,
+    /// After this instant the key no longer decrypts (in-memory keys only).
+    pub decrypt_until: Option<Instant>,
+}
+
+/// What a ticket's key name maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    /// The encrypting key: resume.
+    Current(&'a TicketKey),
+    /// An older key that still decrypts: resume and issue a fresh ticket.
+    Old(&'a TicketKey),
+    /// Unknown or expired: full handshake.
+    Unknown,
+}
+
+impl PartialEq for TicketKey {
+    fn eq(&self, other: &TicketKey) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for TicketKey {}
+
+/// An immutable set of keys; `keys[encrypt]` encrypts.
+#[derive(Debug)]
+pub struct KeyRing {
+    pub keys: Vec<RingKey>,
+    pub encrypt: usize,
+}
+
+impl KeyRing {
+    pub fn encrypting(&self) -> &RingKey {
+        &self.keys[self.encrypt]
+    }
+
+    pub fn lookup(&self, name: &[u8], now: Instant) -> Lookup<'_> {
+        for (index, entry) in self.keys.iter().enumerate() {
+            if entry.key.name != name {
+                continue;
+            }
+            if entry.decrypt_until.is_some_and(|until| now >= until) {
+                return Lookup::Unknown;
+            }
+            let current =
+                index == self.encrypt && entry.encrypt_until.is_none_or(|until| now < until);
+            return if current {
+                Lookup::Current(&entry.key)
+            } else {
+                Lookup::Old(&entry.key)
+            };
+        }
+        Lookup::Unknown
+    }
+
+    /// Keys from a key file: all decrypt, the last encrypts, none expires.
+    pub fn from_file_keys(keys: Vec<TicketKey>) -> KeyRing {
+        let encrypt = keys.len() - 1;
+        KeyRing {
+            keys: keys
+                .into_iter()
+                .map(|key| RingKey {
+                    key,
+                    encrypt_until: None,
+                    decrypt_until: None,
+                })
+                .collect(),
+            encrypt,
+        }
+    }
+}
+
+/// Where the keys come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    File(PathBuf),
+    Memory { rotation: Duration, grace: Duration },
+}
+
+/// Parses a key file: one base64 key of 80 bytes per line; blank lines and lines starting with
+/// `#` are skipped. Errors name the file and the line.
+pub fn parse_key_file(path: &Path, text: &str) -> anyhow::Result<Vec<TicketKey>> {
+    let mut keys: Vec<TicketKey> = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = || format!("{}:{}", path.display(), number + 1);
+        let mut bytes = boring::base64::decode_block(line)
+            .map_err(|_| anyhow::anyhow!("{}: ticket key is not valid base64", at()))?;
+        anyhow::ensure!(
+            bytes.len() == KEY_FILE_ENTRY_LEN,
+            "{}: ticket key has {} bytes, expected {KEY_FILE_ENTRY_LEN} (16-byte name, 32-byte HMAC key, 32-byte AES key; e.g. `openssl rand -base64 80`)",
+            at(),
+            bytes.len()
+        );
+        let key = TicketKey::from_bytes(bytes.as_slice().try_into().expect("80 bytes"));
+        bytes.zeroize();
+        anyhow::ensure!(
+            !keys.iter().any(|k| k.name == key.name),
+            "{}: two ticket keys have the same name (first 16 bytes)",
+            at()
+        );
+        keys.push(key);
+    }
+    anyhow::ensure!(
+        !keys.is_empty(),
+        "{}: no ticket key in the file",
+        path.display()
+    );
+    Ok(keys)
+}
+
+pub fn read_key_file(path: &Path) -> anyhow::Result<Vec<TicketKey>> {
+    let mut text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read ticket key file {}", path.display()))?;
+    let keys = parse_key_file(path, &text);
+    text.zeroize();
+    keys
+}
+
+/// The process's ticket keys: read lock-free by the ticket callback on every worker.
+pub struct TicketKeys {
+    ring: ArcSwap<KeyRing>,
+    source: Mutex<KeySource>,
+}
+
+impl TicketKeys {
+    pub fn new(source: KeySource, now: Instant) -> anyhow::Result<TicketKeys> {
+        let ring = match &source {
+            KeySource::File(path) => KeyRing::from_file_keys(read_key_file(path)?),
+            KeySource::Memory { rotation, grace } => KeyRing {
+                keys: vec![fresh_key(now, *rotation, *grace)],
+                encrypt: 0,
+            },
+        };
+        Ok(TicketKeys {
+            ring: ArcSwap::from_pointee(ring),
+            source: Mutex::new(source),
+        })
+    }
+
+    /// The ring for decrypting (no rotation check: that is the encrypting side's business).
+    pub fn ring(&self) -> arc_swap::Guard<Arc<KeyRing>> {
+        self.ring.load()
+    }
+
+    /// The ring for encrypting: rotates first if the in-memory encrypting key is due.
+    pub fn ring_for_encrypt(&self, now: Instant) -> Arc<KeyRing> {
+        let ring = self.ring.load_full();
+        match ring.encrypting().encrypt_until {
+            Some(until) if now >= until => self.rotate(now),
+            _ => ring,
+        }
+    }
+
+    /// Replaces the in-memory encrypting key (if due) and forgets keys past their grace.
+    fn rotate(&self, now: Instant) -> Arc<KeyRing> {
+        let source = self.source.lock().unwrap_or_else(|e| e.into_inner());
+        let ring = self.ring.load_full();
+        let KeySource::Memory { rotation, grace } = *source else {
+            return ring;
+        };
+        // Another thread may have rotated while this one waited for the lock.
+        if ring
+            .encrypting()
+            .encrypt_until
+            .is_none_or(|until| now < until)
+        {
+            return ring;
+        }
+        let mut keys: Vec<RingKey> = ring
+            .keys
+            .iter()
+            .filter(|k| k.decrypt_until.is_none_or(|until| now < until))
+            .map(|k| RingKey {
+                key: k.key.clone(),
+                encrypt_until: k.encrypt_until,
+                decrypt_until: k.decrypt_until,
+            })
+            .collect();
+        keys.push(fresh_key(now, rotation, grace));
+        let next = Arc::new(KeyRing {
+            encrypt: keys.len() - 1,
+            keys,
+        });
+        self.ring.store(next.clone());
+        tracing::debug!(name = %hex(&next.encrypting().key.name), "session ticket key rotated");
+        next
+    }
+
+    /// Applies a (re)loaded configuration: re-reads the key file, or switches to in-memory
+    /// keys (keeping the current ones until their grace ends). Errors leave everything as is.
+    pub fn reconfigure(&self, source: KeySource, now: Instant) -> anyhow::Result<()> {
+        let mut current = self.source.lock().unwrap_or_else(|e| e.into_inner());
+        match &source {
+            KeySource::File(path) => {
+                let keys = read_key_file(path)?;
+                let count = keys.len();
+                self.ring.store(Arc::new(KeyRing::from_file_keys(keys)));
+                tracing::info!(file = %path.display(), keys = count, "session ticket keys loaded");
+            }
+            KeySource::Memory { rotation, grace } => {
+                if let KeySource::File(_) = *current {
+                    // Leaving a key file: its keys keep decrypting for the grace period.
+                    let old = self.ring.load_full();
+                    let mut keys: Vec<RingKey> = old
+                        .keys
+                        .iter()
+                        .map(|k| RingKey {
+                            key: k.key.clone(),
+                            encrypt_until: Some(now),
+                            decrypt_until: Some(now + *grace),
+                        })
+                        .collect();
+                    keys.push(fresh_key(now, *rotation, *grace));
+                    self.ring.store(Arc::new(KeyRing {
+                        encrypt: keys.len() - 1,
+                        keys,
+                    }));
+                }
+                // Same mode: new rotation/grace apply from the next rotation on.
+            }
+        }
+        *current = source;
+        Ok(())
+    }
+
+    pub fn source(&self) -> KeySource {
+        self.source
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+fn fresh_key(now: Instant, rotation: Duration, grace: Duration) -> RingKey {
+    RingKey {
+        key: TicketKey::generate(),
+        encrypt_until: Some(now + rotation),
+        decrypt_until: Some(now + rotation + grace),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(bytes: &[u8]) -> String {
+        boring::base64::encode_block(bytes)
+    }
+
+    #[test]
+    fn key_file_last_line_encrypts() {
+        let a = [1u8; 80];
+        let mut b = [2u8; 80];
+        b[..16].copy_from_slice(&[9u8; 16]);
+        let text = format!("# comment\n{}\n\n{}\n", line(&a), line(&b));
+        let keys = parse_key_file(Path::new("k"), &text).unwrap();
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys[0].name, [1u8; 16]);
+        assert_eq!(keys[0].hmac, [1u8; 32]);
+        assert_eq!(keys[1].aes, [2u8; 32]);
+        let ring = KeyRing::from_file_keys(keys);
+        let now = Instant::now();
+        assert_eq!(ring.encrypting().key.name, [9u8; 16]);
+        assert!(matches!(ring.lookup(&[9u8; 16], now), Lookup::Current(_)));
+        assert!(matches!(ring.lookup(&[1u8; 16], now), Lookup::Old(_)));
+        assert_eq!(ring.lookup(&[3u8; 16], now), Lookup::Unknown);
+    }
+
+    #[test]
+    fn key_file_errors_name_the_line() {
+        let err = parse_key_file(Path::new("keys"), "\n!!!\n").unwrap_err();
+        assert!(err.to_string().starts_with("keys:2:"), "{err}");
+        let err = parse_key_file(Path::new("keys"), &line(&[0u8; 48])).unwrap_err();
+        assert!(err.to_string().contains("48 bytes"), "{err}");
+        let err = parse_key_file(Path::new("keys"), "# only a comment\n").unwrap_err();
+        assert!(err.to_string().contains("no ticket key"), "{err}");
+        let dup = format!("{}\n{}\n", line(&[1u8; 80]), line(&[1u8; 80]));
+        assert!(parse_key_file(Path::new("keys"), &dup).is_err());
+    }
+
+    #[test]
+    fn memory_keys_rotate_and_expire_after_grace() {
+        let start = Instant::now();
+        let rotation = Duration::from_secs(10);
+        let grace = Duration::from_secs(5);
+        let keys = TicketKeys::new(KeySource::Memory { rotation, grace }, start).unwrap();
+        let first = keys.ring_for_encrypt(start).encrypting().key.name;
+        // Before the rotation is due, the same key encrypts.
+        let t = start + Duration::from_secs(9);
+        assert_eq!(keys.ring_for_encrypt(t).encrypting().key.name, first);
+        // Due: a new key encrypts; the old one still decrypts (renewing the ticket).
+        let t = start + Duration::from_secs(11);
+        let ring = keys.ring_for_encrypt(t);
+        let second = ring.encrypting().key.name;
+        assert_ne!(first, second);
+        assert!(matches!(ring.lookup(&first, t), Lookup::Old(_)));
+        assert!(matches!(ring.lookup(&second, t), Lookup::Current(_)));
+        // After rotation + grace the old key is refused, even before anything rotates again.
+        let t = start + Duration::from_secs(15);
+        assert_eq!(keys.ring().lookup(&first, t), Lookup::Unknown);
+        // A later rotation forgets it.
+        let t = start + Duration::from_secs(22);
+        let ring = keys.ring_for_encrypt(t);
+        assert!(ring.keys.iter().all(|k| k.key.name != first));
+        assert_eq!(ring.keys.len(), 2);
+    }
+
+    #[test]
+    fn key_file_reload_error_keeps_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        std::fs::write(&path, line(&[7u8; 80])).unwrap();
+        let now = Instant::now();
+        let keys = TicketKeys::new(KeySource::File(path.clone()), now).unwrap();
+        std::fs::write(&path, "garbage").unwrap();
+        assert!(keys
+            .reconfigure(KeySource::File(path.clone()), now)
+            .is_err());
+        assert_eq!(keys.ring().encrypting().key.name, [7u8; 16]);
+        std::fs::write(&path, format!("{}\n{}", line(&[7u8; 80]), line(&[8u8; 80]))).unwrap();
+        keys.reconfigure(KeySource::File(path), now).unwrap();
+        assert_eq!(keys.ring().encrypting().key.name, [8u8; 16]);
+        assert!(matches!(
+            keys.ring().lookup(&[7u8; 16], now),
+            Lookup::Old(_)
+        ));
+    }
+}

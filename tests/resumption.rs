@@ -1,0 +1,575 @@
+//! Session resumption end to end (issue 6): tickets shared through a key file, in-memory key
+//! rotation with a grace period, session IDs shared through a real Redis, Redis dying under
+//! load, the session cache bound. The client is BoringSSL in-process, with its own session
+//! capture (the common `tls_connect` does not resume).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use boring::ssl::{
+    SslConnector, SslMethod, SslSession, SslSessionCacheMode, SslSessionRef, SslVerifyMode,
+    SslVersion,
+};
+use common::*;
+use tokio::net::TcpStream;
+
+// ---------------------------------------------------------------------------------------
+// Client with session capture
+
+/// A client that keeps the last session the server gave it.
+struct Client {
+    connector: SslConnector,
+    last: Arc<Mutex<Option<SslSession>>>,
+}
+
+struct Connected {
+    reused: bool,
+    version: &'static str,
+    /// The session to offer next time (the newest ticket, or the session-ID session).
+    session: Option<SslSession>,
+}
+
+impl Client {
+    fn new(max_version: SslVersion) -> Client {
+        let last = Arc::new(Mutex::new(None));
+        let mut builder = SslConnector::builder(SslMethod::tls()).unwrap();
+        builder.set_verify(SslVerifyMode::NONE);
+        builder.set_max_proto_version(Some(max_version)).unwrap();
+        builder.set_session_cache_mode(SslSessionCacheMode::CLIENT);
+        let slot = last.clone();
+        builder.set_new_session_callback(move |_ssl, session| {
+            *slot.lock().unwrap() = Some(session);
+        });
+        Client {
+            connector: builder.build(),
+            last,
+        }
+    }
+
+    /// Handshake (offering `offer`), one HTTP request (so TLS 1.3 tickets arrive), close.
+    async fn connect(&self, port: u16, offer: Option<&SslSession>) -> anyhow::Result<Connected> {
+        self.last.lock().unwrap().take();
+        let mut config = self.connector.configure()?;
+        if let Some(session) = offer {
+            // SAFETY: every session offered comes from this client's connector.
+            unsafe { config.set_session(session)? };
+        }
+        let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+        let mut stream =
+            tokio::time::timeout(DEADLINE, tokio_boring::connect(config, "localhost", tcp))
+                .await??;
+        let reused = stream.ssl().session_reused();
+        let version = stream.ssl().version_str();
+        let body = tokio::time::timeout(DEADLINE, http_get(&mut stream, "/bytes/10")).await??;
+        anyhow::ensure!(body.len() == 10, "short body");
+        let session = self.last.lock().unwrap().take();
+        Ok(Connected {
+            reused,
+            version,
+            session,
+        })
+    }
+
+    /// A full handshake; returns the session it produced.
+    async fn fresh(&self, port: u16) -> SslSession {
+        let c = self.connect(port, None).await.unwrap();
+        assert!(!c.reused);
+        c.session.expect("the server gave a session")
+    }
+
+    /// Offers `session`; says whether it was resumed (the handshake itself must succeed).
+    async fn resumes(&self, port: u16, session: &SslSession) -> bool {
+        self.connect(port, Some(session)).await.unwrap().reused
+    }
+}
+
+/// The name of the key that encrypted a session's ticket (its first 16 bytes).
+fn ticket_key_name(session: &SslSessionRef) -> Option<Vec<u8>> {
+    let mut data = std::ptr::null();
+    let mut len = 0usize;
+    // SAFETY: a `&SslSessionRef` is a pointer to the SSL_SESSION it wraps (foreign-types);
+    // get0_ticket only reads it and returns a borrowed pointer valid while `session` is.
+    unsafe {
+        boring_sys::SSL_SESSION_get0_ticket(
+            session as *const SslSessionRef as *const boring_sys::SSL_SESSION,
+            &mut data,
+            &mut len,
+        );
+        (len >= 16).then(|| std::slice::from_raw_parts(data, 16).to_vec())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Servers, configuration, metrics
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    // ECDSA: cheap full handshakes, so tests that make hundreds of them stay quick.
+    let (cert, key) = make_cert(dir.path(), "ecdsa", "localhost", KeyType::EcdsaP256);
+    Setup {
+        dir: dir.path().to_path_buf(),
+        _dir: dir,
+        cert,
+        key,
+    }
+}
+
+struct Instance {
+    server: Server,
+    port: u16,
+    admin: u16,
+}
+
+impl Setup {
+    /// Writes `<name>.toml` (one listener, the given `[session]` body) and starts it.
+    fn config(&self, name: &str, port: u16, admin: u16, session: &str) -> PathBuf {
+        let text = format!(
+            "workers = 2\n[admin]\naddress = \"127.0.0.1:{admin}\"\n[session]\n{session}\n\n\
+             [[listener]]\naddress = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
+             [[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
+            self.cert.display().to_string(),
+            self.key.display().to_string(),
+        );
+        let path = self.dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn start(&self, name: &str, session: &str) -> Instance {
+        let port = free_port();
+        let admin = free_port();
+        let server = Server::start(&self.config(name, port, admin, session));
+        Instance {
+            server,
+            port,
+            admin,
+        }
+    }
+}
+
+impl Instance {
+    /// Sum of the samples of `name` whose labels contain `labels` (e.g. `result="redis"`).
+    fn metric(&self, name: &str, labels: &str) -> f64 {
+        let mut tcp = std::net::TcpStream::connect(("127.0.0.1", self.admin)).unwrap();
+        tcp.set_read_timeout(Some(DEADLINE)).unwrap();
+        write!(
+            tcp,
+            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        tcp.read_to_string(&mut text).unwrap();
+        text.lines()
+            .filter(|l| {
+                l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(labels)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// An 80-byte ticket key, base64, with `tag` in its name.
+fn key_line(tag: u8) -> String {
+    let mut bytes = [0u8; 80];
+    boring::rand::rand_bytes(&mut bytes).unwrap();
+    bytes[0] = tag;
+    boring::base64::encode_block(&bytes)
+}
+
+// ---------------------------------------------------------------------------------------
+// Redis
+
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (apt-get install redis-server; scripts/setup.sh)");
+        let redis = Redis { child, port };
+        // Ready when it answers PING.
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if redis.ping() {
+                return redis;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer PING"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(1))
+    }
+
+    fn ping(&self) -> bool {
+        self.connection()
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok_and(|pong| pong == "PONG")
+    }
+
+    fn exists(&self, key: &str) -> bool {
+        let mut c = self.connection().unwrap();
+        redis::cmd("EXISTS").arg(key).query::<i64>(&mut c).unwrap() == 1
+    }
+
+    /// Waits until the session is in Redis (stores are asynchronous).
+    fn wait_for_session(&self, session: &SslSessionRef) {
+        let key = format!("tlsterm:session:{}", hex(session.id()));
+        let deadline = Instant::now() + DEADLINE;
+        while !self.exists(&key) {
+            assert!(
+                Instant::now() < deadline,
+                "session {key} never reached Redis"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+/// A ticket issued by process A is accepted by process B with the same key file (TLS 1.3 and
+/// 1.2); a ticket under a key B does not have gives a full handshake; SIGHUP re-reads the
+/// file (the new last line encrypts, the old key still decrypts) and a broken file is refused.
+#[tokio::test]
+async fn tickets_from_a_shared_key_file_resume_on_another_process() {
+    let s = setup();
+    let keys = s.dir.join("ticket.keys");
+    let first = key_line(1);
+    std::fs::write(&keys, format!("# tlsterm ticket keys\n{first}\n")).unwrap();
+    let session = format!(
+        "ticket_key_file = {:?}\ncache = false",
+        keys.display().to_string()
+    );
+    let a = s.start("a", &session);
+    let b = s.start("b", &session);
+    let other_keys = s.dir.join("other.keys");
+    std::fs::write(&other_keys, key_line(9)).unwrap();
+    let c = s.start(
+        "c",
+        &format!(
+            "ticket_key_file = {:?}\ncache = false",
+            other_keys.display().to_string()
+        ),
+    );
+
+    for version in [SslVersion::TLS1_3, SslVersion::TLS1_2] {
+        let client = Client::new(version);
+        let session = client.fresh(a.port).await;
+        assert_eq!(ticket_key_name(&session).unwrap()[0], 1);
+        let on_b = client.connect(b.port, Some(&session)).await.unwrap();
+        assert!(on_b.reused, "{version:?}: B resumes A's ticket");
+        let expected = if version == SslVersion::TLS1_3 {
+            "TLSv1.3"
+        } else {
+            "TLSv1.2"
+        };
+        assert_eq!(on_b.version, expected);
+        assert!(client.resumes(a.port, &session).await);
+        // Unknown key: a full handshake, not an error.
+        assert!(!client.resumes(c.port, &session).await, "{version:?}");
+    }
+
+    // Rotate the file: a new key appended (it encrypts), the old one kept (it decrypts).
+    let client = Client::new(SslVersion::TLS1_2);
+    let old = client.fresh(a.port).await;
+    std::fs::write(&keys, format!("{first}\n{}\n", key_line(2))).unwrap();
+    assert!(a.server.reload().contains("reloaded"));
+    let new = client.fresh(a.port).await;
+    assert_eq!(
+        ticket_key_name(&new).unwrap()[0],
+        2,
+        "the last line encrypts"
+    );
+    let renewed = client.connect(a.port, Some(&old)).await.unwrap();
+    assert!(
+        renewed.reused,
+        "the old key still decrypts after the reload"
+    );
+    assert_eq!(
+        ticket_key_name(renewed.session.as_ref().expect("renewed ticket")).unwrap()[0],
+        2,
+        "a ticket under an older key is renewed under the current one"
+    );
+    // B has not reloaded: it does not know key 2 yet, and says so with a full handshake.
+    assert!(!client.resumes(b.port, &new).await);
+
+    // A broken key file refuses the whole reload; the keys in use stay.
+    std::fs::write(&keys, "not base64 !!!\n").unwrap();
+    let verdict = a.server.reload();
+    assert!(verdict.contains("reload refused"), "{verdict}");
+    assert!(client.resumes(a.port, &new).await);
+    assert!(client.resumes(a.port, &old).await);
+}
+
+/// In-memory keys: after a rotation, a ticket under the previous key is still accepted
+/// during the grace period, and refused (full handshake) after it.
+#[tokio::test]
+async fn rotated_ticket_key_is_accepted_during_grace_and_refused_after() {
+    const ROTATION: Duration = Duration::from_secs(1);
+    const GRACE: Duration = Duration::from_secs(3);
+    let s = setup();
+    let a = s.start(
+        "a",
+        "ticket_rotation = \"1s\"\nticket_grace = \"3s\"\ncache = false",
+    );
+    let tls13 = Client::new(SslVersion::TLS1_3);
+    let tls12 = Client::new(SslVersion::TLS1_2);
+    let s13 = tls13.fresh(a.port).await;
+    let s12 = tls12.fresh(a.port).await;
+    // The key was made no later than this, so it decrypts until this + rotation + grace.
+    let issued = Instant::now();
+    let old_name = ticket_key_name(&s12).unwrap();
+    assert_eq!(ticket_key_name(&s13).unwrap(), old_name);
+
+    // Wait for the rotation to show: a new ticket under another key.
+    let deadline = issued + DEADLINE;
+    loop {
+        let probe = tls12.fresh(a.port).await;
+        if ticket_key_name(&probe).unwrap() != old_name {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the ticket key never rotated");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        issued.elapsed() < ROTATION + GRACE,
+        "too slow to check the grace period"
+    );
+    assert!(
+        tls13.resumes(a.port, &s13).await,
+        "TLS 1.3 ticket within grace"
+    );
+    assert!(
+        tls12.resumes(a.port, &s12).await,
+        "TLS 1.2 ticket within grace"
+    );
+    assert!(
+        issued.elapsed() < ROTATION + GRACE,
+        "too slow to check the grace period"
+    );
+
+    // Past the grace period (waiting for that deadline is the point of the test).
+    let expired = issued + ROTATION + GRACE + Duration::from_millis(300);
+    tokio::time::sleep_until(expired.into()).await;
+    assert!(
+        !tls13.resumes(a.port, &s13).await,
+        "TLS 1.3 ticket after grace"
+    );
+    assert!(
+        !tls12.resumes(a.port, &s12).await,
+        "TLS 1.2 ticket after grace"
+    );
+    assert!(a.metric("tlsterm_session_tickets_total", "result=\"unknown_key\"") >= 2.0);
+    assert!(a.metric("tlsterm_session_tickets_total", "result=\"old_key\"") >= 2.0);
+}
+
+/// Two processes sharing one Redis resume each other's TLS 1.2 session IDs (tickets off).
+#[tokio::test]
+async fn two_processes_share_session_ids_through_redis() {
+    let redis = Redis::start();
+    let s = setup();
+    let session = format!("tickets = false\nredis_url = {:?}", redis.url());
+    let a = s.start("a", &session);
+    let b = s.start("b", &session);
+    let client = Client::new(SslVersion::TLS1_2);
+
+    let from_a = client.fresh(a.port).await;
+    assert!(!from_a.id().is_empty());
+    assert!(
+        ticket_key_name(&from_a).is_none(),
+        "no ticket: tickets are off"
+    );
+    redis.wait_for_session(&from_a);
+    assert!(
+        client.resumes(b.port, &from_a).await,
+        "B resumes A's session via Redis"
+    );
+    assert!(
+        client.resumes(a.port, &from_a).await,
+        "A resumes its own (local cache)"
+    );
+
+    let from_b = client.fresh(b.port).await;
+    redis.wait_for_session(&from_b);
+    assert!(
+        client.resumes(a.port, &from_b).await,
+        "A resumes B's session via Redis"
+    );
+    assert!(a.metric("tlsterm_session_cache_lookups_total", "result=\"redis\"") >= 1.0);
+    assert!(b.metric("tlsterm_session_cache_lookups_total", "result=\"redis\"") >= 1.0);
+
+    // Sessions survive a reload (new TLS contexts, same cache).
+    assert!(a.server.reload().contains("reloaded"));
+    assert!(client.resumes(a.port, &from_a).await);
+}
+
+/// Redis killed while clients keep connecting: no handshake fails; resumption through Redis
+/// stops (full handshakes) and the fallback metric counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_traffic_fails_no_handshake() {
+    let mut redis = Redis::start();
+    let s = setup();
+    // No local cache: every lookup goes to Redis.
+    let session = format!(
+        "tickets = false\ncache = false\nredis_url = {:?}\nredis_timeout = \"50ms\"",
+        redis.url()
+    );
+    let a = s.start("a", &session);
+    let b = s.start("b", &session);
+    let (pa, pb) = (a.port, b.port);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let resumed = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (stop, handshakes, resumed) = (stop.clone(), handshakes.clone(), resumed.clone());
+        tasks.push(tokio::spawn(async move {
+            let client = Client::new(SslVersion::TLS1_2);
+            while !stop.load(Ordering::Relaxed) {
+                // Full handshake on A, then offer that session to B: B asks Redis.
+                let session = client.connect(pa, None).await?.session.unwrap();
+                let on_b = client.connect(pb, Some(&session)).await?;
+                handshakes.fetch_add(2, Ordering::Relaxed);
+                if on_b.reused {
+                    resumed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let wait_until = |target: usize| {
+        let handshakes = handshakes.clone();
+        async move {
+            let deadline = Instant::now() + DEADLINE;
+            while handshakes.load(Ordering::Relaxed) < target {
+                assert!(Instant::now() < deadline, "traffic stalled");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    wait_until(200).await;
+    assert!(
+        resumed.load(Ordering::Relaxed) > 0,
+        "resumption through Redis works"
+    );
+    redis.kill();
+    let at_kill = handshakes.load(Ordering::Relaxed);
+    let resumed_at_kill = resumed.load(Ordering::Relaxed);
+    wait_until(at_kill + 300).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap().expect("no handshake failed");
+    }
+    // Sessions still go through for a moment after the kill (in flight); then none.
+    let after = resumed.load(Ordering::Relaxed) - resumed_at_kill;
+    assert!(after < 50, "{after} resumptions after Redis died");
+    assert!(b.metric("tlsterm_session_redis_fallbacks_total", "") >= 1.0);
+    assert_eq!(b.metric("tlsterm_handshake_failures_total", ""), 0.0);
+}
+
+/// The session-ID cache keeps at most `cache_max_entries` sessions, least recently used out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_bound_holds_under_many_sessions() {
+    let s = setup();
+    let a = s.start("a", "tickets = false\ncache_max_entries = 100");
+    let port = a.port;
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        tasks.push(tokio::spawn(async move {
+            let client = Client::new(SslVersion::TLS1_2);
+            let mut sessions = Vec::new();
+            for _ in 0..50 {
+                sessions.push(client.fresh(port).await);
+            }
+            sessions
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    assert_eq!(all.len(), 500);
+    assert_eq!(a.metric("tlsterm_session_cache_entries", ""), 100.0);
+    assert!(a.metric("tlsterm_session_cache_evictions", "") >= 400.0);
+    // The most recent sessions are kept, the oldest are gone (a full handshake, no error).
+    let client = Client::new(SslVersion::TLS1_2);
+    let newest = client.fresh(port).await;
+    assert!(client.resumes(port, &newest).await);
+    let mut resumed_oldest = 0;
+    for old in all.iter().step_by(50) {
+        // The first session of each task: among the oldest 100 created.
+        resumed_oldest += client.resumes(port, old).await as usize;
+    }
+    assert!(
+        resumed_oldest == 0,
+        "{resumed_oldest} evicted sessions resumed"
+    );
+}
+
+#[test]
+fn ticket_key_file_errors_refuse_start() {
+    let s = setup();
+    let keys = s.dir.join("short.keys");
+    std::fs::write(&keys, boring::base64::encode_block(&[0u8; 48])).unwrap();
+    let config = s.config(
+        "bad",
+        free_port(),
+        free_port(),
+        &format!("ticket_key_file = {:?}", keys.display().to_string()),
+    );
+    let out = Command::new(TLSTERM)
+        .args(["serve", "--check", "-c"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("expected 80"), "{stderr}");
+}
