@@ -202,18 +202,14 @@ async fn proxy_protocol_v1_and_v2_headers() {
             assert_eq!(received[13], 0x11, "TCP over IPv4");
             assert_eq!(header.tlv(PP2_TYPE_ALPN), Some(&b"h2"[..]));
             assert_eq!(header.tlv(PP2_TYPE_AUTHORITY), Some(&b"proxy.test"[..]));
-            let (client_bits, _verify, subs) = header.ssl_subtlvs().expect("SSL TLV");
-            assert_eq!(client_bits & 0x01, 0x01, "PP2_CLIENT_SSL");
-            let version_tlv = subs
-                .iter()
-                .find(|(k, _)| *k == proxy_protocol::PP2_SUBTYPE_SSL_VERSION)
-                .unwrap();
-            assert_eq!(version_tlv.1, b"TLSv1.3");
-            let cipher_tlv = subs
-                .iter()
-                .find(|(k, _)| *k == proxy_protocol::PP2_SUBTYPE_SSL_CIPHER)
-                .unwrap();
-            assert!(String::from_utf8_lossy(&cipher_tlv.1).starts_with("TLS_"));
+            let ssl = header.ssl().expect("SSL TLV");
+            assert_eq!(ssl.client & 0x01, 0x01, "PP2_CLIENT_SSL");
+            assert_eq!(
+                ssl.get(proxy_protocol::PP2_SUBTYPE_SSL_VERSION),
+                Some(&b"TLSv1.3"[..])
+            );
+            let cipher = ssl.get(proxy_protocol::PP2_SUBTYPE_SSL_CIPHER).unwrap();
+            assert!(String::from_utf8_lossy(cipher).starts_with("TLS_"));
         }
     }
 }

@@ -73,7 +73,7 @@ pub struct HandshakeGuard {
 }
 
 impl HandshakeGuard {
-    pub fn new() -> HandshakeGuard {
+    pub fn enter() -> HandshakeGuard {
         let queue = current();
         if let Some(queue) = &queue {
             queue.in_handshake.set(queue.in_handshake.get() + 1);

@@ -100,6 +100,28 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
     out
 }
 
+/// One type-length-value entry: (type, value).
+pub type Tlv = (u8, Vec<u8>);
+
+/// The PP2_TYPE_SSL value, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SslTlv {
+    /// PP2_CLIENT_* bits.
+    pub client: u8,
+    /// Zero only for a verified client certificate.
+    pub verify: u32,
+    pub subtlvs: Vec<Tlv>,
+}
+
+impl SslTlv {
+    pub fn get(&self, kind: u8) -> Option<&[u8]> {
+        self.subtlvs
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
 /// A decoded header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyHeader {
@@ -108,7 +130,7 @@ pub struct ProxyHeader {
     pub source: Option<SocketAddr>,
     pub destination: Option<SocketAddr>,
     /// v2 TLVs in order: (type, value).
-    pub tlvs: Vec<(u8, Vec<u8>)>,
+    pub tlvs: Vec<Tlv>,
 }
 
 impl ProxyHeader {
@@ -120,13 +142,16 @@ impl ProxyHeader {
     }
 
     /// Sub-TLVs of PP2_TYPE_SSL, after its `client` byte and `verify` field.
-    pub fn ssl_subtlvs(&self) -> Option<(u8, u32, Vec<(u8, Vec<u8>)>)> {
+    pub fn ssl(&self) -> Option<SslTlv> {
         let ssl = self.tlv(PP2_TYPE_SSL)?;
         if ssl.len() < 5 {
             return None;
         }
-        let verify = u32::from_be_bytes(ssl[1..5].try_into().ok()?);
-        Some((ssl[0], verify, parse_tlvs(&ssl[5..]).ok()?))
+        Some(SslTlv {
+            client: ssl[0],
+            verify: u32::from_be_bytes(ssl[1..5].try_into().ok()?),
+            subtlvs: parse_tlvs(&ssl[5..]).ok()?,
+        })
     }
 }
 
@@ -137,7 +162,7 @@ pub enum DecodeError {
     Invalid(&'static str),
 }
 
-fn parse_tlvs(mut data: &[u8]) -> Result<Vec<(u8, Vec<u8>)>, DecodeError> {
+fn parse_tlvs(mut data: &[u8]) -> Result<Vec<Tlv>, DecodeError> {
     let mut tlvs = Vec::new();
     while !data.is_empty() {
         if data.len() < 3 {
@@ -301,10 +326,10 @@ mod tests {
         assert_eq!(header.source, Some(addr("10.0.0.1:1234")));
         assert_eq!(header.tlv(PP2_TYPE_ALPN), Some(&b"h2"[..]));
         assert_eq!(header.tlv(PP2_TYPE_AUTHORITY), Some(&b"example.com"[..]));
-        let (client, verify, subs) = header.ssl_subtlvs().unwrap();
-        assert_eq!(client, PP2_CLIENT_SSL);
-        assert_ne!(verify, 0);
-        assert!(subs.contains(&(PP2_SUBTYPE_SSL_VERSION, b"TLSv1.3".to_vec())));
+        let ssl = header.ssl().unwrap();
+        assert_eq!(ssl.client, PP2_CLIENT_SSL);
+        assert_ne!(ssl.verify, 0);
+        assert_eq!(ssl.get(PP2_SUBTYPE_SSL_VERSION), Some(&b"TLSv1.3"[..]));
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub async fn handle(
         }
     };
 
-    let guard = HandshakeGuard::new();
+    let guard = HandshakeGuard::enter();
     let handshake = PollTimer {
         inner: Box::pin(SslStreamBuilder::new(ssl, stream).accept()),
         busy: Duration::ZERO,
