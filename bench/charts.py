@@ -29,22 +29,36 @@ def draw(results, outdir: Path, tag: str):
         fig.savefig(outdir / "handshakes-vs-concurrency.png", dpi=110)
         plt.close(fig)
 
-    lat = (results.get("scenarios") or {}).get("tls13-rsa-latency-half") or {}
-    if lat:
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    scen = results.get("scenarios") or {}
+    for key, fname, title in (
+        ("tls13-rsa-latency-half", "latency-cdf.png", "at half of each server's own capacity"),
+        ("tls13-rsa-latency-common", "latency-cdf-common-rate.png", "all servers at the same rate"),
+    ):
+        lat = scen.get(key) or {}
+        if not lat:
+            continue
+        fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
         for srv, runs in lat.items():
             # The run with the median p99 stands for the server.
             p99s = [r["total_p99_us"] for r in runs]
             r = runs[p99s.index(statistics.median_low(p99s))]
             xs = [us / 1000 for _, us in r["total_cdf"]]
-            ys = [q for q, _ in r["total_cdf"]]
-            ax.plot(xs, ys, label=f"{srv} @ {r['rate']:.0f}/s")
-        ax.set_xscale("log")
-        ax.set_xlabel("connect + handshake + request, from scheduled start (ms)")
-        ax.set_ylabel("fraction of requests")
-        ax.set_title("Latency CDF at half of each server's TLS 1.3 RSA capacity")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+            qs = [q for q, _ in r["total_cdf"]]
+            label = f"{srv} @ {r['rate']:.0f}/s"
+            a.plot(xs, qs, label=label)
+            tail = [(x, 1 - q) for x, q in zip(xs, qs) if q < 1]
+            b.plot([x for x, _ in tail], [t for _, t in tail], label=label)
+        a.set_ylabel("fraction of requests")
+        a.set_title("CDF")
+        b.set_yscale("log")
+        b.set_ylabel("fraction slower than x")
+        b.set_title("tail (log)")
+        for ax in (a, b):
+            ax.set_xscale("log")
+            ax.set_xlabel("connect + handshake + request from scheduled start (ms)")
+            ax.grid(True, which="both", alpha=0.3)
+        a.legend()
+        fig.suptitle(f"TLS 1.3 RSA-2048 full-handshake latency, open loop, {title}")
         fig.tight_layout()
-        fig.savefig(outdir / "latency-cdf.png", dpi=110)
+        fig.savefig(outdir / fname, dpi=110)
         plt.close(fig)

@@ -49,6 +49,8 @@ SCENARIOS = [
     ("bulk-1mib", "rsa", ["--mode", "bulk", "--tls-version", "1.3"], "/bytes/1048576", "bulk"),
     # Open loop at half of the server's measured tls13-rsa-full capacity.
     ("tls13-rsa-latency-half", "rsa", ["--mode", "full", "--tls-version", "1.3"], "/", "rate"),
+    # Open loop, every server at the same rate: half of the slowest server's capacity.
+    ("tls13-rsa-latency-common", "rsa", ["--mode", "full", "--tls-version", "1.3"], "/", "rate-common"),
 ]
 
 
@@ -275,6 +277,7 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
         "total_max_us": r["total_latency"]["max_us"],
     }
     if rate:
+        res["hs_cdf"] = r["handshake_latency"]["cdf"]
         res["total_cdf"] = r["total_latency"]["cdf"]
     return res
 
@@ -345,15 +348,15 @@ def main():
         for name, cert, extra, path, kind in scenarios:
             results["scenarios"][name] = {}
             for srv in servers:
-                if kind == "rate" and srv not in capacity:
+                if kind.startswith("rate") and srv not in capacity:
                     log(f"skip {name} {srv}: no tls13-rsa-full capacity measured")
                     continue
                 server = start_server(srv, cert, certs, args.engine)
                 runs = []
                 try:
                     for i in range(args.runs):
-                        if kind == "rate":
-                            rate = capacity[srv] / 2
+                        if kind.startswith("rate"):
+                            rate = (capacity[srv] if kind == "rate" else min(capacity.values())) / 2
                             r = measure(server, backend, extra, path, 256, args.duration, rate)
                         else:
                             conc = args.bulk_concurrency if kind == "bulk" else args.concurrency

@@ -91,7 +91,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quiet: bool,
     /// Record mode: bytes to push through each cipher, per direction.
-    #[arg(long, default_value_t = 256 << 20)]
+    #[arg(long, default_value_t = 1 << 30)]
     pub record_bytes: u64,
     /// Record mode: plaintext bytes per write (16384 = full TLS records).
     #[arg(long, default_value_t = 16384)]

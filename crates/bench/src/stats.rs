@@ -120,8 +120,11 @@ impl Latency {
     pub fn of(h: &Histogram<u64>) -> Latency {
         let mut cdf = Vec::new();
         if !h.is_empty() {
-            let mut q: Vec<f64> = (0..100).map(|i| i as f64 / 100.0).collect();
-            q.extend([0.995, 0.999, 0.9995, 0.9999, 1.0]);
+            // Even steps up to p99, then finer steps through the tail.
+            let mut q: Vec<f64> = (0..99).map(|i| i as f64 / 100.0).collect();
+            q.extend((0..9).map(|i| 0.99 + i as f64 / 1000.0));
+            q.extend((0..10).map(|i| 0.999 + i as f64 / 10_000.0));
+            q.push(1.0);
             for q in q {
                 cdf.push((q, h.value_at_quantile(q)));
             }
