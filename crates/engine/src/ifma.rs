@@ -44,12 +44,15 @@ unsafe fn ld(p: *const Lanes) -> __m512i {
 /// `core::hint::black_box` it has no memory clobber, which would force the
 /// accumulators out of registers.
 #[inline(always)]
-fn opaque<T>(mut p: *const T) -> *const T {
-    // SAFETY: an empty asm template; it only passes `p` through a register.
-    unsafe {
-        core::arch::asm!("/* {0} */", inout(reg) p, options(nomem, nostack, preserves_flags))
-    };
-    p
+fn opaque<T>(p: *const T) -> *const T {
+    p.map_addr(|mut a| {
+        // SAFETY: an empty asm template; it only passes the address through
+        // a register (map_addr keeps the pointer's provenance).
+        unsafe {
+            core::arch::asm!("/* {0} */", inout(reg) a, options(nomem, nostack, preserves_flags))
+        };
+        a
+    })
 }
 
 #[inline(always)]
@@ -89,8 +92,8 @@ unsafe fn amm<const N: usize>(
         let zero = _mm512_setzero_si512();
         let k0 = ld(k0);
         let mut t = [zero; N];
-        for i in 0..N {
-            let bi = ld(&b[i]);
+        for bi in b.iter() {
+            let bi = ld(bi);
             let ap = opaque(a.as_ptr());
             let mp = opaque(m.as_ptr());
             let mut t0 = _mm512_madd52lo_epu64(t[0], bi, ld(ap));
@@ -156,7 +159,7 @@ unsafe fn tile<const DIAG: bool>(p: *mut __m512i, a: *const Lanes, b: *const Lan
 /// as `amm(a, a)`: y_i depends only on the running low limbs, which agree.
 #[target_feature(enable = "avx512f,avx512ifma")]
 unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) {
-    const { assert!(N % TILE == 0 && 2 * N <= 160) };
+    const { assert!(N.is_multiple_of(TILE) && 2 * N <= 160) };
     // SAFETY: the caller guarantees AVX-512F/IFMA; tile offsets stay below
     // 2N <= 160 entries of `p`, limb offsets below N.
     unsafe {

@@ -17,6 +17,8 @@ mod ifma;
 mod kernel;
 mod padding;
 mod rsa;
+#[cfg(test)]
+mod tests;
 
 pub use padding::{Hash, RsaPadding};
 pub use rsa::RsaPrivateKey;

@@ -1,0 +1,172 @@
+//! Kernel tests against a simple reference (num-bigint), and IFMA against
+//! portable (bit-identical by construction).
+
+use crate::bn::{self, Lanes, LANES, LIMB_BITS, MASK52};
+use crate::kernel::{get_lane, set_lane, MontKernel, Portable, TABLE};
+use num_bigint::BigUint;
+use proptest::prelude::*;
+
+fn to_big(x: &[u64]) -> BigUint {
+    x.iter()
+        .rev()
+        .fold(BigUint::default(), |acc, &l| (acc << LIMB_BITS) + l)
+}
+
+/// Random modulus per lane with 4m < R (top limb below 2^(52-3)), odd, plus
+/// operands a, b < 2m and k0.
+fn operands<const N: usize>(seed: &[u64]) -> ([Lanes; N], [Lanes; N], [Lanes; N], Lanes) {
+    let mut s = seed.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, &x| {
+        (h ^ x).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let (mut m, mut a, mut b, mut k0) = (
+        [Lanes::default(); N],
+        [Lanes::default(); N],
+        [Lanes::default(); N],
+        Lanes::default(),
+    );
+    for lane in 0..LANES {
+        let mut ml = [0u64; N];
+        for l in ml.iter_mut() {
+            *l = next() & MASK52;
+        }
+        ml[N - 1] = (ml[N - 1] >> 4) | (1 << 47);
+        ml[0] |= 1;
+        // a, b: random below 2m (draw below m's bit size + 1, then reduce by
+        // subtracting m while >= 2m, variable time is fine in a test).
+        let mbig = to_big(&ml);
+        let mut draw = || {
+            let mut v = [0u64; N];
+            for l in v.iter_mut() {
+                *l = next() & MASK52;
+            }
+            v[N - 1] &= (1 << 49) - 1;
+            let x = to_big(&v) % (&mbig * 2u32);
+            let mut out = [0u64; N];
+            out.copy_from_slice(&bn::from_be_bytes(&x.to_bytes_be(), N));
+            out
+        };
+        let (al, bl) = (draw(), draw());
+        set_lane(&mut m, lane, &ml);
+        set_lane(&mut a, lane, &al);
+        set_lane(&mut b, lane, &bl);
+        k0.0[lane] = bn::mont_k0(ml[0]);
+    }
+    (m, a, b, k0)
+}
+
+fn check_mul<const N: usize>(seed: &[u64]) {
+    let (m, a, b, k0) = operands::<N>(seed);
+    let portable = Portable { lanes: LANES };
+    let r = portable.mul(&a, &b, &m, &k0);
+    let s = portable.sqr(&a, &m, &k0);
+    let rr = BigUint::from(1u32) << (LIMB_BITS * N);
+    for lane in 0..LANES {
+        let mut v = [0u64; N];
+        get_lane(&m, lane, &mut v);
+        let mb = to_big(&v);
+        let rinv = rr.modinv(&mb).expect("odd modulus");
+        get_lane(&a, lane, &mut v);
+        let ab = to_big(&v);
+        get_lane(&b, lane, &mut v);
+        let bb = to_big(&v);
+        get_lane(&r, lane, &mut v);
+        assert!(v.iter().all(|&l| l <= MASK52), "normalized");
+        let got = to_big(&v);
+        assert!(got < &mb * 2u32, "result below 2m");
+        assert_eq!(&got % &mb, (&ab * &bb * &rinv) % &mb, "a*b/R mod m");
+        get_lane(&s, lane, &mut v);
+        assert_eq!(&to_big(&v) % &mb, (&ab * &ab * &rinv) % &mb, "a^2/R mod m");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(ifma) = crate::ifma::Ifma::new() {
+        assert_eq!(ifma.mul(&a, &b, &m, &k0), r, "IFMA mul == portable mul");
+        assert_eq!(
+            ifma.sqr(&a, &m, &k0),
+            portable.mul(&a, &a, &m, &k0),
+            "IFMA sqr == a*a"
+        );
+    }
+}
+
+fn check_select<const N: usize>(seed: u64) {
+    let mut table = Box::new([[Lanes::default(); N]; TABLE]);
+    for (k, e) in table.iter_mut().enumerate() {
+        for (j, l) in e.iter_mut().enumerate() {
+            for lane in 0..LANES {
+                l.0[lane] = (k as u64) << 32 | (j as u64) << 8 | lane as u64 | seed << 48;
+            }
+        }
+    }
+    let mut idx = Lanes::default();
+    for lane in 0..LANES {
+        idx.0[lane] = (seed.wrapping_mul(lane as u64 + 7) >> 3) % TABLE as u64;
+    }
+    let want: [Lanes; N] = core::array::from_fn(|j| {
+        Lanes(core::array::from_fn(|lane| {
+            table[idx.0[lane] as usize][j].0[lane]
+        }))
+    });
+    assert_eq!(Portable { lanes: LANES }.select(&table, &idx), want);
+    #[cfg(target_arch = "x86_64")]
+    if let Some(ifma) = crate::ifma::Ifma::new() {
+        assert_eq!(ifma.select(&table, &idx), want);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn mont_mul_20(seed in proptest::collection::vec(any::<u64>(), 4)) { check_mul::<20>(&seed); }
+    #[test]
+    fn mont_mul_30(seed in proptest::collection::vec(any::<u64>(), 4)) { check_mul::<30>(&seed); }
+    #[test]
+    fn mont_mul_40(seed in proptest::collection::vec(any::<u64>(), 4)) { check_mul::<40>(&seed); }
+    #[test]
+    fn mont_mul_60(seed in proptest::collection::vec(any::<u64>(), 4)) { check_mul::<60>(&seed); }
+    #[test]
+    fn mont_mul_80(seed in proptest::collection::vec(any::<u64>(), 4)) { check_mul::<80>(&seed); }
+    #[test]
+    fn select_picks_the_indexed_entry(seed in any::<u64>()) {
+        check_select::<20>(seed);
+        check_select::<40>(seed);
+    }
+}
+
+#[test]
+fn extreme_operands() {
+    // a = b = 2m - 1 (the largest allowed), m with all limbs maximal.
+    const N: usize = 20;
+    let mut ml = [MASK52; N];
+    ml[N - 1] = (1 << 49) - 1;
+    let mut two_m_minus_1 = [0u64; N];
+    bn::add(&mut two_m_minus_1, &ml, &ml);
+    two_m_minus_1[0] -= 1;
+    let (mut m, mut a) = ([Lanes::default(); N], [Lanes::default(); N]);
+    let mut k0 = Lanes::default();
+    for lane in 0..LANES {
+        set_lane(&mut m, lane, &ml);
+        set_lane(&mut a, lane, &two_m_minus_1);
+        k0.0[lane] = bn::mont_k0(ml[0]);
+    }
+    let p = Portable { lanes: LANES };
+    let r = p.mul(&a, &a, &m, &k0);
+    let mb = to_big(&ml);
+    let mut v = [0u64; N];
+    get_lane(&r, 0, &mut v);
+    let rinv = (BigUint::from(1u32) << (LIMB_BITS * N))
+        .modinv(&mb)
+        .unwrap();
+    let ab = to_big(&two_m_minus_1);
+    assert_eq!(to_big(&v) % &mb, (&ab * &ab * rinv) % &mb);
+    #[cfg(target_arch = "x86_64")]
+    if let Some(ifma) = crate::ifma::Ifma::new() {
+        assert_eq!(ifma.mul(&a, &a, &m, &k0), r);
+        assert_eq!(ifma.sqr(&a, &m, &k0), r);
+    }
+}
