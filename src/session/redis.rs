@@ -59,6 +59,9 @@ fn runtime() -> anyhow::Result<Handle> {
     Ok(HANDLE.get_or_init(|| handle).clone())
 }
 
+/// A lookup in flight: the serialized session, if Redis has it.
+pub type PendingGet = JoinHandle<Outcome<Option<Vec<u8>>>>;
+
 pub struct RedisStore {
     prefix: String,
     timeout: Duration,
@@ -114,7 +117,7 @@ impl RedisStore {
     }
 
     /// Looks a session up; the answer comes within `redis_timeout`.
-    pub fn get(&self, id: &[u8]) -> Result<JoinHandle<Outcome<Option<Vec<u8>>>>, Outcome<()>> {
+    pub fn get(&self, id: &[u8]) -> Result<PendingGet, Outcome<()>> {
         let guard = self.admit().ok_or(Outcome::Overload)?;
         let key = self.key(id);
         let mut connection = self.connection.clone();
