@@ -87,9 +87,7 @@ impl BackendPool {
                 tokio::time::timeout(self.connect_timeout, TcpStream::connect(backend.address))
                     .await;
             crate::metrics::record_backend_connect(attempt.elapsed(), matches!(result, Ok(Ok(_))));
-            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(backend.address))
-                .await
-            {
+            match result {
                 Ok(Ok(stream)) => {
                     backend.down_until.store(0, Ordering::Relaxed);
                     let _ = stream.set_nodelay(true);
