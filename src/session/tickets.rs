@@ -168,7 +168,7 @@ pub fn parse_key_file(path: &Path, text: &str) -> anyhow::Result<Vec<TicketKey>>
             .map_err(|_| anyhow::anyhow!("{}: ticket key is not valid base64", at()))?;
         anyhow::ensure!(
             bytes.len() == KEY_FILE_ENTRY_LEN,
-            "{}: ticket key has {} bytes, expected {KEY_FILE_ENTRY_LEN} (16-byte name, 32-byte HMAC key, 32-byte AES key; e.g. `openssl rand -base64 80`)",
+            "{}: ticket key has {} bytes, expected {KEY_FILE_ENTRY_LEN} (16-byte name, 32-byte HMAC key, 32-byte AES key; e.g. `openssl rand 80 | base64 -w0`)",
             at(),
             bytes.len()
         );
