@@ -9,7 +9,7 @@ use boring::nid::Nid;
 use boring::pkey::{PKey, Private};
 use boring::rsa::Rsa;
 use boring::sign::Signer;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 use tlsterm_engine::{Hash, Kernel, RsaPadding, RsaPrivateKey, SignRequest, MAX_BATCH};
 
@@ -123,9 +123,12 @@ fn batch_sign(kernel: Kernel, key: &RsaPrivateKey, padding: RsaPadding, n: usize
     }
 }
 
+/// One-line progress on a terminal (silent when stderr is redirected).
 fn progress(msg: &str) {
-    eprint!("\r{msg:<60}");
-    let _ = std::io::stderr().flush();
+    if std::io::stderr().is_terminal() {
+        eprint!("\r{msg:<60}");
+        let _ = std::io::stderr().flush();
+    }
 }
 
 pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
@@ -206,7 +209,6 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
         rows.push((alg.clone(), inline, batch));
     }
     progress("");
-    eprintln!();
     let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.0}"));
     println!(
         "{:<10} {:>12} {:>12} {:>7}  kernel",
@@ -260,7 +262,6 @@ fn batch_sizes(
             ));
         }
         progress("");
-        eprintln!();
         println!(
             "{alg}, kernel {}: inline (BoringSSL) {inline_ops:.0} ops/s, {:.1} us per op",
             kernel.name(),
