@@ -65,21 +65,30 @@ def sh(cmd, **kw):
 # ---------------------------------------------------------------- setup
 
 def make_certs():
+    """A local CA and, signed by it, an RSA-2048 and an ECDSA P-256 leaf for localhost."""
     certs = RUN / "certs"
     certs.mkdir(parents=True, exist_ok=True)
-    if not (certs / "rsa.crt").exists():
-        sh(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", certs / "rsa.key",
-            "-out", certs / "rsa.crt", "-days", "365", "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], capture_output=True)
-    if not (certs / "ecdsa.crt").exists():
-        sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", certs / "ecdsa.key", "-out", certs / "ecdsa.crt", "-days", "365",
-            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-           capture_output=True)
+    q = dict(capture_output=True)
+    if not (certs / "ca.crt").exists():
+        sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", certs / "ca.key", "-out", certs / "ca.crt", "-days", "365",
+            "-subj", "/CN=tlsterm bench CA"], **q)
+    ext = certs / "leaf.ext"
+    ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                   "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for kind, newkey in (("rsa", ["-newkey", "rsa:2048"]),
+                         ("ecdsa", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])):
+        if (certs / f"{kind}.crt").exists():
+            continue
+        sh(["openssl", "req", "-new", *newkey, "-nodes", "-keyout", certs / f"{kind}.key",
+            "-out", certs / f"{kind}.csr", "-subj", "/CN=localhost"], **q)
+        sh(["openssl", "x509", "-req", "-in", certs / f"{kind}.csr", "-CA", certs / "ca.crt",
+            "-CAkey", certs / "ca.key", "-CAcreateserial", "-days", "365", "-extfile", ext,
+            "-out", certs / f"{kind}.crt"], **q)
     for kind in ("rsa", "ecdsa"):
         pem = certs / f"{kind}.pem"  # certificate + key, for HAProxy and hitch
         pem.write_bytes((certs / f"{kind}.crt").read_bytes() + (certs / f"{kind}.key").read_bytes())
-        os.chmod(certs / f"{kind}.key", 0o644)  # hitch re-reads as nobody on reload
+        os.chmod(certs / f"{kind}.key", 0o644)  # hitch workers run as nobody
     return certs
 
 
@@ -278,6 +287,8 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
     }
     if rate:
         res["hs_cdf"] = r["handshake_latency"]["cdf"]
+        res["lag_p50_us"] = r["start_lag"]["p50_us"]
+        res["lag_p99_us"] = r["start_lag"]["p99_us"]
         res["total_cdf"] = r["total_latency"]["cdf"]
     return res
 

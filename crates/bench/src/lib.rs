@@ -265,6 +265,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         handshake_latency: Latency::of(&stats.handshake),
         request_latency: Latency::of(&stats.request),
         total_latency: Latency::of(&stats.total),
+        start_lag: Latency::of(&stats.start_lag),
         client_cpu_s: cpu,
         client_cpu_util: cpu / e / args.threads as f64,
         handshakes_per_client_cpu_s: if cpu > 0.0 {

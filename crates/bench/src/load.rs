@@ -226,6 +226,8 @@ async fn open_loop(ctx: &Rc<Ctx>, conns: usize, rate: f64) {
         set.spawn_local(async move {
             let _permit = sem.acquire().await.expect("semaphore open");
             let mut slot = slots.borrow_mut().pop().expect("a slot per permit");
+            let lag = micros(sched.elapsed());
+            ctx.stats.borrow_mut().start_lag.record(lag).ok();
             unit(&ctx, &mut slot, sched).await;
             slots.borrow_mut().push(slot);
         });

@@ -43,6 +43,9 @@ pub struct Stats {
     /// A whole unit of work (connect + handshake + request, or one keep-alive request);
     /// in open-loop mode measured from the scheduled start.
     pub total: Histogram<u64>,
+    /// Open loop only: how late units started after their scheduled time (timer
+    /// granularity, and waiting for a free connection slot when all are busy).
+    pub start_lag: Histogram<u64>,
     pub handshakes: u64,
     pub resumed: u64,
     pub requests: u64,
@@ -60,6 +63,7 @@ impl Default for Stats {
             handshake: histogram(),
             request: histogram(),
             total: histogram(),
+            start_lag: histogram(),
             handshakes: 0,
             resumed: 0,
             requests: 0,
@@ -85,6 +89,7 @@ impl Stats {
         self.handshake.add(&o.handshake).expect("same bounds");
         self.request.add(&o.request).expect("same bounds");
         self.total.add(&o.total).expect("same bounds");
+        self.start_lag.add(&o.start_lag).expect("same bounds");
         self.handshakes += o.handshakes;
         self.resumed += o.resumed;
         self.requests += o.requests;
@@ -168,6 +173,7 @@ pub struct Report {
     pub handshake_latency: Latency,
     pub request_latency: Latency,
     pub total_latency: Latency,
+    pub start_lag: Latency,
     /// The client's own CPU time (getrusage, user + system) during the run.
     pub client_cpu_s: f64,
     /// client_cpu_s / elapsed_s / threads: near 1.0 means the client was the bottleneck.
@@ -230,6 +236,7 @@ impl Report {
             ("handshake", &self.handshake_latency),
             ("request", &self.request_latency),
             ("total", &self.total_latency),
+            ("start lag", &self.start_lag),
         ] {
             if l.count == 0 {
                 continue;

@@ -185,6 +185,7 @@ fn open_loop_runs_at_the_given_rate() {
     // 50 units at 200/s are scheduled over 245 ms: the run cannot be much shorter.
     assert!(r.elapsed_s >= 0.24, "{}", r.elapsed_s);
     assert_eq!(r.rate, Some(200.0));
+    assert_eq!(r.start_lag.count, 50);
 }
 
 #[test]
