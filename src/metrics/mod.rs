@@ -8,6 +8,7 @@
 
 pub mod admin;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -181,6 +182,18 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     }
 });
 
+/// Recording switch: off when the admin listener is disabled (nobody could read the
+/// metrics). Set once at start, so gauges stay consistent.
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
 /// The exposition in the Prometheus text format.
 pub fn render() -> String {
     TextEncoder::new()
@@ -189,6 +202,9 @@ pub fn render() -> String {
 }
 
 pub fn record_inline_op(kind: KeyKind, _elapsed: Duration) {
+    if !enabled() {
+        return;
+    }
     METRICS
         .engine_ops
         .with_label_values(&[kind.label(), "inline"])
@@ -196,14 +212,23 @@ pub fn record_inline_op(kind: KeyKind, _elapsed: Duration) {
 }
 
 pub fn record_queue_wait(wait: Duration) {
+    if !enabled() {
+        return;
+    }
     METRICS.queue_wait.observe(wait.as_secs_f64());
 }
 
 pub fn record_flush(cause: FlushCause, _ops: usize) {
+    if !enabled() {
+        return;
+    }
     METRICS.flushes.with_label_values(&[cause.label()]).inc();
 }
 
 pub fn record_batch(kind: KeyKind, ops: usize, elapsed: Duration) {
+    if !enabled() {
+        return;
+    }
     METRICS
         .engine_ops
         .with_label_values(&[kind.label(), "batch"])
@@ -213,10 +238,16 @@ pub fn record_batch(kind: KeyKind, ops: usize, elapsed: Duration) {
 }
 
 pub fn record_engine_error() {
+    if !enabled() {
+        return;
+    }
     METRICS.engine_errors.inc();
 }
 
 pub fn record_engine_wait(wait: Duration) {
+    if !enabled() {
+        return;
+    }
     METRICS
         .handshake_time
         .with_label_values(&["engine_wait"])
@@ -235,6 +266,9 @@ pub struct HandshakeRecord<'a> {
 }
 
 pub fn record_handshake(h: &HandshakeRecord<'_>) {
+    if !enabled() {
+        return;
+    }
     let m = &*METRICS;
     m.handshakes
         .with_label_values(&[if h.resumed { "resumed" } else { "full" }])
@@ -257,6 +291,9 @@ pub fn record_handshake(h: &HandshakeRecord<'_>) {
 }
 
 pub fn record_handshake_failure(reason: HandshakeFailure) {
+    if !enabled() {
+        return;
+    }
     METRICS
         .handshake_failures
         .with_label_values(&[reason.label()])
@@ -264,6 +301,9 @@ pub fn record_handshake_failure(reason: HandshakeFailure) {
 }
 
 pub fn record_close(reason: &str, to_backend: u64, to_client: u64) {
+    if !enabled() {
+        return;
+    }
     let m = &*METRICS;
     m.connections_closed.with_label_values(&[reason]).inc();
     m.bytes
@@ -272,7 +312,25 @@ pub fn record_close(reason: &str, to_backend: u64, to_client: u64) {
     m.bytes.with_label_values(&["to_client"]).inc_by(to_client);
 }
 
+pub fn record_accept() {
+    if !enabled() {
+        return;
+    }
+    METRICS.connections_accepted.inc();
+    METRICS.connections_active.inc();
+}
+
+pub fn record_connection_end() {
+    if !enabled() {
+        return;
+    }
+    METRICS.connections_active.dec();
+}
+
 pub fn record_backend_connect(elapsed: Duration, ok: bool) {
+    if !enabled() {
+        return;
+    }
     if ok {
         METRICS.backend_connect_time.observe(elapsed.as_secs_f64());
     } else {

@@ -166,6 +166,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    crate::metrics::set_enabled(config.admin.enabled);
     let admin = match config.admin.enabled {
         true => Some(runtime.block_on(crate::metrics::admin::bind(config.admin.address))?),
         false => None,

@@ -103,12 +103,10 @@ async fn accept_loop(
             Ok((stream, client)) => {
                 let state = shared.listeners.load()[slot].clone();
                 let log = shared.log_connections.load(Ordering::Relaxed);
-                let metrics = &crate::metrics::METRICS;
-                metrics.connections_accepted.inc();
-                metrics.connections_active.inc();
+                crate::metrics::record_accept();
                 tokio::task::spawn_local(async move {
                     conn::handle(stream, client, state, log).await;
-                    crate::metrics::METRICS.connections_active.dec();
+                    crate::metrics::record_connection_end();
                     drop(permit);
                 });
             }
