@@ -94,6 +94,48 @@ fn openssl_and_curl_handshake_tls12_and_tls13_with_rsa_and_ecdsa() {
     }
 }
 
+/// ECDSA P-384 and RSA-4096 side by side: P-384 for clients that offer ecdsa_secp384r1_sha384.
+#[test]
+fn p384_and_rsa4096_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (rc, rk) = make_cert(dir.path(), "rsa4096", "localhost", KeyType::Rsa4096);
+    let (ec, ek) = make_cert(dir.path(), "p384", "localhost", KeyType::EcdsaP384);
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n{}{}",
+        cert_block(&rc, &rk, ""),
+        cert_block(&ec, &ek, "")
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let _server = Server::start(&config);
+    let out = s_client(
+        port,
+        &["-tls1_3", "-sigalgs", "ECDSA+SHA384", "-ign_eof"],
+        GET_CLOSE,
+    );
+    assert!(
+        out.contains("Peer signature type: ECDSA") && out.contains("Hello from tlsterm"),
+        "{out}"
+    );
+    assert!(out.contains("384 bit"), "{out}");
+    // A client that cannot verify P-384 signatures gets the RSA-4096 certificate.
+    let out = s_client(
+        port,
+        &[
+            "-tls1_3",
+            "-sigalgs",
+            "ECDSA+SHA256:RSA-PSS+SHA256",
+            "-ign_eof",
+        ],
+        GET_CLOSE,
+    );
+    assert!(
+        out.contains("Peer signature type: RSA-PSS") && out.contains("4096 bit"),
+        "{out}"
+    );
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+}
+
 #[test]
 fn sni_selects_certificate_exact_wildcard_and_default() {
     let dir = tempfile::tempdir().unwrap();

@@ -39,7 +39,9 @@ pub fn run(cmd: &mut Command) -> std::process::Output {
 #[derive(Clone, Copy, Debug)]
 pub enum KeyType {
     Rsa2048,
+    Rsa4096,
     EcdsaP256,
+    EcdsaP384,
 }
 
 /// A self-signed certificate for `cn` (also its SAN) written as `<stem>.pem`/`<stem>.key`.
@@ -48,7 +50,9 @@ pub fn make_cert(dir: &Path, stem: &str, cn: &str, key: KeyType) -> (PathBuf, Pa
     let keyfile = dir.join(format!("{stem}.key"));
     let newkey = match key {
         KeyType::Rsa2048 => vec!["-newkey", "rsa:2048"],
+        KeyType::Rsa4096 => vec!["-newkey", "rsa:4096"],
         KeyType::EcdsaP256 => vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        KeyType::EcdsaP384 => vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
     };
     run(Command::new("openssl")
         .args(["req", "-x509", "-nodes", "-days", "2"])
