@@ -31,6 +31,10 @@ pub struct SpeedArgs {
     /// latency, to choose the small-batch threshold.
     #[arg(long)]
     pub batch_sizes: bool,
+    /// Divide by wall-clock time instead of the thread's CPU time (as
+    /// `openssl speed -elapsed`).
+    #[arg(long)]
+    pub elapsed: bool,
     /// Use RSA-PSS (SHA-256) instead of PKCS#1 v1.5 (SHA-256).
     #[arg(long)]
     pub pss: bool,
@@ -54,18 +58,38 @@ pub enum SpeedKernel {
 /// The message every signature signs (TLS signs ~100-byte transcripts).
 const MESSAGE: &[u8] = &[0x5a; 130];
 
+/// CPU time (user + system) of the calling thread, from
+/// /proc/thread-self/stat, in seconds (Linux USER_HZ is 100).
+fn thread_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 /// Runs `f` (which performs `ops_per_call` operations) repeatedly for about
-/// `seconds`; returns (operations per second, seconds per call).
-fn measure(seconds: f64, ops_per_call: usize, mut f: impl FnMut()) -> (f64, f64) {
+/// `seconds` of wall time; returns (operations per second, seconds per
+/// call). Like `openssl speed`, the divisor is the thread's CPU time (so a
+/// busy shared machine that preempts us does not lower the figure), unless
+/// `elapsed` asks for wall-clock time (`openssl speed -elapsed`).
+fn measure(seconds: f64, elapsed: bool, ops_per_call: usize, mut f: impl FnMut()) -> (f64, f64) {
     f(); // warm-up: caches, page faults, CPU frequency
     let limit = Duration::from_secs_f64(seconds);
+    let cpu0 = thread_cpu_seconds();
     let start = Instant::now();
     let mut calls = 0u64;
     while start.elapsed() < limit {
         f();
         calls += 1;
     }
-    let secs = start.elapsed().as_secs_f64();
+    let wall = start.elapsed().as_secs_f64();
+    let secs = match (elapsed, cpu0, thread_cpu_seconds()) {
+        (false, Some(a), Some(b)) if b > a => b - a,
+        _ => wall,
+    };
     (
         (calls as f64 * ops_per_call as f64) / secs,
         secs / calls as f64,
@@ -165,8 +189,9 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
     }
 
     println!(
-        "one core, calling thread; {pad_name} SHA-256 for RSA; batch = {jobs} per call, kernel {}",
-        kernel.name()
+        "one core, calling thread; {pad_name} SHA-256 for RSA; batch = {jobs} per call, kernel {}; per {} second",
+        kernel.name(),
+        if args.elapsed { "wall-clock" } else { "CPU" }
     );
     let mut rows = Vec::new();
     for alg in &algs {
@@ -177,14 +202,14 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
                 let setup = rsa_setup(bits)?;
                 let inline = do_inline.then(|| {
                     progress(&format!("{alg}: inline (BoringSSL)"));
-                    measure(args.seconds, 1, || {
+                    measure(args.seconds, args.elapsed, 1, || {
                         inline_rsa_sign(&setup.pkey, args.pss);
                     })
                     .0
                 });
                 let batch = do_batch.then(|| {
                     progress(&format!("{alg}: batch of {jobs} ({})", kernel.name()));
-                    measure(args.seconds, jobs, || {
+                    measure(args.seconds, args.elapsed, jobs, || {
                         batch_sign(kernel, &setup.key, padding, jobs)
                     })
                     .0
@@ -201,7 +226,7 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
                     s.sign_to_vec().expect("sign");
                 };
                 // The engine only queues ECDSA; both columns are BoringSSL.
-                let r = measure(args.seconds, 1, sign).0;
+                let r = measure(args.seconds, args.elapsed, 1, sign).0;
                 (Some(r), do_batch.then_some(r))
             }
             other => bail!("unknown algorithm {other:?} (rsa2048, rsa3072, rsa4096, ecdsap256)"),
@@ -248,7 +273,7 @@ fn batch_sizes(
         progress(&format!("{alg}: generating key"));
         let setup = rsa_setup(bits)?;
         progress(&format!("{alg}: inline"));
-        let (inline_ops, inline_lat) = measure(args.seconds, 1, || {
+        let (inline_ops, inline_lat) = measure(args.seconds, args.elapsed, 1, || {
             inline_rsa_sign(&setup.pkey, args.pss);
         });
         let mut rows = Vec::new();
@@ -256,7 +281,7 @@ fn batch_sizes(
             progress(&format!("{alg}: batch of {n}"));
             rows.push((
                 n,
-                measure(args.seconds, n, || {
+                measure(args.seconds, args.elapsed, n, || {
                     batch_sign(kernel, &setup.key, padding, n)
                 }),
             ));

@@ -63,9 +63,9 @@ impl MontKernel for Portable {
             bn::amm(&mut sr, &sa, &sb, &sm, k0.0[lane]);
             set_lane(&mut r, lane, &sr);
         }
-        sa.zeroize();
-        sb.zeroize();
-        sr.zeroize();
+        for t in [&mut sa, &mut sb, &mut sm, &mut sr] {
+            t.zeroize();
+        }
         r
     }
 
