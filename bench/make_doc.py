@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Fill BENCHMARKS-peers.md from bench/doc-head.md, bench/doc-analysis.md and a run's tables."""
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+tag = sys.argv[1]
+r = json.loads((BENCH / "results" / f"peers-{tag}.json").read_text())
+v = r["meta"]["versions"]
+subs = {"TAG": tag, "KERNEL": v["kernel"], "NGINX": v["nginx"], "HAPROXY": v["haproxy"].split(" - ")[0],
+        "HITCH": v["hitch"], "OPENSSL": v["openssl"].split(" (")[0], "GIT": r["meta"]["git"]}
+sc = r["scenarios"]
+
+
+def med(scen, srv, key):
+    vals = sorted(x[key] for x in sc[scen][srv])
+    return vals[len(vals) // 2] if len(vals) % 2 else sum(vals[len(vals) // 2 - 1:len(vals) // 2 + 1]) / 2
+
+
+def ratio(scen, key, a="tlsterm", b="nginx"):
+    return med(scen, a, key) / med(scen, b, key)
+
+
+HS, MB = "handshakes_per_server_cpu_s", "mb_per_server_cpu_s"
+
+
+def target(scen, key, goal, unit):
+    t, n, q = med(scen, "tlsterm", key), med(scen, "nginx", key), ratio(scen, key)
+    verdict = "met" if q >= goal else f"missed by {(1 - q / goal) * 100:.0f}% ({q:.2f}x instead of {goal}x)"
+    return f"{t:.0f} vs {n:.0f} {unit} = {q:.2f}x", verdict
+
+
+subs["T_RSA"], subs["V_RSA"] = target("tls13-rsa-full", HS, 2.0, "handshakes per server CPU-s")
+subs["T_EC"], subs["V_EC"] = target("tls13-ecdsa-full", HS, 1.3, "handshakes per server CPU-s")
+subs["T_BULK"], subs["V_BULK"] = target("bulk-1mib", MB, 1.0, "MB per server CPU-s")
+rsa_hs, ng_hs = med("tls13-rsa-full", "tlsterm", HS), med("tls13-rsa-full", "nginx", HS)
+subs["RSA_HS"] = f"{rsa_hs:.0f}"
+subs["RSA_US"] = f"{1e6 / rsa_hs:.0f}"
+subs["NGINX_US"] = f"{1e6 / ng_hs:.0f}"
+subs["TARGET_US"] = f"{1e6 / (2 * ng_hs):.0f}"
+sw = {x["concurrency"]: x[HS] for x in r["sweep"]["tlsterm"]}
+subs["SWEEP_C4"], subs["SWEEP_C64"] = f"{sw[4]:.0f}", f"{sw[64]:.0f}"
+subs["HALF_EFF"] = f"{med('tls13-rsa-latency-half', 'tlsterm', HS):.0f}"
+subs["HALF_CPU"] = f"{med('tls13-rsa-latency-half', 'tlsterm', 'server_util') * 100:.0f}%"
+subs["COMMON_RATE"] = f"{sc['tls13-rsa-latency-common']['tlsterm'][0]['rate']:.0f}"
+subs["COMMON_RATIO"] = f"{ratio('tls13-rsa-latency-common', HS):.2f}x"
+subs["INLINE_RATIO"] = f"{ratio('tls13-rsa-full', HS, 'tlsterm-inline'):.2f}x"
+subs["EC_RATIO"] = f"{ratio('tls13-ecdsa-full', HS):.2f}x"
+for srv in ("tlsterm", "nginx", "haproxy", "hitch"):
+    subs["BULK_" + srv.upper()] = f"{med('bulk-1mib', srv, MB):.0f}"
+subs["RES_RATIO"] = f"{ratio('tls13-rsa-resume', HS):.2f}x"
+subs["REST_T"] = f"{1e6 / rsa_hs - 113:.0f}"
+subs["REST_N"] = f"{1e6 / ng_hs - 302:.0f}"
+closed = [x for n, per in sc.items() if "latency" not in n for runs in per.values() for x in runs]
+subs["CLIENT_MAX"] = f"{max(x['client_cpu_util'] for x in closed) * 100:.0f}%"
+hs_rows = [x for n, per in sc.items() if n.endswith("full") or n.endswith("resume")
+           for runs in per.values() for x in runs]
+subs["CLI_MIN"] = f"{min(x['handshakes_per_client_cpu_s'] for x in hs_rows):,.0f}"
+subs["CLI_MAX"] = f"{max(x['handshakes_per_client_cpu_s'] for x in hs_rows):,.0f}"
+srv_closed = [x["server_util"] for n, per in sc.items() if "latency" not in n and not n.startswith("bulk")
+              for runs in per.values() for x in runs]
+subs["SRV_MIN"] = f"{min(srv_closed) * 100:.0f}%"
+subs["SRV_MAX"] = f"{max(srv_closed) * 100:.0f}%"
+lags = [x["lag_p99_us"] for n, per in sc.items() if "latency" in n for runs in per.values() for x in runs]
+subs["LAG_MIN"], subs["LAG_MAX"] = f"{min(lags) / 1000:.1f}", f"{max(lags) / 1000:.1f}"
+parts = []
+for name in ("doc-head.md", "doc-analysis.md"):
+    text = (BENCH / name).read_text()
+    for k, val in subs.items():
+        text = text.replace(f"@{k}@", val)
+    parts.append(text)
+tables = (BENCH / "results" / f"peers-{tag}.md").read_text()
+doc = parts[0] + "\n## Results (run " + tag + ")\n\n" + tables.replace("### ", "#### ") + "\n" + parts[1]
+import re
+left = set(re.findall(r"@([A-Z_0-9]+)@", doc))
+assert not left, left
+(BENCH.parent / "BENCHMARKS-peers.md").write_text(doc)
