@@ -181,6 +181,30 @@ pub struct ListenerConfig {
     pub buffer_size: usize,
     #[serde(default, rename = "certificate")]
     pub certificates: Vec<CertificateConfig>,
+    /// A client whose SNI names no certificate: served the default one, or refused.
+    /// (A client without SNI always gets the default.)
+    #[serde(default = "default_unknown_sni")]
+    pub unknown_sni: UnknownSni,
+    /// Client certificates (mTLS): "none", "optional" or "required".
+    #[serde(default = "default_client_auth")]
+    pub client_auth: ClientAuth,
+    /// PEM bundle of the CAs that client certificates must chain to.
+    pub client_ca: Option<Spanned<PathBuf>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownSni {
+    Default,
+    Refuse,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    None,
+    Optional,
+    Required,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -198,6 +222,12 @@ pub struct CertificateConfig {
     pub default: bool,
 }
 
+fn default_unknown_sni() -> UnknownSni {
+    UnknownSni::Default
+}
+fn default_client_auth() -> ClientAuth {
+    ClientAuth::None
+}
 fn default_drain_timeout() -> Duration {
     Duration::from_secs(30)
 }
@@ -373,6 +403,25 @@ impl Config {
                         format!("key `groups`: unknown group `{group}` (X25519, P-256, P-384)"),
                     ));
                 }
+            }
+            match (&mut listener.client_ca, listener.client_auth) {
+                (None, ClientAuth::Optional | ClientAuth::Required) => {
+                    return Err(map.plain(format!(
+                        "listener {}: key `client_auth` needs `client_ca`",
+                        listener.address
+                    )))
+                }
+                (Some(ca), _) => {
+                    let resolved = map.resolve(ca.get_ref());
+                    if !resolved.is_file() {
+                        return Err(map.error(
+                            ca,
+                            format!("key `client_ca`: no such file {}", resolved.display()),
+                        ));
+                    }
+                    *ca.get_mut() = resolved;
+                }
+                (None, ClientAuth::None) => {}
             }
             for cert in &mut listener.certificates {
                 for (span, what) in [(&mut cert.cert, "cert"), (&mut cert.key, "key")] {

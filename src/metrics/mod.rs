@@ -58,6 +58,10 @@ pub enum HandshakeFailure {
     ClientClosed,
     /// The private-key operation failed.
     Signing,
+    /// SNI named no certificate and `unknown_sni = "refuse"`.
+    UnknownSni,
+    /// A required client certificate was missing or did not verify.
+    ClientCertificate,
     Other,
 }
 
@@ -71,6 +75,8 @@ impl HandshakeFailure {
             HandshakeFailure::NotTls => "not_tls",
             HandshakeFailure::ClientClosed => "client_closed",
             HandshakeFailure::Signing => "signing",
+            HandshakeFailure::UnknownSni => "unknown_sni",
+            HandshakeFailure::ClientCertificate => "client_certificate",
             HandshakeFailure::Other => "other",
         }
     }
@@ -78,7 +84,12 @@ impl HandshakeFailure {
     /// Classifies BoringSSL's error text (its reason codes are stable identifiers).
     pub fn classify(error: &str) -> HandshakeFailure {
         let has = |needle: &str| error.contains(needle);
-        if has("NO_SHARED_CIPHER")
+        if has("CONNECTION_REJECTED") {
+            // The certificate-selection callback refuses only unknown names.
+            HandshakeFailure::UnknownSni
+        } else if has("PEER_DID_NOT_RETURN_A_CERTIFICATE") || has("CERTIFICATE_VERIFY_FAILED") {
+            HandshakeFailure::ClientCertificate
+        } else if has("NO_SHARED_CIPHER")
             || has("NO_SHARED_GROUP")
             || has("NO_COMMON_SIGNATURE_ALGORITHMS")
         {

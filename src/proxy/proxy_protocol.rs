@@ -14,7 +14,24 @@ pub const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
 pub const PP2_SUBTYPE_SSL_CIPHER: u8 = 0x23;
 pub const PP2_SUBTYPE_SSL_SIG_ALG: u8 = 0x24;
 pub const PP2_SUBTYPE_SSL_KEY_ALG: u8 = 0x25;
+pub const PP2_SUBTYPE_SSL_CN: u8 = 0x22;
 pub const PP2_CLIENT_SSL: u8 = 0x01;
+pub const PP2_CLIENT_CERT_CONN: u8 = 0x02;
+/// tlsterm's custom TLVs (the range 0xE0-0xEF is reserved for applications):
+/// the verified client certificate's subject, its subject alternative names
+/// (comma-separated, `DNS:`/`IP:`/`email:`/`URI:` prefixed) and SHA-256 fingerprint (hex).
+pub const PP2_TYPE_TLSTERM_CLIENT_SUBJECT: u8 = 0xE0;
+pub const PP2_TYPE_TLSTERM_CLIENT_SAN: u8 = 0xE1;
+pub const PP2_TYPE_TLSTERM_CLIENT_SHA256: u8 = 0xE2;
+
+/// A client certificate that BoringSSL verified against `client_ca`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientIdentity {
+    pub common_name: Option<String>,
+    pub subject: String,
+    pub san: Vec<String>,
+    pub sha256_hex: String,
+}
 
 /// What the backend is told about a TLS connection (v2 only; v1 carries addresses alone).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,6 +41,7 @@ pub struct TlsDetails {
     pub version: String,
     pub cipher: String,
     pub key_alg: Option<String>,
+    pub client_cert: Option<ClientIdentity>,
 }
 
 /// Encodes a version 1 header: one text line.
@@ -81,10 +99,39 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
     if let Some(sni) = &tls.sni {
         push_tlv(&mut body, PP2_TYPE_AUTHORITY, sni.as_bytes());
     }
-    let mut ssl = vec![PP2_CLIENT_SSL];
-    // `verify` is zero only for a verified client certificate; none was presented.
-    ssl.extend_from_slice(&1u32.to_be_bytes());
+    if let Some(client) = &tls.client_cert {
+        push_tlv(
+            &mut body,
+            PP2_TYPE_TLSTERM_CLIENT_SUBJECT,
+            client.subject.as_bytes(),
+        );
+        push_tlv(
+            &mut body,
+            PP2_TYPE_TLSTERM_CLIENT_SAN,
+            client.san.join(",").as_bytes(),
+        );
+        push_tlv(
+            &mut body,
+            PP2_TYPE_TLSTERM_CLIENT_SHA256,
+            client.sha256_hex.as_bytes(),
+        );
+    }
+    let client_bits = match tls.client_cert {
+        Some(_) => PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN,
+        None => PP2_CLIENT_SSL,
+    };
+    let mut ssl = vec![client_bits];
+    // `verify` is zero only for a presented and verified client certificate.
+    let verify: u32 = if tls.client_cert.is_some() { 0 } else { 1 };
+    ssl.extend_from_slice(&verify.to_be_bytes());
     push_tlv(&mut ssl, PP2_SUBTYPE_SSL_VERSION, tls.version.as_bytes());
+    if let Some(cn) = tls
+        .client_cert
+        .as_ref()
+        .and_then(|c| c.common_name.as_ref())
+    {
+        push_tlv(&mut ssl, PP2_SUBTYPE_SSL_CN, cn.as_bytes());
+    }
     push_tlv(&mut ssl, PP2_SUBTYPE_SSL_CIPHER, tls.cipher.as_bytes());
     if let Some(key_alg) = &tls.key_alg {
         push_tlv(&mut ssl, PP2_SUBTYPE_SSL_KEY_ALG, key_alg.as_bytes());
@@ -316,6 +363,7 @@ mod tests {
             version: "TLSv1.3".into(),
             cipher: "TLS_AES_128_GCM_SHA256".into(),
             key_alg: Some("RSA2048".into()),
+            client_cert: None,
         };
         let bytes = encode_v2(addr("10.0.0.1:1234"), addr("10.0.0.2:443"), &tls);
         assert_eq!(&bytes[..12], &V2_SIGNATURE);

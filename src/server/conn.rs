@@ -13,7 +13,7 @@ use super::ListenerState;
 use crate::config::ProxyProtocol;
 use crate::metrics::{self, HandshakeFailure, HandshakeRecord};
 use crate::offload::HandshakeGuard;
-use crate::proxy::proxy_protocol::{self, TlsDetails};
+use crate::proxy::proxy_protocol::{self, ClientIdentity, TlsDetails};
 use crate::proxy::relay::{self, RelayEnd};
 
 /// What was negotiated, for the log line and the PROXY v2 TLVs.
@@ -23,6 +23,69 @@ struct Negotiated {
     version: &'static str,
     cipher: String,
     resumed: bool,
+    client_cert: Option<ClientIdentity>,
+}
+
+/// The verified client certificate, if the client presented one.
+fn client_identity(ssl: &SslRef) -> Option<ClientIdentity> {
+    let cert = ssl.peer_certificate()?;
+    let text = |data: &boring::asn1::Asn1StringRef| {
+        data.as_utf8().map(|s| s.to_string()).unwrap_or_default()
+    };
+    let subject = cert
+        .subject_name()
+        .entries()
+        .map(|e| {
+            format!(
+                "{}={}",
+                e.object().nid().short_name().unwrap_or("?"),
+                text(e.data())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let common_name = cert
+        .subject_name()
+        .entries_by_nid(boring::nid::Nid::COMMONNAME)
+        .next()
+        .map(|e| text(e.data()));
+    let san = cert
+        .subject_alt_names()
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|n| {
+                    n.dnsname()
+                        .map(|d| format!("DNS:{d}"))
+                        .or_else(|| n.email().map(|e| format!("email:{e}")))
+                        .or_else(|| n.uri().map(|u| format!("URI:{u}")))
+                        .or_else(|| n.ipaddress().and_then(ip_text).map(|ip| format!("IP:{ip}")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let sha256_hex = cert
+        .digest(boring::hash::MessageDigest::sha256())
+        .map(|d| hex(&d))
+        .unwrap_or_default();
+    Some(ClientIdentity {
+        common_name,
+        subject,
+        san,
+        sha256_hex,
+    })
+}
+
+fn ip_text(raw: &[u8]) -> Option<std::net::IpAddr> {
+    match raw.len() {
+        4 => Some(<[u8; 4]>::try_from(raw).ok()?.into()),
+        16 => Some(<[u8; 16]>::try_from(raw).ok()?.into()),
+        _ => None,
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Negotiated {
@@ -38,6 +101,7 @@ impl Negotiated {
                 .map(|c| c.standard_name().unwrap_or(c.name()).to_string())
                 .unwrap_or_default(),
             resumed: ssl.session_reused(),
+            client_cert: client_identity(ssl),
         }
     }
 }
@@ -188,6 +252,7 @@ pub async fn handle(
                 version: negotiated.version.to_string(),
                 cipher: negotiated.cipher.clone(),
                 key_alg: None,
+                client_cert: negotiated.client_cert.clone(),
             },
         )),
     };
@@ -245,6 +310,7 @@ fn log_end(
         version: "-",
         cipher: String::new(),
         resumed: false,
+        client_cert: None,
     };
     let n = negotiated.unwrap_or(&empty);
     tracing::info!(

@@ -18,11 +18,12 @@ use boring::nid::Nid;
 use boring::pkey::PKey;
 use boring::ssl::{
     AlpnError, ClientHello, ExtensionType, NameType, SelectCertError, Ssl, SslContext,
-    SslContextBuilder, SslMethod, SslVersion,
+    SslContextBuilder, SslMethod, SslVerifyMode, SslVersion,
 };
-use boring::x509::X509;
+use boring::x509::store::X509StoreBuilder;
+use boring::x509::{X509Name, X509};
 
-use crate::config::{ListenerConfig, TlsVersion};
+use crate::config::{ClientAuth, ListenerConfig, TlsVersion, UnknownSni};
 use crate::offload::{KeyKind, SigningKey};
 use crate::session::Sessions;
 use keymethod::OffloadKeyMethod;
@@ -125,28 +126,33 @@ struct CertSelector {
     wildcard: HashMap<String, Vec<usize>>,
     default: Vec<usize>,
     tls13_enabled: bool,
+    unknown_sni: UnknownSni,
 }
 
 impl CertSelector {
-    fn candidates(&self, sni: Option<&str>) -> &[usize] {
+    /// The certificates for `sni`; `None` when the name is unknown and refused.
+    fn candidates(&self, sni: Option<&str>) -> Option<&[usize]> {
         let Some(sni) = sni else {
-            return &self.default;
+            return Some(&self.default);
         };
         let sni = sni.to_ascii_lowercase();
         if let Some(found) = self.exact.get(&sni) {
-            return found;
+            return Some(found);
         }
         if let Some((_, parent)) = sni.split_once('.') {
             if let Some(found) = self.wildcard.get(parent) {
-                return found;
+                return Some(found);
             }
         }
-        &self.default
+        match self.unknown_sni {
+            UnknownSni::Default => Some(&self.default),
+            UnknownSni::Refuse => None,
+        }
     }
 
     /// Picks ECDSA among the candidates when the client can verify it, else RSA.
-    fn select(&self, hello: &ClientHello<'_>) -> &CertContext {
-        let candidates = self.candidates(hello.servername(NameType::HOST_NAME));
+    fn select(&self, hello: &ClientHello<'_>) -> Option<&CertContext> {
+        let candidates = self.candidates(hello.servername(NameType::HOST_NAME))?;
         let ecdsa = candidates.iter().map(|&i| &self.certs[i]).find(|cert| {
             matches!(cert.kind, KeyKind::Ecdsa { curve } if client_accepts_ecdsa(hello, curve, self.tls13_enabled))
         });
@@ -154,7 +160,7 @@ impl CertSelector {
             .iter()
             .map(|&i| &self.certs[i])
             .find(|cert| matches!(cert.kind, KeyKind::Rsa { .. }));
-        ecdsa.or(rsa).unwrap_or_else(|| &self.certs[candidates[0]])
+        Some(ecdsa.or(rsa).unwrap_or(&self.certs[candidates[0]]))
     }
 }
 
@@ -223,6 +229,35 @@ fn configure(builder: &mut SslContextBuilder, listener: &ListenerConfig) -> anyh
             select_alpn(&preferences, client).ok_or(AlpnError::NOACK)
         });
     }
+    configure_client_auth(builder, listener)
+}
+
+/// Client certificates: verified against `client_ca`; "required" fails the handshake
+/// without one.
+fn configure_client_auth(
+    builder: &mut SslContextBuilder,
+    listener: &ListenerConfig,
+) -> anyhow::Result<()> {
+    let (Some(ca_path), mode) = (&listener.client_ca, listener.client_auth) else {
+        return Ok(());
+    };
+    let mode = match mode {
+        ClientAuth::None => return Ok(()),
+        ClientAuth::Optional => SslVerifyMode::PEER,
+        ClientAuth::Required => SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
+    };
+    let pem = std::fs::read(ca_path.get_ref())
+        .with_context(|| format!("cannot read {}", ca_path.get_ref().display()))?;
+    let cas = X509::stack_from_pem(&pem).context("cannot parse client_ca PEM")?;
+    anyhow::ensure!(!cas.is_empty(), "client_ca holds no certificate");
+    let mut store = X509StoreBuilder::new()?;
+    for ca in &cas {
+        store.add_cert(ca)?;
+    }
+    builder.set_verify_cert_store(store.build())?;
+    // The CA names sent in CertificateRequest, so clients pick the right certificate.
+    builder.set_client_ca_list(X509Name::load_client_ca_file(ca_path.get_ref())?);
+    builder.set_verify(mode);
     Ok(())
 }
 
@@ -259,6 +294,7 @@ impl ServerTls {
             wildcard: HashMap::new(),
             default: Vec::new(),
             tls13_enabled: listener.max_version >= TlsVersion::Tls13,
+            unknown_sni: listener.unknown_sni,
         };
         let first_names = certs[0].names.clone();
         let any_default = certs.iter().any(|c| c.default);
@@ -295,7 +331,7 @@ impl ServerTls {
         sessions.install(&mut base, listener)?;
         let selector = Arc::new(selector);
         base.set_select_certificate_callback(move |mut hello| {
-            let chosen = selector.select(&hello);
+            let chosen = selector.select(&hello).ok_or(SelectCertError::ERROR)?;
             hello
                 .ssl_mut()
                 .set_ssl_context(&chosen.ctx)

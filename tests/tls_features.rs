@@ -1,0 +1,261 @@
+//! Client certificates (mTLS) with the verified identity passed in PROXY v2 TLVs, and the
+//! unknown-SNI policy.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use tlsterm::proxy::proxy_protocol::{
+    self, PP2_SUBTYPE_SSL_CN, PP2_TYPE_TLSTERM_CLIENT_SAN, PP2_TYPE_TLSTERM_CLIENT_SHA256,
+    PP2_TYPE_TLSTERM_CLIENT_SUBJECT,
+};
+use tokio::io::AsyncReadExt;
+
+/// A CA and a client certificate it signed (CN=alice, SAN email:alice@example.test).
+fn make_client_pki(dir: &Path) {
+    let p = |name: &str| dir.join(name).display().to_string();
+    run(Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-nodes",
+        "-days",
+        "2",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-subj",
+        "/CN=Test Client CA",
+        "-keyout",
+        &p("ca.key"),
+        "-out",
+        &p("ca.pem"),
+    ]));
+    run(Command::new("openssl").args([
+        "req",
+        "-new",
+        "-nodes",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-subj",
+        "/CN=alice/O=Example",
+        "-keyout",
+        &p("alice.key"),
+        "-out",
+        &p("alice.csr"),
+    ]));
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=email:alice@example.test,DNS:alice.example.test\n",
+    )
+    .unwrap();
+    run(Command::new("openssl").args([
+        "x509",
+        "-req",
+        "-days",
+        "2",
+        "-in",
+        &p("alice.csr"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-extfile",
+        &p("ext.cnf"),
+        "-out",
+        &p("alice.pem"),
+    ]));
+    // A certificate from a CA the server does not trust.
+    run(Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-nodes",
+        "-days",
+        "2",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-subj",
+        "/CN=mallory",
+        "-keyout",
+        &p("mallory.key"),
+        "-out",
+        &p("mallory.pem"),
+    ]));
+}
+
+/// Reads the PROXY header the backend receives for one s_client connection.
+async fn header_for(
+    backend: &RawBackend,
+    port: u16,
+    args: Vec<String>,
+) -> (proxy_protocol::ProxyHeader, String) {
+    let s_client = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        s_client(port, &args, "x")
+    });
+    let mut upstream = backend.accept().await;
+    let mut received = Vec::new();
+    let header = loop {
+        let mut chunk = [0u8; 2048];
+        let n = tokio::time::timeout(DEADLINE, upstream.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "backend connection closed before the header");
+        received.extend_from_slice(&chunk[..n]);
+        if let Ok((header, _)) = proxy_protocol::decode(&received) {
+            break header;
+        }
+    };
+    drop(upstream);
+    (header, s_client.await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_client_certificate_is_enforced_and_identity_reaches_the_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let backend = RawBackend::bind().await;
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\nproxy_protocol = \"v2\"\nclient_auth = \"required\"\nclient_ca = {:?}",
+        backend.address,
+        dir.path().join("ca.pem").display().to_string()
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let _server = Server::start(&config);
+    let p = |name: &str| dir.path().join(name).display().to_string();
+
+    let args = vec![
+        "-cert".into(),
+        p("alice.pem"),
+        "-key".into(),
+        p("alice.key"),
+        "-ign_eof".into(),
+    ];
+    let (header, out) = header_for(&backend, port, args).await;
+    assert!(
+        out.contains("Verify return code") || out.contains("CONNECTED"),
+        "{out}"
+    );
+    let ssl = header.ssl().expect("SSL TLV");
+    assert_eq!(
+        ssl.client & 0x03,
+        0x03,
+        "PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN"
+    );
+    assert_eq!(ssl.verify, 0, "verified");
+    assert_eq!(ssl.get(PP2_SUBTYPE_SSL_CN), Some(&b"alice"[..]));
+    assert_eq!(
+        header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT),
+        Some(&b"CN=alice,O=Example"[..])
+    );
+    let san = String::from_utf8_lossy(header.tlv(PP2_TYPE_TLSTERM_CLIENT_SAN).unwrap()).to_string();
+    assert!(
+        san.contains("email:alice@example.test") && san.contains("DNS:alice.example.test"),
+        "{san}"
+    );
+    let fingerprint = run(Command::new("openssl").args([
+        "x509",
+        "-noout",
+        "-fingerprint",
+        "-sha256",
+        "-in",
+        &p("alice.pem"),
+    ]));
+    let expected = String::from_utf8_lossy(&fingerprint.stdout)
+        .split('=')
+        .nth(1)
+        .unwrap()
+        .trim()
+        .replace(':', "")
+        .to_lowercase();
+    assert_eq!(
+        header.tlv(PP2_TYPE_TLSTERM_CLIENT_SHA256),
+        Some(expected.as_bytes())
+    );
+
+    // No certificate, or one from an untrusted CA: refused, and the backend never hears of it.
+    let cases: [Vec<String>; 2] = [
+        vec![],
+        vec![
+            "-cert".to_string(),
+            p("mallory.pem"),
+            "-key".to_string(),
+            p("mallory.key"),
+        ],
+    ];
+    for args in cases {
+        let mut all = vec!["-tls1_3", "-ign_eof"];
+        all.extend(args.iter().map(String::as_str));
+        let out = s_client(port, &all, GET_CLOSE);
+        assert!(
+            out.contains("alert") || out.contains("error"),
+            "handshake refused: {out}"
+        );
+        assert!(!out.contains("Hello"), "{out}");
+    }
+    assert!(
+        tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            backend.listener.accept()
+        )
+        .await
+        .is_err(),
+        "no backend connection for refused clients"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let backend = RawBackend::bind().await;
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\nproxy_protocol = \"v2\"\nclient_auth = \"optional\"\nclient_ca = {:?}",
+        backend.address,
+        dir.path().join("ca.pem").display().to_string()
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let _server = Server::start(&config);
+    let (header, _) = header_for(&backend, port, vec!["-ign_eof".into()]).await;
+    let ssl = header.ssl().unwrap();
+    assert_eq!(ssl.client & 0x02, 0, "no client certificate");
+    assert_ne!(ssl.verify, 0);
+    assert!(header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT).is_none());
+}
+
+#[test]
+fn unknown_sni_can_be_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (c, k) = make_cert(dir.path(), "known", "known.test", KeyType::EcdsaP256);
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nunknown_sni = \"refuse\"\n[[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
+        c.display().to_string(),
+        k.display().to_string()
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let server = Server::start(&config);
+    let out = s_client(port, &["-servername", "known.test", "-ign_eof"], GET_CLOSE);
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+    let out = s_client(port, &["-servername", "other.test", "-ign_eof"], GET_CLOSE);
+    assert!(
+        !out.contains("Hello from tlsterm") && out.contains("alert"),
+        "{out}"
+    );
+    let admin = admin_address(&server.config).unwrap();
+    let (_, metrics) = admin_get(admin, "/metrics");
+    assert!(
+        metrics.contains("tlsterm_handshake_failures_total{reason=\"unknown_sni\"} 1"),
+        "{metrics}"
+    );
+}
