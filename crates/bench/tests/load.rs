@@ -218,3 +218,37 @@ fn connection_refused_is_an_error_kind() {
         r.errors
     );
 }
+
+#[test]
+fn threads_share_the_request_budget() {
+    let addr = server(Behaviour::Http);
+    let url = format!("https://{addr}/");
+    let r =
+        tlsterm_bench::run_load(&args(&[&url, "--threads", "2", "-c", "4", "-n", "40"])).unwrap();
+    assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+    assert_eq!(r.requests, 40);
+    assert_eq!(r.threads, 2);
+    // Both the text and the JSON forms of the report render.
+    assert!(r.text().contains("handshakes: 40"));
+    let json: serde_json::Value = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["handshakes"], 40);
+    assert!(json["handshake_latency"]["p99_us"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn bulk_open_loop_reuses_connections() {
+    let addr = server(Behaviour::Http);
+    let url = format!("https://{addr}/bytes/65536");
+    let r = tlsterm_bench::run_load(&args(&[
+        &url, "--mode", "bulk", "--rate", "500", "-n", "40", "-c", "2",
+    ]))
+    .unwrap();
+    assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+    assert_eq!(r.requests, 40);
+    assert!(
+        r.handshakes <= 2,
+        "{} handshakes for 2 keep-alive slots",
+        r.handshakes
+    );
+    assert_eq!(r.body_bytes, 40 * 65536);
+}
