@@ -37,7 +37,7 @@ enum Command {
         listen: SocketAddr,
     },
     /// Load generator: full or resumed handshakes, bulk transfers.
-    Bench(tlsterm_bench::BenchArgs),
+    Bench(Box<tlsterm_bench::BenchArgs>),
     /// Private-key operations per second: BoringSSL inline vs the batch engine.
     Speed(tlsterm::speed::SpeedArgs),
     /// Live metrics of a running server: handshake and engine latency histograms, rates.

@@ -459,7 +459,7 @@ async fn sighup_reloads_without_dropping_connections() {
 
     let mut connections = traffic.await.expect("no established connection failed");
     for connection in connections.iter_mut() {
-        assert_eq!(http_get(connection, "/").await.unwrap().len() > 10, true);
+        assert!(http_get(connection, "/").await.unwrap().len() > 10);
     }
 }
 
