@@ -423,6 +423,7 @@ def main():
         backend.stop()
     if not args.no_record:
         results["record"] = record_bench()
+        results["speed"] = speed_bench()
     out = RESULTS / f"peers-{args.tag}.json"
     out.write_text(json.dumps(results, indent=1))
     (RESULTS / "peers-latest.json").write_text(json.dumps(results, indent=1))
@@ -458,6 +459,30 @@ def record_bench(seconds=3):
         row["openssl_speed_evp"] = evp
         row["openssl_speed_mb_per_s"] = float(last[-1].rstrip("k")) / 1000
     return rows
+
+
+def speed_bench(seconds=2):
+    """Private-key operations per second on CPU 1: tlsterm's engine and BoringSSL
+    (`tlsterm speed`) beside OpenSSL (`openssl speed`), for the "where the time goes" notes."""
+    out = {}
+    t = subprocess.run(["taskset", "-c", CLIENT_CPU, str(TLSTERM), "speed", "rsa2048", "ecdsap256", "--pss",
+                        "--seconds", str(seconds)], capture_output=True, text=True)
+    out["tlsterm_speed_output"] = t.stdout
+    for line in t.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 3 and f[0] in ("rsa2048", "ecdsap256"):
+            out[f"{f[0]}_inline_per_s"] = float(f[1])
+            out[f"{f[0]}_batch_per_s"] = float(f[2])
+    o = subprocess.run(["taskset", "-c", CLIENT_CPU, "openssl", "speed", "-seconds", str(seconds), "rsa2048",
+                        "ecdsap256"], capture_output=True, text=True)
+    out["openssl_speed_output"] = o.stdout
+    for line in o.stdout.splitlines():
+        f = line.split()
+        if line.startswith("rsa 2048 bits"):
+            out["rsa2048_openssl_per_s"] = float(f[-2])
+        elif "ecdsa (nistp256)" in line:
+            out["ecdsap256_openssl_per_s"] = float(f[-2])
+    return out
 
 
 def versions():
