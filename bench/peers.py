@@ -235,9 +235,32 @@ def start_server(name, cert, certs, engine):
         p = Proc(name, [TLSTERM, "serve", "-c", conf])
     else:
         raise ValueError(name)
-    wait_port(LISTEN)
+    try:
+        wait_port(LISTEN)
+    except RuntimeError:
+        p.stop()
+        raise
     time.sleep(0.3)  # let worker processes finish starting before CPU accounting
     return p
+
+
+def try_start(name, cert, certs, engine):
+    """Start a server; on failure log it (see bench/run/NAME.log) and skip it."""
+    try:
+        return start_server(name, cert, certs, engine)
+    except Exception as e:  # noqa: BLE001 - one broken server must not end the run
+        log(f"{name} did not start: {e}; see {RUN / (name + '.log')}")
+        if port_busy(LISTEN):
+            raise
+        return None
+
+
+def port_busy(addr):
+    try:
+        socket.create_connection(addr, timeout=0.2).close()
+        return True
+    except OSError:
+        return False
 
 
 def engine_of(name, default):
@@ -260,7 +283,11 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
     load = Path("/proc/loadavg").read_text().split()[0]
     spids, bpids = server.pids(), backend.pids()
     s0, b0, busy0 = cpu_seconds(spids), cpu_seconds(bpids), cpu_busy()
-    r = bench(extra, path, conc, duration, rate)
+    try:
+        r = bench(extra, path, conc, duration, rate)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+        log(f"bench failed: {e} {getattr(e, 'stderr', '')}")
+        return None
     busy1 = cpu_busy()
     spids = sorted(set(spids) | set(server.pids()))
     s1, b1 = cpu_seconds(spids), cpu_seconds(bpids)
@@ -381,7 +408,9 @@ def main():
                 if kind.startswith("rate") and srv not in capacity:
                     log(f"skip {name} {srv}: no tls13-rsa-full capacity measured")
                     continue
-                server = start_server(srv, cert, certs, args.engine)
+                server = try_start(srv, cert, certs, args.engine)
+                if server is None:
+                    continue
                 runs = []
                 try:
                     for i in range(args.runs):
@@ -391,6 +420,8 @@ def main():
                         else:
                             conc = args.bulk_concurrency if kind == "bulk" else args.concurrency
                             r = measure(server, backend, extra, path, conc, args.duration)
+                        if r is None:
+                            continue
                         runs.append(r)
                         log(f"{name:24} {srv:14} run {i + 1}: {r['handshakes_per_s']:8.0f} hs/s "
                             f"{r['handshakes_per_server_cpu_s']:7.0f} hs/srv-CPU-s "
@@ -401,6 +432,8 @@ def main():
                 finally:
                     server.stop()
                     port_free(LISTEN)
+                if not runs:
+                    continue
                 results["scenarios"][name][srv] = runs
                 if name == "tls13-rsa-full":
                     capacity[srv] = median_of(runs, "handshakes_per_s")
@@ -408,11 +441,15 @@ def main():
         if sweep and "tls13-rsa-full" in wanted:
             name, cert, extra, path, _ = SCENARIOS[0]
             for srv in servers:
-                server = start_server(srv, cert, certs, args.engine)
+                server = try_start(srv, cert, certs, args.engine)
+                if server is None:
+                    continue
                 try:
                     results["sweep"][srv] = []
                     for c in sweep:
                         r = measure(server, backend, extra, path, c, args.duration)
+                        if r is None:
+                            continue
                         log(f"sweep c={c:<4} {srv:14} {r['handshakes_per_s']:8.0f} hs/s "
                             f"{r['handshakes_per_server_cpu_s']:7.0f} hs/srv-CPU-s cli {r['client_cpu_util'] * 100:3.0f}%")
                         results["sweep"][srv].append(r)
