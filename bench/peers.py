@@ -279,8 +279,26 @@ def bench(extra, path, conc, duration, rate=None):
     return json.loads(out.stdout)
 
 
+def tlsterm_handshakes(server):
+    """tlsterm's own count of full and resumed handshakes (its /metrics), or None."""
+    if not server.name.startswith("tlsterm"):
+        return None
+    import urllib.request
+    try:
+        text = urllib.request.urlopen("http://127.0.0.1:8444/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    out = {"full": 0, "resumed": 0}
+    for line in text.splitlines():
+        m = re.match(r'tlsterm_handshakes_total\{kind="(\w+)"\} (\d+)', line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
 def measure(server, backend, extra, path, conc, duration, rate=None):
     load = Path("/proc/loadavg").read_text().split()[0]
+    srv_hs0 = tlsterm_handshakes(server)
     spids, bpids = server.pids(), backend.pids()
     s0, b0, busy0 = cpu_seconds(spids), cpu_seconds(bpids), cpu_busy()
     try:
@@ -289,6 +307,7 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
         log(f"bench failed: {e} {getattr(e, 'stderr', '')}")
         return None
     busy1 = cpu_busy()
+    srv_hs1 = tlsterm_handshakes(server)
     spids = sorted(set(spids) | set(server.pids()))
     s1, b1 = cpu_seconds(spids), cpu_seconds(bpids)
     scpu, bcpu = s1 - s0, b1 - b0
@@ -327,6 +346,10 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
         "total_p999_us": r["total_latency"]["p999_us"],
         "total_max_us": r["total_latency"]["max_us"],
     }
+    if srv_hs0 and srv_hs1:
+        # Server-side cross-check of the client's resumed count.
+        res["server_full"] = srv_hs1["full"] - srv_hs0["full"]
+        res["server_resumed"] = srv_hs1["resumed"] - srv_hs0["resumed"]
     if rate:
         res["hs_cdf"] = r["handshake_latency"]["cdf"]
         res["lag_p50_us"] = r["start_lag"]["p50_us"]
@@ -570,6 +593,11 @@ def summarize(results):
                     f"{sum(r['resumed'] for r in runs)}/{sum(r['handshakes'] for r in runs)}",
                     f"{sum(r['errors'] for r in runs)}", f"{m('other_cpu_s'):.2f}"]
             lines.append("| " + " | ".join(row) + " |")
+        for srv, runs in per.items():
+            if "server_resumed" in runs[0]:
+                lines.append(f"\n{srv}'s own count (/metrics): "
+                             f"{sum(r['server_full'] for r in runs)} full, "
+                             f"{sum(r['server_resumed'] for r in runs)} resumed handshakes")
         # tlsterm / peer ratios on the per-CPU-second figure that matters for the scenario
         key = "mb_per_server_cpu_s" if bulk else "handshakes_per_server_cpu_s"
         mine = [s for s in per if s.startswith("tlsterm")]
