@@ -8,9 +8,13 @@
 //! are normalized only once, at the end.
 //!
 //! Constant time: every function is straight-line code over the limb count
-//! N (a public const generic); there is no branch and no address that depends
-//! on lane values. IFMA, add, shift, and, compare-to-mask and blend have
-//! data-independent latency.
+//! N (a public const generic) and the fixed table size; there is no branch
+//! and no address that depends on lane values. IFMA, add, shift, and,
+//! compare-to-mask and blend have data-independent latency. Valgrind cannot
+//! run AVX-512, so `ct/run.sh` checks this kernel statically: every
+//! conditional branch in `tlsterm_engine::ifma::*` must compare a loop
+//! counter with an immediate (`ct/ifma_branches.py`). The rest of the RSA
+//! pipeline is shared with the portable kernel and checked under valgrind.
 
 use crate::bn::{Lanes, LANES};
 use crate::kernel::{MontKernel, TABLE};
