@@ -190,6 +190,22 @@ pub struct ListenerConfig {
     pub client_auth: ClientAuth,
     /// PEM bundle of the CAs that client certificates must chain to.
     pub client_ca: Option<Spanned<PathBuf>>,
+    /// Settings for particular SNI names, overriding the listener's.
+    #[serde(default, rename = "server_name")]
+    pub server_names: Vec<ServerNameConfig>,
+}
+
+/// `[[listener.server_name]]`: what differs for connections whose SNI matches `names`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerNameConfig {
+    /// Exact names or "*.suffix" wildcards.
+    pub names: Spanned<Vec<String>>,
+    pub backends: Option<Spanned<Vec<String>>>,
+    pub alpn: Option<Vec<String>>,
+    pub min_version: Option<TlsVersion>,
+    pub client_auth: Option<ClientAuth>,
+    pub client_ca: Option<Spanned<PathBuf>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -241,7 +257,9 @@ fn default_poll_delay() -> Duration {
     Duration::from_micros(200)
 }
 fn default_small_batch_threshold() -> usize {
-    2
+    // Measured (`tlsterm speed --batch-sizes`): even one RSA-2048 signature is faster
+    // through the IFMA engine (437 us) than through BoringSSL (562 us).
+    1
 }
 fn default_proxy_protocol() -> ProxyProtocol {
     ProxyProtocol::None
@@ -334,6 +352,38 @@ impl SourceMap<'_> {
     }
 }
 
+/// Resolves a configured path against the config file's directory; it must be a file.
+fn resolve_file(
+    map: &SourceMap<'_>,
+    path: &mut Spanned<PathBuf>,
+    key: &str,
+) -> Result<(), ConfigError> {
+    let resolved = map.resolve(path.get_ref());
+    if !resolved.is_file() {
+        return Err(map.error(
+            path,
+            format!("key `{key}`: no such file {}", resolved.display()),
+        ));
+    }
+    *path.get_mut() = resolved;
+    Ok(())
+}
+
+fn check_backends(map: &SourceMap<'_>, backends: &Spanned<Vec<String>>) -> Result<(), ConfigError> {
+    if backends.get_ref().is_empty() {
+        return Err(map.error(backends, "key `backends`: must not be empty"));
+    }
+    for backend in backends.get_ref() {
+        if backend != BUILTIN_BACKEND && !backend.contains(':') {
+            return Err(map.error(
+                backends,
+                format!("key `backends`: `{backend}` is not host:port or \"builtin\""),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Config {
     /// Parses and checks a configuration text; `file` is only used in messages.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
@@ -373,14 +423,26 @@ impl Config {
             return Err(map.plain("key `engine.batch_size`: must be at least 1"));
         }
         for listener in &mut self.listeners {
-            if listener.backends.get_ref().is_empty() {
-                return Err(map.error(&listener.backends, "key `backends`: must not be empty"));
-            }
-            for backend in listener.backends.get_ref() {
-                if backend != BUILTIN_BACKEND && !backend.contains(':') {
+            check_backends(map, &listener.backends)?;
+            let listener_ca = listener.client_ca.is_some();
+            for name in &mut listener.server_names {
+                if name.names.get_ref().is_empty() {
+                    return Err(map.error(&name.names, "key `names`: must not be empty"));
+                }
+                if let Some(backends) = &name.backends {
+                    check_backends(map, backends)?;
+                }
+                if let Some(ca) = &mut name.client_ca {
+                    resolve_file(map, ca, "client_ca")?;
+                }
+                let needs_ca = matches!(
+                    name.client_auth,
+                    Some(ClientAuth::Optional | ClientAuth::Required)
+                );
+                if needs_ca && name.client_ca.is_none() && !listener_ca {
                     return Err(map.error(
-                        &listener.backends,
-                        format!("key `backends`: `{backend}` is not host:port or \"builtin\""),
+                        &name.names,
+                        "key `client_auth` needs `client_ca` (here or on the listener)",
                     ));
                 }
             }
@@ -424,16 +486,8 @@ impl Config {
                 (None, ClientAuth::None) => {}
             }
             for cert in &mut listener.certificates {
-                for (span, what) in [(&mut cert.cert, "cert"), (&mut cert.key, "key")] {
-                    let resolved = map.resolve(span.get_ref());
-                    if !resolved.is_file() {
-                        return Err(map.error(
-                            span,
-                            format!("key `{what}`: no such file {}", resolved.display()),
-                        ));
-                    }
-                    *span.get_mut() = resolved;
-                }
+                resolve_file(map, &mut cert.cert, "cert")?;
+                resolve_file(map, &mut cert.key, "key")?;
             }
         }
         Ok(())

@@ -259,3 +259,98 @@ fn unknown_sni_can_be_refused() {
         "{metrics}"
     );
 }
+
+/// `[[listener.server_name]]`: backend pool, ALPN list, minimum version and client
+/// certificate policy follow the SNI name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_name_settings_follow_sni() {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let api_backend = RawBackend::bind().await;
+    let port = free_port();
+    let ca = dir.path().join("ca.pem").display().to_string();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nalpn = [\"http/1.1\"]\n\
+         [[listener.server_name]]\nnames = [\"api.test\", \"*.api.test\"]\nbackends = [\"{}\"]\n\
+         alpn = [\"h2\", \"http/1.1\"]\nmin_version = \"1.3\"\nclient_auth = \"required\"\nclient_ca = {ca:?}\n",
+        api_backend.address
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let _server = Server::start(&config);
+    let p = |name: &str| dir.path().join(name).display().to_string();
+
+    // Any other name: the listener's settings.
+    let out = s_client(
+        port,
+        &[
+            "-servername",
+            "www.test",
+            "-tls1_2",
+            "-alpn",
+            "h2,http/1.1",
+            "-ign_eof",
+        ],
+        GET_CLOSE,
+    );
+    assert!(
+        out.contains("ALPN protocol: http/1.1") && out.contains("Hello from tlsterm"),
+        "{out}"
+    );
+
+    // api.test: TLS 1.3 only, a client certificate required, h2 preferred, its own backend.
+    let out = s_client(
+        port,
+        &[
+            "-servername",
+            "api.test",
+            "-tls1_2",
+            "-cert",
+            &p("alice.pem"),
+            "-key",
+            &p("alice.key"),
+        ],
+        "",
+    );
+    assert!(
+        out.contains("Cipher is (NONE)") && out.contains("protocol version"),
+        "TLS 1.2 refused for api.test: {out}"
+    );
+    let out = s_client(
+        port,
+        &["-servername", "x.api.test", "-tls1_3", "-ign_eof"],
+        GET_CLOSE,
+    );
+    assert!(
+        !out.contains("Hello"),
+        "no client certificate, no service: {out}"
+    );
+    let args: Vec<String> = [
+        "-servername",
+        "x.api.test",
+        "-tls1_3",
+        "-alpn",
+        "http/1.1,h2",
+        "-cert",
+        &p("alice.pem"),
+        "-key",
+        &p("alice.key"),
+        "-ign_eof",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let client = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        s_client(port, &args, "to the api backend")
+    });
+    let mut upstream = api_backend.accept().await;
+    let mut got = vec![0u8; 18];
+    tokio::time::timeout(DEADLINE, upstream.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, b"to the api backend");
+    drop(upstream);
+    let out = client.await.unwrap();
+    assert!(out.contains("ALPN protocol: h2"), "{out}");
+}

@@ -105,7 +105,12 @@ impl SigningKey {
                     matches!(bits, 2048 | 3072 | 4096),
                     "RSA keys of 2048, 3072 or 4096 bits are supported, not {bits}"
                 );
-                (KeyKind::Rsa { bits }, Some(engine_key(&pkey)?))
+                // The engine takes balanced keys (p and q of half the modulus size each);
+                // any other key is signed by BoringSSL alone.
+                let engine = engine_key(&pkey)
+                    .map_err(|err| tracing::warn!(error = %err, "RSA key not usable by the engine: signing it inline"))
+                    .ok();
+                (KeyKind::Rsa { bits }, engine)
             }
             Id::EC => {
                 let ec = pkey.ec_key()?;

@@ -55,9 +55,16 @@ pub struct OffloadSettings {
 impl OffloadSettings {
     pub fn from_config(config: &EngineConfig) -> OffloadSettings {
         let lanes = tlsterm_engine::MAX_BATCH;
+        let kernel = tlsterm_engine::Kernel::detect();
+        // Without IFMA the portable kernel is slower than BoringSSL (it exists for
+        // correctness and cross-checks): batching would cost, not save.
+        let mode = match kernel {
+            tlsterm_engine::Kernel::Ifma => config.mode,
+            tlsterm_engine::Kernel::Portable => EngineMode::Inline,
+        };
         OffloadSettings {
-            mode: config.mode,
-            kernel: tlsterm_engine::Kernel::detect(),
+            mode,
+            kernel,
             batch_size: config.batch_size.unwrap_or(lanes).clamp(1, 64),
             poll_delay: config.poll_delay,
             small_batch_threshold: config.small_batch_threshold,

@@ -221,7 +221,7 @@ pub async fn handle(
     };
     let negotiated = Negotiated::from_ssl(tls.ssl());
 
-    let mut backend = match state.pool.connect().await {
+    let mut backend = match state.pool_for(negotiated.sni.as_deref()).connect().await {
         Ok((backend, _)) => backend,
         Err(err) => {
             tracing::warn!(%client, error = %err, "closing client: no backend");

@@ -27,7 +27,15 @@ use crate::tls::{CertifiedKey, ServerTls};
 pub struct ListenerState {
     pub config: ListenerConfig,
     pub tls: ServerTls,
-    pub pool: BackendPool,
+    /// Backend pools by `ServerTls::profile_index`: 0 is the listener's, then one per
+    /// `[[listener.server_name]]` (sharing the listener's when it names no backends).
+    pub pools: Vec<Arc<BackendPool>>,
+}
+
+impl ListenerState {
+    pub fn pool_for(&self, sni: Option<&str>) -> &BackendPool {
+        &self.pools[self.tls.profile_index(sni)]
+    }
 }
 
 /// What the workers share and reload replaces.
@@ -61,12 +69,10 @@ fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec<CertifiedK
 }
 
 fn resolve_backends(
-    listener: &ListenerConfig,
+    backends: &[String],
     builtin: Option<SocketAddr>,
 ) -> anyhow::Result<Vec<SocketAddr>> {
-    listener
-        .backends
-        .get_ref()
+    backends
         .iter()
         .map(|backend| {
             if backend == BUILTIN_BACKEND {
@@ -94,15 +100,25 @@ pub fn build_states(
             let certs = load_certificates(listener)?;
             let tls = ServerTls::build(listener, certs, sessions)
                 .with_context(|| format!("listener {}", listener.address))?;
-            let pool = BackendPool::new(
-                resolve_backends(listener, builtin)?,
-                listener.connect_timeout,
-                listener.backend_retry,
-            );
+            let pool = |backends: &[String]| -> anyhow::Result<Arc<BackendPool>> {
+                Ok(Arc::new(BackendPool::new(
+                    resolve_backends(backends, builtin)?,
+                    listener.connect_timeout,
+                    listener.backend_retry,
+                )))
+            };
+            let listener_pool = pool(listener.backends.get_ref())?;
+            let mut pools = vec![listener_pool.clone()];
+            for server_name in &listener.server_names {
+                pools.push(match &server_name.backends {
+                    Some(backends) => pool(backends.get_ref())?,
+                    None => listener_pool.clone(),
+                });
+            }
             Ok(Arc::new(ListenerState {
                 config: listener.clone(),
                 tls,
-                pool,
+                pools,
             }))
         })
         .collect()
@@ -112,7 +128,11 @@ fn uses_builtin(config: &Config) -> bool {
     config
         .listeners
         .iter()
-        .any(|l| l.backends.get_ref().iter().any(|b| b == BUILTIN_BACKEND))
+        .flat_map(|l| {
+            let per_name = l.server_names.iter().filter_map(|n| n.backends.as_ref());
+            std::iter::once(&l.backends).chain(per_name)
+        })
+        .any(|backends| backends.get_ref().iter().any(|b| b == BUILTIN_BACKEND))
 }
 
 /// A listening socket with SO_REUSEPORT, so every worker can have its own.

@@ -18,9 +18,9 @@ use boring::nid::Nid;
 use boring::pkey::PKey;
 use boring::ssl::{
     AlpnError, ClientHello, ExtensionType, NameType, SelectCertError, Ssl, SslContext,
-    SslContextBuilder, SslMethod, SslVerifyMode, SslVersion,
+    SslContextBuilder, SslMethod, SslRef, SslVerifyMode, SslVersion,
 };
-use boring::x509::store::X509StoreBuilder;
+use boring::x509::store::{X509Store, X509StoreBuilder};
 use boring::x509::{X509Name, X509};
 
 use crate::config::{ClientAuth, ListenerConfig, TlsVersion, UnknownSni};
@@ -118,12 +118,42 @@ struct CertContext {
     kind: KeyKind,
 }
 
+/// SNI names mapped to values: exact names and "*.suffix" wildcards (one label deep).
+struct NameTable<T> {
+    exact: HashMap<String, T>,
+    /// Keyed by the suffix after "*.".
+    wildcard: HashMap<String, T>,
+}
+
+impl<T: Default> NameTable<T> {
+    fn new() -> Self {
+        NameTable {
+            exact: HashMap::new(),
+            wildcard: HashMap::new(),
+        }
+    }
+
+    fn entry(&mut self, name: &str) -> &mut T {
+        let name = name.to_ascii_lowercase();
+        match name.strip_prefix("*.") {
+            Some(suffix) => self.wildcard.entry(suffix.to_string()).or_default(),
+            None => self.exact.entry(name).or_default(),
+        }
+    }
+
+    fn lookup(&self, sni: &str) -> Option<&T> {
+        let sni = sni.to_ascii_lowercase();
+        self.exact.get(&sni).or_else(|| {
+            let (_, parent) = sni.split_once('.')?;
+            self.wildcard.get(parent)
+        })
+    }
+}
+
 /// Maps SNI names to certificate contexts.
 struct CertSelector {
     certs: Vec<CertContext>,
-    exact: HashMap<String, Vec<usize>>,
-    /// Keyed by the suffix after "*.".
-    wildcard: HashMap<String, Vec<usize>>,
+    names: NameTable<Vec<usize>>,
     default: Vec<usize>,
     tls13_enabled: bool,
     unknown_sni: UnknownSni,
@@ -135,18 +165,10 @@ impl CertSelector {
         let Some(sni) = sni else {
             return Some(&self.default);
         };
-        let sni = sni.to_ascii_lowercase();
-        if let Some(found) = self.exact.get(&sni) {
-            return Some(found);
-        }
-        if let Some((_, parent)) = sni.split_once('.') {
-            if let Some(found) = self.wildcard.get(parent) {
-                return Some(found);
-            }
-        }
-        match self.unknown_sni {
-            UnknownSni::Default => Some(&self.default),
-            UnknownSni::Refuse => None,
+        match (self.names.lookup(sni), self.unknown_sni) {
+            (Some(found), _) => Some(found),
+            (None, UnknownSni::Default) => Some(&self.default),
+            (None, UnknownSni::Refuse) => None,
         }
     }
 
@@ -161,6 +183,68 @@ impl CertSelector {
             .map(|&i| &self.certs[i])
             .find(|cert| matches!(cert.kind, KeyKind::Rsa { .. }));
         Some(ecdsa.or(rsa).unwrap_or(&self.certs[candidates[0]]))
+    }
+}
+
+/// TLS settings that depend on the SNI name (`[[listener.server_name]]`); profile 0 is
+/// the listener's own. They are applied to each connection once its SNI is known.
+struct Profile {
+    alpn: Vec<Vec<u8>>,
+    min_version: Option<SslVersion>,
+    /// Client-certificate policy overriding the listener's (set on the connection).
+    verify: Option<(SslVerifyMode, Option<X509Store>)>,
+}
+
+pub struct Profiles {
+    names: NameTable<usize>,
+    list: Vec<Profile>,
+}
+
+impl Profiles {
+    fn build(listener: &ListenerConfig) -> anyhow::Result<Profiles> {
+        let wire = |alpn: &[String]| alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        let mut profiles = Profiles {
+            names: NameTable::new(),
+            list: vec![Profile {
+                alpn: wire(&listener.alpn),
+                min_version: None,
+                verify: None,
+            }],
+        };
+        for (index, server_name) in listener.server_names.iter().enumerate() {
+            let verify = match server_name.client_auth {
+                None => None,
+                Some(ClientAuth::None) => Some((SslVerifyMode::NONE, None)),
+                Some(auth) => {
+                    let ca = server_name
+                        .client_ca
+                        .as_ref()
+                        .or(listener.client_ca.as_ref());
+                    let ca = ca.context("client_auth needs client_ca")?;
+                    Some((verify_mode(auth), Some(load_ca_store(ca.get_ref())?)))
+                }
+            };
+            profiles.list.push(Profile {
+                alpn: wire(server_name.alpn.as_deref().unwrap_or(&listener.alpn)),
+                min_version: server_name.min_version.map(ssl_version),
+                verify,
+            });
+            for name in server_name.names.get_ref() {
+                *profiles.names.entry(name) = index + 1;
+            }
+        }
+        Ok(profiles)
+    }
+
+    /// The profile of a connection with this SNI (0: the listener's).
+    pub fn index(&self, sni: Option<&str>) -> usize {
+        sni.and_then(|sni| self.names.lookup(sni))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn for_ssl(&self, ssl: &SslRef) -> &Profile {
+        &self.list[self.index(ssl.servername(NameType::HOST_NAME))]
     }
 }
 
@@ -205,7 +289,11 @@ fn ssl_version(version: TlsVersion) -> SslVersion {
 
 /// Applies the listener's protocol settings; every context of a listener gets them, because
 /// switching context on SNI also switches callbacks such as ALPN selection.
-fn configure(builder: &mut SslContextBuilder, listener: &ListenerConfig) -> anyhow::Result<()> {
+fn configure(
+    builder: &mut SslContextBuilder,
+    listener: &ListenerConfig,
+    profiles: &Arc<Profiles>,
+) -> anyhow::Result<()> {
     builder.set_min_proto_version(Some(ssl_version(listener.min_version)))?;
     builder.set_max_proto_version(Some(ssl_version(listener.max_version)))?;
     builder
@@ -219,46 +307,42 @@ fn configure(builder: &mut SslContextBuilder, listener: &ListenerConfig) -> anyh
         .collect();
     builder.set_curves_list(&groups.join(":"))?;
     builder.set_session_id_context(b"tlsterm")?;
-    if !listener.alpn.is_empty() {
-        let preferences: Vec<Vec<u8>> = listener
-            .alpn
-            .iter()
-            .map(|p| p.as_bytes().to_vec())
-            .collect();
-        builder.set_alpn_select_callback(move |_, client| {
-            select_alpn(&preferences, client).ok_or(AlpnError::NOACK)
+    if profiles.list.iter().any(|p| !p.alpn.is_empty()) {
+        let profiles = profiles.clone();
+        builder.set_alpn_select_callback(move |ssl, client| {
+            select_alpn(&profiles.for_ssl(ssl).alpn, client).ok_or(AlpnError::NOACK)
         });
     }
-    configure_client_auth(builder, listener)
+    if let (Some(ca), ClientAuth::Optional | ClientAuth::Required) =
+        (&listener.client_ca, listener.client_auth)
+    {
+        builder.set_verify_cert_store(load_ca_store(ca.get_ref())?)?;
+        // The CA names sent in CertificateRequest, so clients pick the right certificate.
+        builder.set_client_ca_list(X509Name::load_client_ca_file(ca.get_ref())?);
+        builder.set_verify(verify_mode(listener.client_auth));
+    }
+    Ok(())
 }
 
-/// Client certificates: verified against `client_ca`; "required" fails the handshake
+/// Client certificates: verified against the CA bundle; "required" fails the handshake
 /// without one.
-fn configure_client_auth(
-    builder: &mut SslContextBuilder,
-    listener: &ListenerConfig,
-) -> anyhow::Result<()> {
-    let (Some(ca_path), mode) = (&listener.client_ca, listener.client_auth) else {
-        return Ok(());
-    };
-    let mode = match mode {
-        ClientAuth::None => return Ok(()),
+fn verify_mode(auth: ClientAuth) -> SslVerifyMode {
+    match auth {
+        ClientAuth::None => SslVerifyMode::NONE,
         ClientAuth::Optional => SslVerifyMode::PEER,
         ClientAuth::Required => SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
-    };
-    let pem = std::fs::read(ca_path.get_ref())
-        .with_context(|| format!("cannot read {}", ca_path.get_ref().display()))?;
+    }
+}
+
+fn load_ca_store(path: &std::path::Path) -> anyhow::Result<X509Store> {
+    let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let cas = X509::stack_from_pem(&pem).context("cannot parse client_ca PEM")?;
     anyhow::ensure!(!cas.is_empty(), "client_ca holds no certificate");
     let mut store = X509StoreBuilder::new()?;
     for ca in &cas {
         store.add_cert(ca)?;
     }
-    builder.set_verify_cert_store(store.build())?;
-    // The CA names sent in CertificateRequest, so clients pick the right certificate.
-    builder.set_client_ca_list(X509Name::load_client_ca_file(ca_path.get_ref())?);
-    builder.set_verify(mode);
-    Ok(())
+    Ok(store.build())
 }
 
 /// The first server-preferred protocol the client offers, as a slice of the client's list.
@@ -279,6 +363,7 @@ fn select_alpn<'a>(preferences: &[Vec<u8>], client: &'a [u8]) -> Option<&'a [u8]
 /// Everything TLS of one listener; shared by all workers, replaced whole on reload.
 pub struct ServerTls {
     base: SslContext,
+    profiles: Arc<Profiles>,
 }
 
 impl ServerTls {
@@ -288,10 +373,10 @@ impl ServerTls {
         sessions: &Sessions,
     ) -> anyhow::Result<ServerTls> {
         anyhow::ensure!(!certs.is_empty(), "no certificate configured");
+        let profiles = Arc::new(Profiles::build(listener)?);
         let mut selector = CertSelector {
             certs: Vec::new(),
-            exact: HashMap::new(),
-            wildcard: HashMap::new(),
+            names: NameTable::new(),
             default: Vec::new(),
             tls13_enabled: listener.max_version >= TlsVersion::Tls13,
             unknown_sni: listener.unknown_sni,
@@ -300,7 +385,7 @@ impl ServerTls {
         let any_default = certs.iter().any(|c| c.default);
         for (index, cert) in certs.into_iter().enumerate() {
             let mut builder = SslContextBuilder::new(SslMethod::tls())?;
-            configure(&mut builder, listener)?;
+            configure(&mut builder, listener, &profiles)?;
             let (leaf, intermediates) = cert.chain.split_first().expect("chain is not empty");
             builder.set_certificate(leaf)?;
             for intermediate in intermediates {
@@ -314,11 +399,7 @@ impl ServerTls {
                 kind: cert.key.kind(),
             });
             for name in &cert.names {
-                let table = match name.strip_prefix("*.") {
-                    Some(suffix) => selector.wildcard.entry(suffix.to_string()),
-                    None => selector.exact.entry(name.clone()),
-                };
-                table.or_default().push(index);
+                selector.names.entry(name).push(index);
             }
             // Without an explicit default, the first certificate's names (all its key types) are it.
             if cert.default || (!any_default && cert.names == first_names) {
@@ -327,17 +408,40 @@ impl ServerTls {
         }
 
         let mut base = SslContextBuilder::new(SslMethod::tls())?;
-        configure(&mut base, listener)?;
+        configure(&mut base, listener, &profiles)?;
         sessions.install(&mut base, listener)?;
         let selector = Arc::new(selector);
+        let per_name = profiles.clone();
         base.set_select_certificate_callback(move |mut hello| {
             let chosen = selector.select(&hello).ok_or(SelectCertError::ERROR)?;
-            hello
-                .ssl_mut()
-                .set_ssl_context(&chosen.ctx)
-                .map_err(|_| SelectCertError::ERROR)
+            let ssl = hello.ssl_mut();
+            ssl.set_ssl_context(&chosen.ctx)
+                .map_err(|_| SelectCertError::ERROR)?;
+            // BoringSSL fixes the version range and the client-certificate request after
+            // this callback, so per-name settings still apply here.
+            let profile = per_name.for_ssl(ssl);
+            if let Some(min) = profile.min_version {
+                ssl.set_min_proto_version(Some(min))
+                    .map_err(|_| SelectCertError::ERROR)?;
+            }
+            if let Some((mode, store)) = &profile.verify {
+                ssl.set_verify(*mode);
+                if let Some(store) = store {
+                    ssl.set_verify_cert_store(store.clone())
+                        .map_err(|_| SelectCertError::ERROR)?;
+                }
+            }
+            Ok(())
         });
-        Ok(ServerTls { base: base.build() })
+        Ok(ServerTls {
+            base: base.build(),
+            profiles,
+        })
+    }
+
+    /// Which `[[listener.server_name]]` a connection with this SNI follows (0: none).
+    pub fn profile_index(&self, sni: Option<&str>) -> usize {
+        self.profiles.index(sni)
     }
 
     pub fn new_ssl(&self) -> anyhow::Result<Ssl> {
