@@ -170,6 +170,20 @@ impl ConfigSource {
 
 /// Runs the server until SIGTERM/SIGINT and the drain that follows.
 pub fn run(source: ConfigSource) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Signal handlers first: a SIGHUP sent as soon as the process exists (say, while thousands
+    // of certificates load) must reload, not kill it; it is acted on once serving.
+    let (mut hangup, mut terminate, mut interrupt) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _runtime = runtime.enter();
+        (
+            signal(SignalKind::hangup())?,
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+        )
+    };
     let config = source.load()?;
     let builtin = if uses_builtin(&config) {
         Some(crate::backend::spawn_builtin()?)
@@ -183,9 +197,6 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         listeners: ArcSwap::from_pointee(states),
         log_connections: config.log.connections.into(),
     });
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     crate::metrics::set_enabled(config.admin.enabled);
     let admin = match config.admin.enabled {
         true => Some(runtime.block_on(crate::metrics::admin::bind(config.admin.address))?),
@@ -228,10 +239,6 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         if let Some(admin) = admin {
             tokio::spawn(admin);
         }
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hangup = signal(SignalKind::hangup())?;
-        let mut terminate = signal(SignalKind::terminate())?;
-        let mut interrupt = signal(SignalKind::interrupt())?;
         loop {
             tokio::select! {
                 _ = hangup.recv() => reload(&source, &config, &shared, builtin, &sessions, &settings_tx),
@@ -248,6 +255,17 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A reload frees the previous contexts (thousands, with many certificates) all at once;
+/// glibc keeps such memory in its arenas unless asked to give it back.
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free heap pages to the kernel; it touches no live
+    // allocation and is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// SIGHUP: re-read configuration and certificates; on any error keep serving the old ones.
@@ -296,6 +314,7 @@ fn reload(
     match attempt() {
         Ok(next) => {
             shared.listeners.store(Arc::new(next));
+            release_freed_memory();
             tracing::info!("reloaded configuration and certificates");
         }
         Err(err) => tracing::error!(
