@@ -154,17 +154,8 @@ async fn metrics_count_exactly_the_traffic() {
 
 #[test]
 fn admin_rejects_bad_requests_with_4xx_and_keeps_serving() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = write_config(
-        dir.path(),
-        "",
-        &[format!(
-            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]"
-        )],
-    );
-    let _server = Server::start(&config);
-    let admin = admin_address(&config).unwrap();
+    let (_dir, server, port) = start_listener("builtin", "");
+    let admin = admin_address(&server.config).unwrap();
 
     assert_eq!(admin_get(admin, "/healthz"), (200, "ok\n".to_string()));
     assert_eq!(admin_get(admin, "/nope").0, 404);
@@ -198,17 +189,8 @@ fn admin_rejects_bad_requests_with_4xx_and_keeps_serving() {
 
 #[test]
 fn stats_renders_histograms_from_a_running_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = write_config(
-        dir.path(),
-        "",
-        &[format!(
-            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]"
-        )],
-    );
-    let _server = Server::start(&config);
-    let admin = admin_address(&config).unwrap();
+    let (_dir, server, port) = start_listener("builtin", "");
+    let admin = admin_address(&server.config).unwrap();
     let out = s_client(port, &["-servername", "localhost", "-ign_eof"], GET_CLOSE);
     assert!(out.contains("Hello from tlsterm"));
     let stats =

@@ -259,15 +259,8 @@ async fn proxy_protocol_v1_and_v2_headers() {
 /// EOF from one side is passed on as a half-close; the other direction keeps flowing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_is_propagated_both_ways() {
-    let dir = tempfile::tempdir().unwrap();
     let backend = RawBackend::bind().await;
-    let port = free_port();
-    let listener = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]",
-        backend.address
-    );
-    let config = write_config(dir.path(), "", &[listener]);
-    let _server = Server::start(&config);
+    let (_dir, _server, port) = start_listener(&backend.address.to_string(), "");
 
     let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
         .await
@@ -292,15 +285,8 @@ async fn half_close_is_propagated_both_ways() {
 /// The backend finishing first: its EOF reaches the client, which can still send.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_half_close_reaches_client_and_client_can_still_send() {
-    let dir = tempfile::tempdir().unwrap();
     let backend = RawBackend::bind().await;
-    let port = free_port();
-    let listener = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]",
-        backend.address
-    );
-    let config = write_config(dir.path(), "", &[listener]);
-    let _server = Server::start(&config);
+    let (_dir, _server, port) = start_listener(&backend.address.to_string(), "");
 
     let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
         .await

@@ -355,25 +355,25 @@ mod tests {
 
     #[test]
     fn failure_reasons_are_classified() {
-        assert_eq!(
-            HandshakeFailure::classify("error:...:NO_SHARED_CIPHER"),
-            HandshakeFailure::NoSharedCipher
-        );
-        assert_eq!(
-            HandshakeFailure::classify("ssl:UNSUPPORTED_PROTOCOL"),
-            HandshakeFailure::ProtocolVersion
-        );
-        assert_eq!(
-            HandshakeFailure::classify("SSL_R_HTTP_REQUEST"),
-            HandshakeFailure::NotTls
-        );
-        assert_eq!(
-            HandshakeFailure::classify("TLSV1_ALERT_UNKNOWN_CA"),
-            HandshakeFailure::ClientAlert
-        );
-        assert_eq!(
-            HandshakeFailure::classify("something new"),
-            HandshakeFailure::Other
-        );
+        for (error, reason) in [
+            (
+                "error:...:NO_SHARED_CIPHER",
+                HandshakeFailure::NoSharedCipher,
+            ),
+            (
+                "ssl:UNSUPPORTED_PROTOCOL",
+                HandshakeFailure::ProtocolVersion,
+            ),
+            ("SSL_R_HTTP_REQUEST", HandshakeFailure::NotTls),
+            ("TLSV1_ALERT_UNKNOWN_CA", HandshakeFailure::ClientAlert),
+            ("CONNECTION_REJECTED", HandshakeFailure::UnknownSni),
+            (
+                "PEER_DID_NOT_RETURN_A_CERTIFICATE",
+                HandshakeFailure::ClientCertificate,
+            ),
+            ("something new", HandshakeFailure::Other),
+        ] {
+            assert_eq!(HandshakeFailure::classify(error), reason, "{error}");
+        }
     }
 }

@@ -33,6 +33,8 @@ pub struct ConnectError {
     pub last: String,
 }
 
+impl std::error::Error for ConnectError {}
+
 impl std::fmt::Display for ConnectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

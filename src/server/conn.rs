@@ -221,8 +221,8 @@ pub async fn handle(
     };
     let negotiated = Negotiated::from_ssl(tls.ssl());
 
-    let mut backend = match state.pool_for(negotiated.sni.as_deref()).connect().await {
-        Ok((backend, _)) => backend,
+    let mut backend = match open_backend(&state, client, local, &negotiated).await {
+        Ok(backend) => backend,
         Err(err) => {
             tracing::warn!(%client, error = %err, "closing client: no backend");
             // A clean close_notify: the client sees the connection end, not a reset.
@@ -240,39 +240,6 @@ pub async fn handle(
         }
     };
 
-    let header = match state.config.proxy_protocol {
-        ProxyProtocol::None => None,
-        ProxyProtocol::V1 => Some(proxy_protocol::encode_v1(client, local)),
-        ProxyProtocol::V2 => Some(proxy_protocol::encode_v2(
-            client,
-            local,
-            &TlsDetails {
-                alpn: negotiated.alpn.clone(),
-                sni: negotiated.sni.clone(),
-                version: negotiated.version.to_string(),
-                cipher: negotiated.cipher.clone(),
-                key_alg: None,
-                client_cert: negotiated.client_cert.clone(),
-            },
-        )),
-    };
-    if let Some(header) = header {
-        if let Err(err) = backend.write_all(&header).await {
-            tracing::warn!(%client, error = %err, "cannot send PROXY header to backend");
-            let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
-            log_end(
-                log_connections,
-                client,
-                Some(&negotiated),
-                handshake_time,
-                0,
-                0,
-                Outcome::BackendUnavailable,
-            );
-            return;
-        }
-    }
-
     let outcome = relay::relay(
         &mut tls,
         &mut backend,
@@ -289,6 +256,37 @@ pub async fn handle(
         outcome.to_client,
         Outcome::Relayed(outcome.end),
     );
+}
+
+/// Connects to a backend of the connection's pool and sends the PROXY header, if any.
+async fn open_backend(
+    state: &ListenerState,
+    client: SocketAddr,
+    local: SocketAddr,
+    negotiated: &Negotiated,
+) -> anyhow::Result<TcpStream> {
+    let (mut backend, _) = state.pool_for(negotiated.sni.as_deref()).connect().await?;
+    let header = match state.config.proxy_protocol {
+        ProxyProtocol::None => return Ok(backend),
+        ProxyProtocol::V1 => proxy_protocol::encode_v1(client, local),
+        ProxyProtocol::V2 => proxy_protocol::encode_v2(
+            client,
+            local,
+            &TlsDetails {
+                alpn: negotiated.alpn.clone(),
+                sni: negotiated.sni.clone(),
+                version: negotiated.version.to_string(),
+                cipher: negotiated.cipher.clone(),
+                key_alg: None,
+                client_cert: negotiated.client_cert.clone(),
+            },
+        ),
+    };
+    backend
+        .write_all(&header)
+        .await
+        .map_err(|err| anyhow::anyhow!("cannot send the PROXY header: {err}"))?;
+    Ok(backend)
 }
 
 fn log_end(

@@ -348,3 +348,15 @@ pub fn raw_http(address: SocketAddr, request: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+/// A running tlsterm with one listener on a free port forwarding to `backend`, plus the
+/// listener keys in `extra`. Returns the temporary directory (keep it alive), the server
+/// and the port.
+pub fn start_listener(backend: &str, extra: &str) -> (tempfile::TempDir, Server, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listener = format!("address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\n{extra}");
+    let config = write_config(dir.path(), "", &[listener]);
+    let server = Server::start(&config);
+    (dir, server, port)
+}
