@@ -236,6 +236,9 @@ pub struct CertificateConfig {
     /// Served to clients whose SNI matches nothing (and to clients without SNI).
     #[serde(default)]
     pub default: bool,
+    /// A DER OCSP response to staple (re-read on reload; not stapled if stale or not
+    /// for this certificate).
+    pub ocsp: Option<Spanned<PathBuf>>,
 }
 
 fn default_unknown_sni() -> UnknownSni {
@@ -488,6 +491,9 @@ impl Config {
             for cert in &mut listener.certificates {
                 resolve_file(map, &mut cert.cert, "cert")?;
                 resolve_file(map, &mut cert.key, "key")?;
+                if let Some(ocsp) = &mut cert.ocsp {
+                    resolve_file(map, ocsp, "ocsp")?;
+                }
             }
         }
         Ok(())

@@ -354,3 +354,156 @@ async fn per_name_settings_follow_sni() {
     let out = client.await.unwrap();
     assert!(out.contains("ALPN protocol: h2"), "{out}");
 }
+
+/// A CA, a leaf for localhost it signed, and a "good" OCSP response for the leaf made by
+/// `openssl ocsp` acting as the responder (valid 7 days). Returns the response's path.
+fn make_ocsp_pki(dir: &Path) -> std::path::PathBuf {
+    let p = |name: &str| dir.join(name).display().to_string();
+    run(Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-nodes",
+        "-days",
+        "5",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-subj",
+        "/CN=Test OCSP CA",
+        "-keyout",
+        &p("ca.key"),
+        "-out",
+        &p("ca.pem"),
+    ]));
+    run(Command::new("openssl").args([
+        "req",
+        "-new",
+        "-nodes",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        &p("leaf.key"),
+        "-out",
+        &p("leaf.csr"),
+    ]));
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=DNS:localhost\n").unwrap();
+    run(Command::new("openssl").args([
+        "x509",
+        "-req",
+        "-days",
+        "2",
+        "-in",
+        &p("leaf.csr"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-extfile",
+        &p("ext.cnf"),
+        "-out",
+        &p("leaf.pem"),
+    ]));
+    let serial =
+        run(Command::new("openssl").args(["x509", "-noout", "-serial", "-in", &p("leaf.pem")]));
+    let serial = String::from_utf8_lossy(&serial.stdout)
+        .trim()
+        .trim_start_matches("serial=")
+        .to_string();
+    std::fs::write(
+        dir.join("index.txt"),
+        format!("V\t991231235959Z\t\t{serial}\tunknown\t/CN=localhost\n"),
+    )
+    .unwrap();
+    run(Command::new("openssl").args([
+        "ocsp",
+        "-issuer",
+        &p("ca.pem"),
+        "-cert",
+        &p("leaf.pem"),
+        "-no_nonce",
+        "-reqout",
+        &p("req.der"),
+    ]));
+    run(Command::new("openssl").args([
+        "ocsp",
+        "-index",
+        &p("index.txt"),
+        "-rsigner",
+        &p("ca.pem"),
+        "-rkey",
+        &p("ca.key"),
+        "-CA",
+        &p("ca.pem"),
+        "-reqin",
+        &p("req.der"),
+        "-respout",
+        &p("resp.der"),
+        "-ndays",
+        "7",
+    ]));
+    dir.join("resp.der")
+}
+
+#[test]
+fn ocsp_response_is_stapled_only_when_it_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let response = make_ocsp_pki(dir.path());
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    let other = tempfile::tempdir().unwrap();
+    let (other_cert, other_key) =
+        make_cert(other.path(), "other", "other.test", KeyType::EcdsaP256);
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
+         [[listener.certificate]]\ncert = {:?}\nkey = {:?}\nocsp = {:?}\n\
+         [[listener.certificate]]\ncert = {:?}\nkey = {:?}\nocsp = {:?}\n",
+        p("leaf.pem"),
+        p("leaf.key"),
+        response.display().to_string(),
+        other_cert.display().to_string(),
+        other_key.display().to_string(),
+        response.display().to_string(),
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let server = Server::start(&config);
+
+    let out = s_client(port, &["-servername", "localhost", "-status"], "");
+    assert!(
+        out.contains("OCSP Response Status: successful") && out.contains("Cert Status: good"),
+        "{out}"
+    );
+    // The same response on a certificate it does not describe is not stapled.
+    let out = s_client(port, &["-servername", "other.test", "-status"], "");
+    assert!(out.contains("OCSP response: no response sent"), "{out}");
+    server.log.wait_for("OCSP response not stapled", 0);
+    let (_, metrics) = admin_get(admin_address(&config).unwrap(), "/metrics");
+    assert!(
+        metrics.contains("tlsterm_ocsp_responses_total{result=\"stapled\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tlsterm_ocsp_responses_total{result=\"wrong_certificate\"} 1"),
+        "{metrics}"
+    );
+
+    // Past its nextUpdate the same response is refused (checked at load and reload).
+    let leaf = boring::x509::X509::from_pem(&std::fs::read(p("leaf.pem")).unwrap()).unwrap();
+    let der = std::fs::read(&response).unwrap();
+    let now = std::time::SystemTime::now();
+    assert_eq!(tlsterm::tls::ocsp::check(&der, &leaf, now), Ok(()));
+    let later = now + std::time::Duration::from_secs(8 * 24 * 3600);
+    assert_eq!(
+        tlsterm::tls::ocsp::check(&der, &leaf, later),
+        Err(tlsterm::tls::ocsp::OcspProblem::Stale)
+    );
+    assert_eq!(
+        tlsterm::tls::ocsp::check(b"garbage", &leaf, now),
+        Err(tlsterm::tls::ocsp::OcspProblem::Unparsable)
+    );
+}

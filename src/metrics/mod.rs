@@ -132,6 +132,7 @@ pub struct Metrics {
     tls_alpn: IntCounterVec,
     bytes: IntCounterVec,
     backend_connect_failures: IntCounter,
+    ocsp: IntCounterVec,
     backend_connect_time: Histogram,
     handshake_time: HistogramVec,
     engine_ops: IntCounterVec,
@@ -169,6 +170,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         bytes: counter_vec!(r, "bytes_total", "Plaintext bytes relayed", &["direction"]),
         backend_connect_failures: register_int_counter_with_registry!("backend_connect_failures_total", "Backend connection attempts that failed", r).expect("metric"),
         backend_connect_time: register_histogram_with_registry!("backend_connect_seconds", "Time to connect to a backend", latency_buckets(), r).expect("metric"),
+        ocsp: counter_vec!(
+            r,
+            "ocsp_responses_total",
+            "OCSP responses loaded: stapled, or why not",
+            &["result"]
+        ),
         handshake_time: register_histogram_vec_with_registry!(
             "handshake_seconds",
             "Handshake time split as seed 000 does: total (accept to done), tls (inside BoringSSL), engine_wait (signature requested to signature ready)",
@@ -321,6 +328,10 @@ pub fn record_close(reason: &str, to_backend: u64, to_client: u64) {
         .with_label_values(&["to_backend"])
         .inc_by(to_backend);
     m.bytes.with_label_values(&["to_client"]).inc_by(to_client);
+}
+
+pub fn record_ocsp(result: &str) {
+    METRICS.ocsp.with_label_values(&[result]).inc();
 }
 
 pub fn record_accept() {

@@ -57,13 +57,19 @@ fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec<CertifiedK
             let read = |path: &PathBuf| {
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
             };
-            CertifiedKey::from_pem(
+            let mut certified = CertifiedKey::from_pem(
                 &read(c.cert.get_ref())?,
                 &read(c.key.get_ref())?,
                 &c.names,
                 c.default,
             )
-            .with_context(|| format!("certificate {}", c.cert.get_ref().display()))
+            .with_context(|| format!("certificate {}", c.cert.get_ref().display()))?;
+            certified.ocsp = c
+                .ocsp
+                .as_ref()
+                .map(|path| read(path.get_ref()))
+                .transpose()?;
+            Ok(certified)
         })
         .collect()
 }
