@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Fuzzes every target for SECONDS each (default 20), starting from the committed seed
+# corpora in corpus/<target>/ (never written to: new inputs go to a scratch directory).
+# Installs the nightly toolchain and cargo-fuzz if missing; the main build never needs
+# nightly. A crash leaves its input in fuzz/artifacts/<target>/ and fails the script.
+#
+#   fuzz/run.sh [SECONDS]
+#   cargo +nightly fuzz run <target> fuzz/artifacts/<target>/crash-...   # reproduce
+set -euo pipefail
+cd "$(dirname "$0")"
+SECONDS_PER_TARGET=${1:-20}
+export PATH="$HOME/.cargo/bin:$PATH"
+
+start=$(date +%s)
+step() { echo "=== $* ($(($(date +%s) - start))s)"; }
+
+if ! rustup toolchain list | grep -q '^nightly'; then
+    step "installing the nightly toolchain"
+    rustup toolchain install nightly --profile minimal
+fi
+if ! command -v cargo-fuzz >/dev/null; then
+    step "installing cargo-fuzz"
+    cargo install cargo-fuzz --locked
+fi
+
+step "building the fuzz targets (nightly, AddressSanitizer)"
+cargo +nightly fuzz build
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+for target in $(cargo +nightly fuzz list); do
+    step "fuzzing $target for ${SECONDS_PER_TARGET}s"
+    mkdir -p "$scratch/$target"
+    log="$scratch/$target.log"
+    if ! cargo +nightly fuzz run "$target" "$scratch/$target" "corpus/$target" -- \
+        -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 \
+        -print_final_stats=1 >"$log" 2>&1; then
+        tail -60 "$log"
+        echo "fuzz target $target failed; the input is in fuzz/artifacts/$target/"
+        exit 1
+    fi
+    grep -E "^stat::(number_of_executed_units|peak_rss_mb)|^INFO: seed corpus" "$log" || true
+done
+step "all fuzz targets ran without a crash"
