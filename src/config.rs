@@ -160,6 +160,12 @@ pub struct ListenerConfig {
     /// TLS 1.2 cipher suites (OpenSSL names). TLS 1.3 suites are fixed by BoringSSL.
     #[serde(default = "default_ciphers")]
     pub ciphers: Spanned<String>,
+    /// TLS 1.3 suites in server preference order; "A|B" leaves the choice between A and B
+    /// to the client. A client that lists ChaCha20 first (a sign of no AES hardware) gets
+    /// ChaCha20 if it is configured. The default prefers AES-128-GCM: its SHA-256 key
+    /// schedule has hardware support where AES-256-GCM's SHA-384 has none.
+    #[serde(default = "default_tls13_ciphers")]
+    pub tls13_ciphers: Spanned<Vec<String>>,
     /// Key-exchange groups in preference order: X25519, P-256, P-384.
     #[serde(default = "default_groups")]
     pub groups: Spanned<Vec<String>>,
@@ -276,6 +282,27 @@ fn default_max_version() -> TlsVersion {
 fn default_ciphers() -> Spanned<String> {
     Spanned::new(0..0, DEFAULT_TLS12_CIPHERS.to_string())
 }
+fn default_tls13_ciphers() -> Spanned<Vec<String>> {
+    Spanned::new(
+        0..0,
+        vec![
+            "TLS_AES_128_GCM_SHA256".into(),
+            "TLS_AES_256_GCM_SHA384".into(),
+            "TLS_CHACHA20_POLY1305_SHA256".into(),
+        ],
+    )
+}
+
+/// The protocol ID of a TLS 1.3 cipher suite name.
+pub fn tls13_cipher_id(name: &str) -> Option<u16> {
+    match name {
+        "TLS_AES_128_GCM_SHA256" => Some(0x1301),
+        "TLS_AES_256_GCM_SHA384" => Some(0x1302),
+        "TLS_CHACHA20_POLY1305_SHA256" => Some(0x1303),
+        _ => None,
+    }
+}
+
 fn default_groups() -> Spanned<Vec<String>> {
     Spanned::new(0..0, vec!["X25519".into(), "P-256".into(), "P-384".into()])
 }
@@ -460,6 +487,14 @@ impl Config {
                     "listener {}: `max_connections` must be >= 1 and `buffer_size` >= 1024",
                     listener.address
                 )));
+            }
+            let tls13 = listener.tls13_ciphers.get_ref();
+            let names = tls13.iter().flat_map(|entry| entry.split('|'));
+            if tls13.is_empty() || names.clone().any(|n| tls13_cipher_id(n.trim()).is_none()) {
+                return Err(map.error(
+                    &listener.tls13_ciphers,
+                    "key `tls13_ciphers`: a non-empty list of TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256 (\"A|B\": client's choice)",
+                ));
             }
             for group in listener.groups.get_ref() {
                 if crate::tls::group_name(group).is_none() {

@@ -174,6 +174,56 @@ fn sni_selects_certificate_exact_wildcard_and_default() {
     );
 }
 
+/// TLS 1.3 suites: AES-128-GCM by server preference, ChaCha20 for clients that list it
+/// first, AES-256-GCM when it is all the client has; and a configured order is followed.
+#[test]
+fn tls13_cipher_choice() {
+    let (_dir, _server, port) = start_listener("builtin", "");
+    for (client, expected) in [
+        (
+            "TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256",
+            "TLS_AES_128_GCM_SHA256",
+        ),
+        (
+            "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256",
+            "TLS_CHACHA20_POLY1305_SHA256",
+        ),
+        ("TLS_AES_256_GCM_SHA384", "TLS_AES_256_GCM_SHA384"),
+    ] {
+        let out = s_client(port, &["-tls1_3", "-ciphersuites", client], "");
+        assert!(
+            out.contains(&format!("Cipher is {expected}")),
+            "{client}: {out}"
+        );
+    }
+    let (_dir, _server, port) = start_listener(
+        "builtin",
+        "tls13_ciphers = [\"TLS_AES_256_GCM_SHA384|TLS_AES_128_GCM_SHA256\"]",
+    );
+    let out = s_client(
+        port,
+        &[
+            "-tls1_3",
+            "-ciphersuites",
+            "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384",
+        ],
+        "",
+    );
+    assert!(
+        out.contains("Cipher is TLS_AES_128_GCM_SHA256"),
+        "client's choice within a group: {out}"
+    );
+    let out = s_client(
+        port,
+        &["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256"],
+        "",
+    );
+    assert!(
+        out.contains("Cipher is (NONE)"),
+        "ChaCha20 not configured: {out}"
+    );
+}
+
 #[test]
 fn alpn_is_negotiated_in_server_preference() {
     let dir = tempfile::tempdir().unwrap();

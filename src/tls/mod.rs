@@ -23,6 +23,7 @@ use boring::ssl::{
 };
 use boring::x509::store::{X509Store, X509StoreBuilder};
 use boring::x509::{X509Name, X509};
+use foreign_types::ForeignTypeRef;
 
 use crate::config::{ClientAuth, ListenerConfig, TlsVersion, UnknownSni};
 use crate::offload::{KeyKind, SigningKey};
@@ -311,6 +312,7 @@ fn configure(
         .filter_map(|g| group_name(g))
         .collect();
     builder.set_curves_list(&groups.join(":"))?;
+    Tls13Order::parse(listener.tls13_ciphers.get_ref())?.apply_to_context(builder)?;
     builder.set_session_id_context(b"tlsterm")?;
     if profiles.list.iter().any(|p| !p.alpn.is_empty()) {
         let profiles = profiles.clone();
@@ -327,6 +329,92 @@ fn configure(
         builder.set_verify(verify_mode(listener.client_auth));
     }
     Ok(())
+}
+
+const CHACHA20_POLY1305_SHA256: u16 = 0x1303;
+
+/// The TLS 1.3 suite order in BoringSSL's form: protocol IDs, and flags marking "equal
+/// preference with the next" ("A|B" in the configuration: the client's order decides).
+#[derive(Clone)]
+struct Tls13Order {
+    ids: Vec<u16>,
+    flags: Vec<u32>,
+}
+
+impl Tls13Order {
+    fn parse(entries: &[String]) -> anyhow::Result<Tls13Order> {
+        let mut order = Tls13Order {
+            ids: Vec::new(),
+            flags: Vec::new(),
+        };
+        for entry in entries {
+            let group: Vec<&str> = entry.split('|').map(str::trim).collect();
+            for (position, name) in group.iter().enumerate() {
+                let id = crate::config::tls13_cipher_id(name).context("unknown TLS 1.3 suite")?;
+                order.ids.push(id);
+                let equal_with_next = position + 1 < group.len();
+                order.flags.push(if equal_with_next {
+                    boring_sys::SSL_CIPHER_FLAG_EQUAL_PREFERENCE_WITH_NEXT as u32
+                } else {
+                    0
+                });
+            }
+        }
+        Ok(order)
+    }
+
+    /// The same order with ChaCha20 first, if it is configured at all.
+    fn chacha_first(&self) -> Option<Tls13Order> {
+        let at = self
+            .ids
+            .iter()
+            .position(|&id| id == CHACHA20_POLY1305_SHA256)?;
+        let mut order = self.clone();
+        order.ids.remove(at);
+        let ended_group = order.flags.remove(at) == 0;
+        // If ChaCha20 closed its group, its predecessor now closes it.
+        if ended_group && at > 0 {
+            order.flags[at - 1] = 0;
+        }
+        order.ids.insert(0, CHACHA20_POLY1305_SHA256);
+        order.flags.insert(0, 0);
+        Some(order)
+    }
+
+    fn apply_to_context(&self, builder: &mut SslContextBuilder) -> anyhow::Result<()> {
+        // SAFETY: the SSL_CTX is valid; both arrays hold `ids.len()` elements and BoringSSL
+        // copies them. (The `boring` crate has no wrapper for this call.)
+        let ok = unsafe {
+            boring_sys::SSL_CTX_set1_tls13_ciphers(
+                builder.as_ptr(),
+                self.ids.as_ptr(),
+                self.flags.as_ptr(),
+                self.ids.len(),
+            )
+        };
+        anyhow::ensure!(ok == 1, "BoringSSL refused the TLS 1.3 suites");
+        Ok(())
+    }
+
+    fn apply_to_connection(&self, ssl: &mut SslRef) -> bool {
+        // SAFETY: as above, for the connection's own copy of the list.
+        unsafe {
+            boring_sys::SSL_set1_tls13_ciphers(
+                ssl.as_ptr(),
+                self.ids.as_ptr(),
+                self.flags.as_ptr(),
+                self.ids.len(),
+            ) == 1
+        }
+    }
+}
+
+/// Whether the client's first TLS 1.3 suite is ChaCha20: clients without AES hardware
+/// order it first, and for them it is the faster cipher.
+fn client_prefers_chacha(hello: &ClientHello<'_>) -> bool {
+    u16_list(hello.ciphers(), 0)
+        .find(|id| (0x1301..=0x1305).contains(id))
+        .is_some_and(|id| id == CHACHA20_POLY1305_SHA256)
 }
 
 /// Client certificates: verified against the CA bundle; "required" fails the handshake
@@ -438,9 +526,16 @@ impl ServerTls {
         sessions.install(&mut base, listener)?;
         let selector = Arc::new(selector);
         let per_name = profiles.clone();
+        let chacha_first = Tls13Order::parse(listener.tls13_ciphers.get_ref())?.chacha_first();
         base.set_select_certificate_callback(move |mut hello| {
             let chosen = selector.select(&hello).ok_or(SelectCertError::ERROR)?;
+            let prefers_chacha = client_prefers_chacha(&hello);
             let ssl = hello.ssl_mut();
+            if let (true, Some(order)) = (prefers_chacha, &chacha_first) {
+                if !order.apply_to_connection(ssl) {
+                    return Err(SelectCertError::ERROR);
+                }
+            }
             ssl.set_ssl_context(&chosen.ctx)
                 .map_err(|_| SelectCertError::ERROR)?;
             // BoringSSL fixes the version range and the client-certificate request after
@@ -487,6 +582,31 @@ mod tests {
         assert_eq!(select_alpn(&prefs, b"\x03foo"), None);
         // A truncated list is not read past its end.
         assert_eq!(select_alpn(&prefs, b"\x09http/1.1"), None);
+    }
+
+    #[test]
+    fn chacha_first_keeps_the_other_groups() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let flag = boring_sys::SSL_CIPHER_FLAG_EQUAL_PREFERENCE_WITH_NEXT as u32;
+        let order = Tls13Order::parse(&names(&[
+            "TLS_AES_128_GCM_SHA256|TLS_CHACHA20_POLY1305_SHA256",
+            "TLS_AES_256_GCM_SHA384",
+        ]))
+        .unwrap();
+        assert_eq!(order.ids, [0x1301, 0x1303, 0x1302]);
+        assert_eq!(order.flags, [flag, 0, 0]);
+        let chacha = order.chacha_first().unwrap();
+        assert_eq!(chacha.ids, [0x1303, 0x1301, 0x1302]);
+        assert_eq!(chacha.flags, [0, 0, 0]);
+        let grouped = Tls13Order::parse(&names(&[
+            "TLS_CHACHA20_POLY1305_SHA256|TLS_AES_128_GCM_SHA256|TLS_AES_256_GCM_SHA384",
+        ]))
+        .unwrap()
+        .chacha_first()
+        .unwrap();
+        assert_eq!(grouped.flags, [0, flag, 0]);
+        let without = Tls13Order::parse(&names(&["TLS_AES_128_GCM_SHA256"])).unwrap();
+        assert!(without.chacha_first().is_none());
     }
 
     #[test]
