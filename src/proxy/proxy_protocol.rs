@@ -63,8 +63,17 @@ pub fn encode_v1(source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The longest value tlsterm puts in one TLV. Every value it sends is short except those
+/// taken from a client certificate (subject, SAN list), which the client controls in
+/// part; capping each keeps the whole header far below the 64 KiB the length field allows.
+pub const MAX_TLV_VALUE: usize = 4096;
+
+fn capped(value: &[u8]) -> &[u8] {
+    &value[..value.len().min(MAX_TLV_VALUE)]
+}
+
 fn push_tlv(out: &mut Vec<u8>, kind: u8, value: &[u8]) {
-    let len = u16::try_from(value.len()).expect("TLV value fits in 64 KiB");
+    let len = u16::try_from(value.len()).expect("TLV values are bounded by construction");
     out.push(kind);
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(value);
@@ -94,21 +103,21 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
         }
     };
     if let Some(alpn) = &tls.alpn {
-        push_tlv(&mut body, PP2_TYPE_ALPN, alpn);
+        push_tlv(&mut body, PP2_TYPE_ALPN, capped(alpn));
     }
     if let Some(sni) = &tls.sni {
-        push_tlv(&mut body, PP2_TYPE_AUTHORITY, sni.as_bytes());
+        push_tlv(&mut body, PP2_TYPE_AUTHORITY, capped(sni.as_bytes()));
     }
     if let Some(client) = &tls.client_cert {
         push_tlv(
             &mut body,
             PP2_TYPE_TLSTERM_CLIENT_SUBJECT,
-            client.subject.as_bytes(),
+            capped(client.subject.as_bytes()),
         );
         push_tlv(
             &mut body,
             PP2_TYPE_TLSTERM_CLIENT_SAN,
-            client.san.join(",").as_bytes(),
+            capped(client.san.join(",").as_bytes()),
         );
         push_tlv(
             &mut body,
@@ -130,7 +139,7 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
         .as_ref()
         .and_then(|c| c.common_name.as_ref())
     {
-        push_tlv(&mut ssl, PP2_SUBTYPE_SSL_CN, cn.as_bytes());
+        push_tlv(&mut ssl, PP2_SUBTYPE_SSL_CN, capped(cn.as_bytes()));
     }
     push_tlv(&mut ssl, PP2_SUBTYPE_SSL_CIPHER, tls.cipher.as_bytes());
     if let Some(key_alg) = &tls.key_alg {
@@ -142,7 +151,10 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
     out.extend_from_slice(&V2_SIGNATURE);
     out.push(0x21); // version 2, command PROXY
     out.push(family);
-    out.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    // Addresses, ALPN and SNI (255 bytes each at most in TLS), three capped certificate
+    // fields and short constants: well under 64 KiB.
+    let len = u16::try_from(body.len()).expect("capped TLVs keep the header under 64 KiB");
+    out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(&body);
     out
 }
@@ -378,6 +390,33 @@ mod tests {
         assert_eq!(ssl.client, PP2_CLIENT_SSL);
         assert_ne!(ssl.verify, 0);
         assert_eq!(ssl.get(PP2_SUBTYPE_SSL_VERSION), Some(&b"TLSv1.3"[..]));
+    }
+
+    #[test]
+    fn oversized_client_certificate_fields_are_capped() {
+        let huge = "x".repeat(70_000);
+        let tls = TlsDetails {
+            alpn: Some(vec![b'a'; 255]),
+            sni: Some("s".repeat(255)),
+            version: "TLSv1.3".into(),
+            cipher: "TLS_AES_128_GCM_SHA256".into(),
+            key_alg: None,
+            client_cert: Some(ClientIdentity {
+                common_name: Some(huge.clone()),
+                subject: huge.clone(),
+                san: vec![huge.clone(), huge],
+                sha256_hex: "00".repeat(32),
+            }),
+        };
+        let bytes = encode_v2(addr("[::1]:1"), addr("[::1]:2"), &tls);
+        let (header, used) = decode(&bytes).unwrap();
+        assert_eq!(used, bytes.len());
+        let subject = header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT).unwrap();
+        assert_eq!(subject.len(), MAX_TLV_VALUE);
+        assert_eq!(
+            header.ssl().unwrap().get(PP2_SUBTYPE_SSL_CN).unwrap().len(),
+            MAX_TLV_VALUE
+        );
     }
 
     #[test]
