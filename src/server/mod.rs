@@ -245,11 +245,15 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         if let Some(admin) = admin {
             tokio::spawn(admin);
         }
+        // Connection bursts leave their buffers in glibc's arenas; hand the free pages
+        // back now and then so the resident size follows the load down again.
+        let mut trim = tokio::time::interval(std::time::Duration::from_secs(10));
         loop {
             tokio::select! {
                 _ = hangup.recv() => reload(&source, &config, &shared, builtin, &sessions, &settings_tx),
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,
+                _ = trim.tick() => release_freed_memory(),
             }
         }
         tracing::info!(drain_timeout = ?config.drain_timeout, "stopping: no new connections, draining open ones");
@@ -263,8 +267,8 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A reload frees the previous contexts (thousands, with many certificates) all at once;
-/// glibc keeps such memory in its arenas unless asked to give it back.
+/// Freed memory (the previous contexts after a reload, buffers after a burst of
+/// connections) stays in glibc's arenas unless it is asked to give it back.
 fn release_freed_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only returns free heap pages to the kernel; it touches no live
