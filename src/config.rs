@@ -29,6 +29,10 @@ pub struct Config {
     /// Pin worker i to core i (off by default so `taskset` on the whole process is respected).
     #[serde(default)]
     pub pin_workers: bool,
+    /// Connections open at once in the whole process (all workers and listeners); at the
+    /// limit, accepting pauses. Each listener also has a per-worker `max_connections`.
+    #[serde(default = "default_global_max_connections")]
+    pub max_connections: usize,
     /// How long SIGTERM/SIGINT wait for open connections to finish.
     #[serde(default = "default_drain_timeout", with = "humantime_serde")]
     pub drain_timeout: Duration,
@@ -253,6 +257,9 @@ fn default_unknown_sni() -> UnknownSni {
 fn default_client_auth() -> ClientAuth {
     ClientAuth::None
 }
+fn default_global_max_connections() -> usize {
+    100_000
+}
 fn default_drain_timeout() -> Duration {
     Duration::from_secs(30)
 }
@@ -443,6 +450,9 @@ impl Config {
     }
 
     fn validate(&mut self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
+        if self.max_connections == 0 || self.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(map.plain("key `max_connections`: must be between 1 and 2^61"));
+        }
         if self.workers == Some(0) {
             return Err(map.plain("key `workers`: must be at least 1"));
         }

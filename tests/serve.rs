@@ -531,6 +531,48 @@ fn bad_config_is_refused_with_its_line() {
     );
 }
 
+/// The process-wide `max_connections`: at the limit nobody is accepted (the client waits
+/// in the backlog, its handshake does not start) until a connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_connection_limit_pauses_accepting() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listener = format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]");
+    let config = write_config(dir.path(), "max_connections = 2", &[listener]);
+    let _server = Server::start(&config);
+    let mut first = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    let mut second = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    assert!(!http_get(&mut first, "/").await.unwrap().is_empty());
+    assert!(!http_get(&mut second, "/").await.unwrap().is_empty());
+    let third = tokio::spawn(async move {
+        let mut third = tls_connect(port, "localhost", SslVersion::TLS1_3, &[]).await?;
+        http_get(&mut third, "/bytes/3").await
+    });
+    // Not served while two connections are open...
+    let waited = tokio::time::timeout(std::time::Duration::from_millis(500), async {
+        while !third.is_finished() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_err(),
+        "the third connection was served over the limit"
+    );
+    // ...and served as soon as one closes.
+    drop(first);
+    let body = tokio::time::timeout(DEADLINE, third)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(body.len(), 3);
+}
+
 /// SIGTERM stops accepting but lets an open connection finish its exchange.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_open_connections() {

@@ -43,6 +43,8 @@ pub struct Shared {
     /// Indexed like the listening sockets (by the listener's position at start).
     pub listeners: ArcSwap<Vec<Arc<ListenerState>>>,
     pub log_connections: std::sync::atomic::AtomicBool,
+    /// `max_connections` for the whole process (fixed at start).
+    pub connection_limit: Arc<tokio::sync::Semaphore>,
 }
 
 fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec<CertifiedKey>> {
@@ -202,6 +204,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         listeners: ArcSwap::from_pointee(states),
         log_connections: config.log.connections.into(),
+        connection_limit: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
     });
     crate::metrics::set_enabled(config.admin.enabled);
     let admin = match config.admin.enabled {

@@ -99,6 +99,14 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
+        // The process-wide limit, shared by every worker and listener. It is taken after
+        // accept: a worker waiting in accept() on its own SO_REUSEPORT socket must not hold
+        // a permit that a worker with a pending connection needs. At the limit each worker
+        // holds at most this one accepted connection, untouched, until a permit frees.
+        let global = tokio::select! {
+            permit = shared.connection_limit.clone().acquire_owned() => permit.expect("semaphore never closed"),
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
         match accepted {
             Ok((stream, client)) => {
                 let state = shared.listeners.load()[slot].clone();
@@ -107,7 +115,7 @@ async fn accept_loop(
                 tokio::task::spawn_local(async move {
                     conn::handle(stream, client, state, log).await;
                     crate::metrics::record_connection_end();
-                    drop(permit);
+                    drop((permit, global));
                 });
             }
             Err(err) => {
