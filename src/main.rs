@@ -37,6 +37,7 @@ enum Command {
         listen: SocketAddr,
     },
     /// Load generator: full or resumed handshakes, bulk transfers.
+    #[cfg(feature = "bench")]
     Bench(Box<tlsterm_bench::BenchArgs>),
     /// Private-key operations per second: BoringSSL inline vs the batch engine.
     Speed(tlsterm::speed::SpeedArgs),
@@ -95,6 +96,7 @@ fn main() -> ExitCode {
                 })
             })()
         }
+        #[cfg(feature = "bench")]
         Command::Bench(args) => tlsterm_bench::run(&args),
         Command::Speed(args) => tlsterm::speed::run(&args),
         Command::Stats(args) => tlsterm::stats::run(&args),
