@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit and integration tests (real sockets on
-# 127.0.0.1, real TLS clients), and the engine's constant-time check under valgrind.
+# 127.0.0.1, real TLS clients, a real redis-server, sslyze), the engine's constant-time
+# check under valgrind, and a bounded fuzzing run of every fuzz target.
+# FUZZ_SECONDS (default 10) sets the fuzzing time per target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -21,5 +23,8 @@ if [ -x crates/engine/ct/run.sh ]; then
     step "constant-time check (valgrind memcheck, key material undefined)"
     crates/engine/ct/run.sh
 fi
+
+step "fuzzing (cargo-fuzz, every target ${FUZZ_SECONDS:-10}s from the committed corpora)"
+bash fuzz/run.sh "${FUZZ_SECONDS:-10}"
 
 step "all tests passed"
