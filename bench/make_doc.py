@@ -8,7 +8,7 @@ BENCH = Path(__file__).resolve().parent
 tag = sys.argv[1]
 r = json.loads((BENCH / "results" / f"peers-{tag}.json").read_text())
 v = r["meta"]["versions"]
-subs = {"TAG": tag, "KERNEL": v["kernel"], "NGINX": v["nginx"], "HAPROXY": v["haproxy"].split(" - ")[0],
+subs = {"RUNS": str(r["meta"]["args"]["runs"]), "TAG": tag, "KERNEL": v["kernel"], "NGINX": v["nginx"], "HAPROXY": v["haproxy"].split(" - ")[0],
         "HITCH": v["hitch"], "OPENSSL": v["openssl"].split(" (")[0], "GIT": r["meta"]["git"]}
 sc = r["scenarios"]
 
@@ -34,6 +34,17 @@ def target(scen, key, goal, unit):
 subs["T_RSA"], subs["V_RSA"] = target("tls13-rsa-full", HS, 2.0, "handshakes per server CPU-s")
 subs["T_EC"], subs["V_EC"] = target("tls13-ecdsa-full", HS, 1.3, "handshakes per server CPU-s")
 subs["T_BULK"], subs["V_BULK"] = target("bulk-1mib", MB, 1.0, "MB per server CPU-s")
+for k in ("I_RSA", "IV_RSA", "I_EC", "IV_EC"):
+    subs[k] = "not run"
+if len(sys.argv) > 2:
+    # The interleaved cross-check, same formulas.
+    r2 = json.loads((BENCH / "results" / f"peers-{sys.argv[2]}.json").read_text())
+    main_sc, sc = sc, r2["scenarios"]
+    subs["I_RSA"], subs["IV_RSA"] = target("tls13-rsa-full", HS, 2.0, "handshakes per server CPU-s")
+    subs["I_EC"], subs["IV_EC"] = target("tls13-ecdsa-full", HS, 1.3, "handshakes per server CPU-s")
+    rounds = [t[HS] / n[HS] for t, n in zip(sc["tls13-rsa-full"]["tlsterm"], sc["tls13-rsa-full"]["nginx"])]
+    subs["I_RSA"] += f" (rounds: {', '.join(f'{q:.2f}x' for q in rounds)})"
+    sc = main_sc
 rsa_hs, ng_hs = med("tls13-rsa-full", "tlsterm", HS), med("tls13-rsa-full", "nginx", HS)
 subs["RSA_HS"] = f"{rsa_hs:.0f}"
 subs["RSA_US"] = f"{1e6 / rsa_hs:.0f}"
@@ -43,6 +54,13 @@ sw = {x["concurrency"]: x[HS] for x in r["sweep"]["tlsterm"]}
 subs["SWEEP_C4"], subs["SWEEP_C64"] = f"{sw[4]:.0f}", f"{sw[64]:.0f}"
 subs["HALF_EFF"] = f"{med('tls13-rsa-latency-half', 'tlsterm', HS):.0f}"
 subs["HALF_CPU"] = f"{med('tls13-rsa-latency-half', 'tlsterm', 'server_util') * 100:.0f}%"
+tl = sorted(x[HS] for x in sc["tls13-rsa-full"]["tlsterm"])
+subs["T_SPREAD"] = f"{tl[0]:,.0f} to {tl[-1]:,.0f}"
+swn = {x["concurrency"]: x[HS] for x in r["sweep"]["nginx"]}
+subs["SWEEP_NGINX64"] = f"{swn[64]:.0f}"
+subs["SWEEP_RATIO"] = f"{sw[64] / swn[64]:.2f}"
+subs["COMMON_NGINX_CPU"] = f"{med('tls13-rsa-latency-common', 'nginx', 'server_util') * 100:.0f}%"
+subs["HALF_RATE"] = f"{sc['tls13-rsa-latency-half']['tlsterm'][0]['rate']:.0f}"
 subs["COMMON_RATE"] = f"{sc['tls13-rsa-latency-common']['tlsterm'][0]['rate']:.0f}"
 subs["COMMON_RATIO"] = f"{ratio('tls13-rsa-latency-common', HS):.2f}x"
 subs["INLINE_RATIO"] = f"{ratio('tls13-rsa-full', HS, 'tlsterm-inline'):.2f}x"
@@ -82,7 +100,15 @@ for name in ("doc-head.md", "doc-analysis.md"):
         text = text.replace(f"@{k}@", val)
     parts.append(text)
 tables = (BENCH / "results" / f"peers-{tag}.md").read_text()
-doc = parts[0] + "\n## Results (run " + tag + ")\n\n" + tables.replace("### ", "#### ") + "\n" + parts[1]
+doc = parts[0] + "\n## Results (run " + tag + ")\n\n" + tables.replace("### ", "#### ") + "\n"
+if len(sys.argv) > 2:
+    # A second run, with servers interleaved run by run, as a cross-check of the ratios.
+    tag2 = sys.argv[2]
+    doc += ("\n## Cross-check: servers interleaved run by run (run " + tag2 + ")\n\n"
+            "Same scenarios, but `--interleave`: each round runs every server once, so a change in\n"
+            "the machine's background load during the run affects all servers alike.\n\n"
+            + (BENCH / "results" / f"peers-{tag2}.md").read_text().replace("### ", "#### ") + "\n")
+doc += parts[1]
 import re
 left = set(re.findall(r"@([A-Z_0-9]+)@", doc))
 assert not left, left

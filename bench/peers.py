@@ -390,6 +390,8 @@ def main():
     ap.add_argument("--engine", default="batch", help="tlsterm [engine] mode for plain 'tlsterm'")
     ap.add_argument("--backend", default="auto", choices=["auto", "tlsterm", "nginx"])
     ap.add_argument("--no-record", action="store_true", help="skip the record-layer microbenchmark")
+    ap.add_argument("--interleave", action="store_true",
+                    help="rotate servers run by run instead of all runs of one server in a row")
     ap.add_argument("--nice", type=int, default=-20, help="niceness of server, backend and client")
     ap.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
     args = ap.parse_args()
@@ -428,40 +430,44 @@ def main():
     capacity = {}
     try:
         for name, cert, extra, path, kind in scenarios:
-            results["scenarios"][name] = {}
-            for srv in servers:
-                if kind.startswith("rate") and srv not in capacity:
-                    log(f"skip {name} {srv}: no tls13-rsa-full capacity measured")
-                    continue
-                server = try_start(srv, cert, certs, args.engine)
-                if server is None:
-                    continue
-                runs = []
-                try:
-                    for i in range(args.runs):
-                        if kind.startswith("rate"):
-                            rate = (capacity[srv] if kind == "rate" else min(capacity.values())) / 2
-                            r = measure(server, backend, extra, path, 256, args.duration, rate)
-                        else:
-                            conc = args.bulk_concurrency if kind == "bulk" else args.concurrency
-                            r = measure(server, backend, extra, path, conc, args.duration)
-                        if r is None:
-                            continue
-                        runs.append(r)
-                        log(f"{name:24} {srv:14} run {i + 1}: {r['handshakes_per_s']:8.0f} hs/s "
-                            f"{r['handshakes_per_server_cpu_s']:7.0f} hs/srv-CPU-s "
-                            f"{r['mb_per_s']:8.1f} MB/s srv {r['server_util'] * 100:3.0f}% "
-                            f"core0 {r['core0_util'] * 100:3.0f}% cli {r['client_cpu_util'] * 100:3.0f}% "
-                            f"p99 {r['total_p99_us'] / 1000:7.2f}ms resumed {r['resumed']} err {r['errors']} "
-                            f"load {r['loadavg_before']} other {r['other_cpu_s']:.2f}s")
-                finally:
-                    server.stop()
-                    port_free(LISTEN)
-                if not runs:
-                    continue
-                results["scenarios"][name][srv] = runs
-                if name == "tls13-rsa-full":
-                    capacity[srv] = median_of(runs, "handshakes_per_s")
+            per = results["scenarios"][name] = {}
+            # --interleave: one run per server per round, so drift in the machine's
+            # background load hits every server alike (costs a server restart per run).
+            rounds = [1] * args.runs if args.interleave else [args.runs]
+            for n in rounds:
+                for srv in servers:
+                    if kind.startswith("rate") and srv not in capacity:
+                        log(f"skip {name} {srv}: no tls13-rsa-full capacity measured")
+                        continue
+                    server = try_start(srv, cert, certs, args.engine)
+                    if server is None:
+                        continue
+                    runs = per.setdefault(srv, [])
+                    try:
+                        for _ in range(n):
+                            if kind.startswith("rate"):
+                                rate = (capacity[srv] if kind == "rate" else min(capacity.values())) / 2
+                                r = measure(server, backend, extra, path, 256, args.duration, rate)
+                            else:
+                                conc = args.bulk_concurrency if kind == "bulk" else args.concurrency
+                                r = measure(server, backend, extra, path, conc, args.duration)
+                            if r is None:
+                                continue
+                            runs.append(r)
+                            log(f"{name:24} {srv:14} run {len(runs)}: {r['handshakes_per_s']:8.0f} hs/s "
+                                f"{r['handshakes_per_server_cpu_s']:7.0f} hs/srv-CPU-s "
+                                f"{r['mb_per_s']:8.1f} MB/s srv {r['server_util'] * 100:3.0f}% "
+                                f"core0 {r['core0_util'] * 100:3.0f}% cli {r['client_cpu_util'] * 100:3.0f}% "
+                                f"p99 {r['total_p99_us'] / 1000:7.2f}ms resumed {r['resumed']} err {r['errors']} "
+                                f"load {r['loadavg_before']} other {r['other_cpu_s']:.2f}s")
+                    finally:
+                        server.stop()
+                        port_free(LISTEN)
+            for srv in list(per):
+                if not per[srv]:
+                    del per[srv]
+                elif name == "tls13-rsa-full":
+                    capacity[srv] = median_of(per[srv], "handshakes_per_s")
         sweep = [int(c) for c in args.sweep.split(",") if c]
         if sweep and "tls13-rsa-full" in wanted:
             name, cert, extra, path, _ = SCENARIOS[0]
@@ -484,8 +490,11 @@ def main():
     finally:
         backend.stop()
     if not args.no_record:
-        results["record"] = record_bench()
-        results["speed"] = speed_bench()
+        for key, step in (("record", record_bench), ("speed", speed_bench)):
+            try:
+                results[key] = step()
+            except (OSError, subprocess.CalledProcessError, ValueError, IndexError) as e:
+                log(f"{key} step failed: {e}")  # keep the load results regardless
     out = RESULTS / f"peers-{args.tag}.json"
     out.write_text(json.dumps(results, indent=1))
     (RESULTS / "peers-latest.json").write_text(json.dumps(results, indent=1))
