@@ -90,6 +90,22 @@ fn make_client_pki(dir: &Path) {
     ]));
 }
 
+/// A client PKI, a raw backend, and a tlsterm sending PROXY v2 to it with `client_auth`.
+async fn mtls_server(client_auth: &str) -> (tempfile::TempDir, RawBackend, Server, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let backend = RawBackend::bind().await;
+    let port = free_port();
+    let ca = dir.path().join("ca.pem").display().to_string();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\nproxy_protocol = \"v2\"\n\
+         client_auth = \"{client_auth}\"\nclient_ca = {ca:?}",
+        backend.address
+    );
+    let server = Server::start(&write_config(dir.path(), "", &[listener]));
+    (dir, backend, server, port)
+}
+
 /// Reads the PROXY header the backend receives for one s_client connection.
 async fn header_for(
     backend: &RawBackend,
@@ -120,17 +136,7 @@ async fn header_for(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn required_client_certificate_is_enforced_and_identity_reaches_the_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    make_client_pki(dir.path());
-    let backend = RawBackend::bind().await;
-    let port = free_port();
-    let listener = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\nproxy_protocol = \"v2\"\nclient_auth = \"required\"\nclient_ca = {:?}",
-        backend.address,
-        dir.path().join("ca.pem").display().to_string()
-    );
-    let config = write_config(dir.path(), "", &[listener]);
-    let _server = Server::start(&config);
+    let (dir, backend, _server, port) = mtls_server("required").await;
     let p = |name: &str| dir.path().join(name).display().to_string();
 
     let args = vec![
@@ -215,17 +221,7 @@ async fn required_client_certificate_is_enforced_and_identity_reaches_the_backen
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn optional_client_certificate() {
-    let dir = tempfile::tempdir().unwrap();
-    make_client_pki(dir.path());
-    let backend = RawBackend::bind().await;
-    let port = free_port();
-    let listener = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\nproxy_protocol = \"v2\"\nclient_auth = \"optional\"\nclient_ca = {:?}",
-        backend.address,
-        dir.path().join("ca.pem").display().to_string()
-    );
-    let config = write_config(dir.path(), "", &[listener]);
-    let _server = Server::start(&config);
+    let (_dir, backend, _server, port) = mtls_server("optional").await;
     let (header, _) = header_for(&backend, port, vec!["-ign_eof".into()]).await;
     let ssl = header.ssl().unwrap();
     assert_eq!(ssl.client & 0x02, 0, "no client certificate");
