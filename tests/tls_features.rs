@@ -503,3 +503,131 @@ fn ocsp_response_is_stapled_only_when_it_fits() {
         Err(tlsterm::tls::ocsp::OcspProblem::Unparsable)
     );
 }
+
+/// Writes a self-signed ECDSA certificate for `name` (all share one key: generating keys is
+/// not what is tested) and returns the config block for it.
+fn cert_entry(dir: &Path, key: &boring::pkey::PKey<boring::pkey::Private>, name: &str) -> String {
+    use boring::x509::{extension::SubjectAlternativeName, X509NameBuilder};
+    let mut subject = X509NameBuilder::new().unwrap();
+    subject
+        .append_entry_by_nid(boring::nid::Nid::COMMONNAME, name)
+        .unwrap();
+    let subject = subject.build();
+    let mut builder = boring::x509::X509::builder().unwrap();
+    builder.set_version(2).unwrap();
+    let mut serial = boring::bn::BigNum::new().unwrap();
+    serial
+        .rand(64, boring::bn::MsbOption::MAYBE_ZERO, false)
+        .unwrap();
+    builder
+        .set_serial_number(&serial.to_asn1_integer().unwrap())
+        .unwrap();
+    builder.set_subject_name(&subject).unwrap();
+    builder.set_issuer_name(&subject).unwrap();
+    builder.set_pubkey(key).unwrap();
+    let (start, end) = (
+        boring::asn1::Asn1Time::days_from_now(0).unwrap(),
+        boring::asn1::Asn1Time::days_from_now(2).unwrap(),
+    );
+    builder.set_not_before(&start).unwrap();
+    builder.set_not_after(&end).unwrap();
+    let san = SubjectAlternativeName::new()
+        .dns(name)
+        .build(&builder.x509v3_context(None, None))
+        .unwrap();
+    builder.append_extension(&san).unwrap();
+    builder
+        .sign(key, boring::hash::MessageDigest::sha256())
+        .unwrap();
+    let cert = dir.join(format!("{name}.pem"));
+    std::fs::write(&cert, builder.build().to_pem().unwrap()).unwrap();
+    format!(
+        "[[listener.certificate]]\ncert = {:?}\nkey = \"key.pem\"\n",
+        cert.display().to_string()
+    )
+}
+
+fn peer_name(stream: &TlsClient) -> String {
+    let cert = stream.ssl().peer_certificate().unwrap();
+    let cn = cert
+        .subject_name()
+        .entries_by_nid(boring::nid::Nid::COMMONNAME)
+        .next()
+        .unwrap();
+    cn.data().as_utf8().unwrap().to_string()
+}
+
+/// Thousands of certificates: added, replaced and removed by a reload while established
+/// connections keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_of_a_large_certificate_set_keeps_connections() {
+    use boring::ssl::SslVersion;
+    let dir = tempfile::tempdir().unwrap();
+    let group = boring::ec::EcGroup::from_curve_name(boring::nid::Nid::X9_62_PRIME256V1).unwrap();
+    let key =
+        boring::pkey::PKey::from_ec_key(boring::ec::EcKey::generate(&group).unwrap()).unwrap();
+    std::fs::write(
+        dir.path().join("key.pem"),
+        key.private_key_to_pem_pkcs8().unwrap(),
+    )
+    .unwrap();
+    let port = free_port();
+    let listener = |range: std::ops::Range<usize>| {
+        let mut text = format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n");
+        for i in range {
+            text.push_str(&cert_entry(dir.path(), &key, &format!("site{i}.test")));
+        }
+        text
+    };
+    let config = write_config(dir.path(), "", &[listener(0..2000)]);
+    let server = Server::start(&config);
+
+    let mut established = Vec::new();
+    for name in [
+        "site1.test",
+        "site999.test",
+        "site1500.test",
+        "site1999.test",
+    ] {
+        let stream = tls_connect(port, name, SslVersion::TLS1_3, &[])
+            .await
+            .unwrap();
+        assert_eq!(peer_name(&stream), name);
+        established.push(stream);
+    }
+
+    // Drop site0..999, keep 1000..1999 (rewritten: new serials), add 2000..2999.
+    let admin = admin_address(&config).unwrap();
+    let text = std::fs::read_to_string(&config).unwrap();
+    let (_, admin_part) = text.split_once("[admin]").unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "workers = 2\n\n[[listener]]\n{}\n[admin]{admin_part}",
+            listener(1000..3000)
+        ),
+    )
+    .unwrap();
+    assert!(server.reload().contains("reloaded"));
+
+    for stream in &mut established {
+        assert_eq!(
+            http_get(stream, "/bytes/100").await.unwrap().len(),
+            100,
+            "established connection survives"
+        );
+    }
+    let added = tls_connect(port, "site2500.test", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    assert_eq!(peer_name(&added), "site2500.test");
+    let removed = tls_connect(port, "site10.test", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        peer_name(&removed),
+        "site1000.test",
+        "a removed name gets the default (first) certificate"
+    );
+    assert_eq!(admin_get(admin, "/healthz").0, 200);
+}
