@@ -13,26 +13,31 @@ use tlsterm::proxy::proxy_protocol::{
 };
 use tokio::io::AsyncReadExt;
 
-/// A CA and a client certificate it signed (CN=alice, SAN email:alice@example.test).
-fn make_client_pki(dir: &Path) {
+/// An ECDSA P-256 CA (`ca.pem`, `ca.key`) in `dir`.
+fn make_ca(dir: &Path, common_name: &str) {
     let p = |name: &str| dir.join(name).display().to_string();
     run(Command::new("openssl").args([
         "req",
         "-x509",
         "-nodes",
         "-days",
-        "2",
+        "5",
         "-newkey",
         "ec",
         "-pkeyopt",
         "ec_paramgen_curve:P-256",
         "-subj",
-        "/CN=Test Client CA",
+        &format!("/CN={common_name}"),
         "-keyout",
         &p("ca.key"),
         "-out",
         &p("ca.pem"),
     ]));
+}
+
+/// A leaf `<stem>.pem`/`<stem>.key` signed by the CA in `dir`, with extensions `ext`.
+fn make_leaf(dir: &Path, stem: &str, subject: &str, ext: &str) {
+    let p = |name: &str| dir.join(name).display().to_string();
     run(Command::new("openssl").args([
         "req",
         "-new",
@@ -42,52 +47,54 @@ fn make_client_pki(dir: &Path) {
         "-pkeyopt",
         "ec_paramgen_curve:P-256",
         "-subj",
-        "/CN=alice/O=Example",
+        subject,
         "-keyout",
-        &p("alice.key"),
+        &p(&format!("{stem}.key")),
         "-out",
-        &p("alice.csr"),
+        &p(&format!("{stem}.csr")),
     ]));
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=email:alice@example.test,DNS:alice.example.test\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join(format!("{stem}.ext")), format!("{ext}\n")).unwrap();
     run(Command::new("openssl").args([
         "x509",
         "-req",
         "-days",
         "2",
         "-in",
-        &p("alice.csr"),
+        &p(&format!("{stem}.csr")),
         "-CA",
         &p("ca.pem"),
         "-CAkey",
         &p("ca.key"),
         "-CAcreateserial",
         "-extfile",
-        &p("ext.cnf"),
+        &p(&format!("{stem}.ext")),
         "-out",
-        &p("alice.pem"),
+        &p(&format!("{stem}.pem")),
     ]));
-    // A certificate from a CA the server does not trust.
-    run(Command::new("openssl").args([
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "2",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-subj",
+}
+
+/// A CA and a client certificate it signed (CN=alice, SAN email:alice@example.test), and
+/// `mallory.pem`/`.key` from a CA the server does not trust.
+fn make_client_pki(dir: &Path) {
+    make_ca(dir, "Test Client CA");
+    make_leaf(
+        dir,
+        "alice",
+        "/CN=alice/O=Example",
+        "subjectAltName=email:alice@example.test,DNS:alice.example.test",
+    );
+    let untrusted = dir.join("untrusted");
+    std::fs::create_dir(&untrusted).unwrap();
+    make_ca(&untrusted, "Untrusted CA");
+    make_leaf(
+        &untrusted,
+        "mallory",
         "/CN=mallory",
-        "-keyout",
-        &p("mallory.key"),
-        "-out",
-        &p("mallory.pem"),
-    ]));
+        "subjectAltName=DNS:mallory.test",
+    );
+    for file in ["mallory.pem", "mallory.key"] {
+        std::fs::copy(untrusted.join(file), dir.join(file)).unwrap();
+    }
 }
 
 /// A client PKI, a raw backend, and a tlsterm sending PROXY v2 to it with `client_auth`.
@@ -355,56 +362,8 @@ async fn per_name_settings_follow_sni() {
 /// `openssl ocsp` acting as the responder (valid 7 days). Returns the response's path.
 fn make_ocsp_pki(dir: &Path) -> std::path::PathBuf {
     let p = |name: &str| dir.join(name).display().to_string();
-    run(Command::new("openssl").args([
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "5",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-subj",
-        "/CN=Test OCSP CA",
-        "-keyout",
-        &p("ca.key"),
-        "-out",
-        &p("ca.pem"),
-    ]));
-    run(Command::new("openssl").args([
-        "req",
-        "-new",
-        "-nodes",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        &p("leaf.key"),
-        "-out",
-        &p("leaf.csr"),
-    ]));
-    std::fs::write(dir.join("ext.cnf"), "subjectAltName=DNS:localhost\n").unwrap();
-    run(Command::new("openssl").args([
-        "x509",
-        "-req",
-        "-days",
-        "2",
-        "-in",
-        &p("leaf.csr"),
-        "-CA",
-        &p("ca.pem"),
-        "-CAkey",
-        &p("ca.key"),
-        "-CAcreateserial",
-        "-extfile",
-        &p("ext.cnf"),
-        "-out",
-        &p("leaf.pem"),
-    ]));
+    make_ca(dir, "Test OCSP CA");
+    make_leaf(dir, "leaf", "/CN=localhost", "subjectAltName=DNS:localhost");
     let serial =
         run(Command::new("openssl").args(["x509", "-noout", "-serial", "-in", &p("leaf.pem")]));
     let serial = String::from_utf8_lossy(&serial.stdout)
