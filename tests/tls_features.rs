@@ -13,66 +13,6 @@ use tlsterm::proxy::proxy_protocol::{
 };
 use tokio::io::AsyncReadExt;
 
-/// An ECDSA P-256 CA (`ca.pem`, `ca.key`) in `dir`.
-fn make_ca(dir: &Path, common_name: &str) {
-    let p = |name: &str| dir.join(name).display().to_string();
-    run(Command::new("openssl").args([
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "5",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-subj",
-        &format!("/CN={common_name}"),
-        "-keyout",
-        &p("ca.key"),
-        "-out",
-        &p("ca.pem"),
-    ]));
-}
-
-/// A leaf `<stem>.pem`/`<stem>.key` signed by the CA in `dir`, with extensions `ext`.
-fn make_leaf(dir: &Path, stem: &str, subject: &str, ext: &str) {
-    let p = |name: &str| dir.join(name).display().to_string();
-    run(Command::new("openssl").args([
-        "req",
-        "-new",
-        "-nodes",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-subj",
-        subject,
-        "-keyout",
-        &p(&format!("{stem}.key")),
-        "-out",
-        &p(&format!("{stem}.csr")),
-    ]));
-    std::fs::write(dir.join(format!("{stem}.ext")), format!("{ext}\n")).unwrap();
-    run(Command::new("openssl").args([
-        "x509",
-        "-req",
-        "-days",
-        "2",
-        "-in",
-        &p(&format!("{stem}.csr")),
-        "-CA",
-        &p("ca.pem"),
-        "-CAkey",
-        &p("ca.key"),
-        "-CAcreateserial",
-        "-extfile",
-        &p(&format!("{stem}.ext")),
-        "-out",
-        &p(&format!("{stem}.pem")),
-    ]));
-}
-
 /// A CA and a client certificate it signed (CN=alice, SAN email:alice@example.test), and
 /// `mallory.pem`/`.key` from a CA the server does not trust.
 fn make_client_pki(dir: &Path) {
