@@ -200,6 +200,13 @@ pub struct ListenerConfig {
     pub client_auth: ClientAuth,
     /// PEM bundle of the CAs that client certificates must chain to.
     pub client_ca: Option<Spanned<PathBuf>>,
+    /// TLS 1.3 0-RTT: resumed clients may send up to 14,336 bytes (BoringSSL's fixed
+    /// max_early_data_size) before the handshake completes. Off by default: early data can
+    /// be replayed by an attacker; tlsterm refuses a ClientHello it has seen (see
+    /// `[session] early_data_replay_entries`) and marks such connections to the backend
+    /// (PROXY v2 TLV 0xE3).
+    #[serde(default = "default_off")]
+    pub early_data: Spanned<bool>,
     /// Settings for particular SNI names, overriding the listener's.
     #[serde(default, rename = "server_name")]
     pub server_names: Vec<ServerNameConfig>,
@@ -251,6 +258,9 @@ pub struct CertificateConfig {
     pub ocsp: Option<Spanned<PathBuf>>,
 }
 
+fn default_off() -> Spanned<bool> {
+    Spanned::new(0..0, false)
+}
 fn default_unknown_sni() -> UnknownSni {
     UnknownSni::Default
 }
@@ -497,6 +507,12 @@ impl Config {
                     "listener {}: `max_connections` must be >= 1 and `buffer_size` >= 1024",
                     listener.address
                 )));
+            }
+            if *listener.early_data.get_ref() && listener.max_version < TlsVersion::Tls13 {
+                return Err(map.error(
+                    &listener.early_data,
+                    "key `early_data`: 0-RTT exists only in TLS 1.3, but `max_version` is 1.2",
+                ));
             }
             let tls13 = listener.tls13_ciphers.get_ref();
             let names = tls13.iter().flat_map(|entry| entry.split('|'));

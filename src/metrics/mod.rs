@@ -133,6 +133,7 @@ pub struct Metrics {
     bytes: IntCounterVec,
     backend_connect_failures: IntCounter,
     ocsp: IntCounterVec,
+    early_data: IntCounterVec,
     backend_connect_time: Histogram,
     handshake_time: HistogramVec,
     engine_ops: IntCounterVec,
@@ -174,6 +175,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             r,
             "ocsp_responses_total",
             "OCSP responses loaded: stapled, or why not",
+            &["result"]
+        ),
+        early_data: counter_vec!(
+            r,
+            "early_data_total",
+            "TLS 1.3 ClientHellos offering 0-RTT: accepted, or why refused",
             &["result"]
         ),
         handshake_time: register_histogram_vec_with_registry!(
@@ -332,6 +339,10 @@ pub fn record_close(reason: &str, to_backend: u64, to_client: u64) {
 
 pub fn record_ocsp(result: &str) {
     METRICS.ocsp.with_label_values(&[result]).inc();
+}
+
+pub fn record_early_data(result: &str) {
+    METRICS.early_data.with_label_values(&[result]).inc();
 }
 
 pub fn record_accept() {

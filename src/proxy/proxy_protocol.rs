@@ -23,6 +23,10 @@ pub const PP2_CLIENT_CERT_CONN: u8 = 0x02;
 pub const PP2_TYPE_TLSTERM_CLIENT_SUBJECT: u8 = 0xE0;
 pub const PP2_TYPE_TLSTERM_CLIENT_SAN: u8 = 0xE1;
 pub const PP2_TYPE_TLSTERM_CLIENT_SHA256: u8 = 0xE2;
+/// Present (value `0x01`) when the connection began with TLS 1.3 early data: its first
+/// bytes reached tlsterm before the handshake completed and may be a replay (RFC 8470
+/// tells an HTTP backend what not to do with such a request).
+pub const PP2_TYPE_TLSTERM_EARLY_DATA: u8 = 0xE3;
 
 /// A client certificate that BoringSSL verified against `client_ca`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,6 +46,8 @@ pub struct TlsDetails {
     pub cipher: String,
     pub key_alg: Option<String>,
     pub client_cert: Option<ClientIdentity>,
+    /// The client sent 0-RTT data that tlsterm accepted.
+    pub early_data: bool,
 }
 
 /// Encodes a version 1 header: one text line.
@@ -124,6 +130,9 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
             PP2_TYPE_TLSTERM_CLIENT_SHA256,
             client.sha256_hex.as_bytes(),
         );
+    }
+    if tls.early_data {
+        push_tlv(&mut body, PP2_TYPE_TLSTERM_EARLY_DATA, &[1]);
     }
     let client_bits = match tls.client_cert {
         Some(_) => PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN,
@@ -376,6 +385,7 @@ mod tests {
             cipher: "TLS_AES_128_GCM_SHA256".into(),
             key_alg: Some("RSA2048".into()),
             client_cert: None,
+            early_data: true,
         };
         let bytes = encode_v2(addr("10.0.0.1:1234"), addr("10.0.0.2:443"), &tls);
         assert_eq!(&bytes[..12], &V2_SIGNATURE);
@@ -386,6 +396,7 @@ mod tests {
         assert_eq!(header.source, Some(addr("10.0.0.1:1234")));
         assert_eq!(header.tlv(PP2_TYPE_ALPN), Some(&b"h2"[..]));
         assert_eq!(header.tlv(PP2_TYPE_AUTHORITY), Some(&b"example.com"[..]));
+        assert_eq!(header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA), Some(&[1u8][..]));
         let ssl = header.ssl().unwrap();
         assert_eq!(ssl.client, PP2_CLIENT_SSL);
         assert_ne!(ssl.verify, 0);
@@ -407,10 +418,12 @@ mod tests {
                 san: vec![huge.clone(), huge],
                 sha256_hex: "00".repeat(32),
             }),
+            early_data: false,
         };
         let bytes = encode_v2(addr("[::1]:1"), addr("[::1]:2"), &tls);
         let (header, used) = decode(&bytes).unwrap();
         assert_eq!(used, bytes.len());
+        assert_eq!(header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA), None);
         let subject = header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT).unwrap();
         assert_eq!(subject.len(), MAX_TLV_VALUE);
         assert_eq!(

@@ -24,6 +24,8 @@ struct Negotiated {
     cipher: String,
     resumed: bool,
     client_cert: Option<ClientIdentity>,
+    /// 0-RTT data was accepted: the first bytes may be a replay.
+    early_data: bool,
 }
 
 /// The verified client certificate, if the client presented one.
@@ -102,6 +104,7 @@ impl Negotiated {
                 .unwrap_or_default(),
             resumed: ssl.session_reused(),
             client_cert: client_identity(ssl),
+            early_data: crate::tls::early_data_outcome(ssl) == Some("accepted"),
         }
     }
 }
@@ -187,6 +190,9 @@ pub async fn handle(
                 total: handshake_time,
                 in_tls,
             });
+            if let Some(outcome) = crate::tls::early_data_outcome(ssl) {
+                metrics::record_early_data(outcome);
+            }
             tls
         }
         Ok((Err(err), _)) => {
@@ -279,6 +285,7 @@ async fn open_backend(
                 cipher: negotiated.cipher.clone(),
                 key_alg: None,
                 client_cert: negotiated.client_cert.clone(),
+                early_data: negotiated.early_data,
             },
         ),
     };
@@ -309,6 +316,7 @@ fn log_end(
         cipher: String::new(),
         resumed: false,
         client_cert: None,
+        early_data: false,
     };
     let n = negotiated.unwrap_or(&empty);
     tracing::info!(
@@ -319,6 +327,7 @@ fn log_end(
         version = %n.version,
         cipher = %n.cipher,
         resumed = n.resumed,
+        early_data = n.early_data,
         handshake_us = handshake_time.as_micros() as u64,
         bytes_in = to_backend,
         bytes_out = to_client,

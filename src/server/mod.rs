@@ -106,7 +106,7 @@ pub fn build_states(
         .iter()
         .map(|listener| {
             let certs = load_certificates(listener)?;
-            let tls = ServerTls::build(listener, certs, sessions)
+            let tls = ServerTls::build(listener, certs, sessions, &config.session)
                 .with_context(|| format!("listener {}", listener.address))?;
             let pool = |backends: &[String]| -> anyhow::Result<Arc<BackendPool>> {
                 Ok(Arc::new(BackendPool::new(
@@ -292,8 +292,9 @@ fn reload(
 ) {
     let attempt = || -> anyhow::Result<Vec<Arc<ListenerState>>> {
         let new = source.load()?;
-        sessions.reload(&new.session)?;
+        // Everything that can fail is built first; the `[session]` part is committed last.
         let fresh = build_states(&new, builtin, sessions)?;
+        sessions.reload(&new.session)?;
         // Sockets are bound at start: map new listener settings onto them by address.
         let current = shared.listeners.load();
         let mut next = Vec::with_capacity(current.len());

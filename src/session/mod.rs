@@ -16,6 +16,7 @@
 
 mod cache;
 mod redis;
+pub mod replay;
 pub mod tickets;
 
 use std::os::raw::c_int;
@@ -36,9 +37,9 @@ use prometheus::{
 };
 use serde::Deserialize;
 
-use crate::config::ListenerConfig;
 use cache::LruCache;
 use redis::{Outcome, RedisStore};
+use replay::ReplayGuard;
 use tickets::{KeySource, Lookup, TicketKeys};
 
 /// `[session]` in the configuration.
@@ -72,6 +73,9 @@ pub struct SessionConfig {
     pub redis_timeout: Duration,
     /// Prefix of the Redis keys (followed by the session ID in hex).
     pub redis_prefix: String,
+    /// TLS 1.3 early data: how many ClientHellos the anti-replay memory holds (about
+    /// 60 bytes each). When full, 0-RTT is refused until older entries expire.
+    pub early_data_replay_entries: usize,
 }
 
 impl Default for SessionConfig {
@@ -88,6 +92,7 @@ impl Default for SessionConfig {
             redis_url: None,
             redis_timeout: Duration::from_millis(20),
             redis_prefix: "tlsterm:session:".into(),
+            early_data_replay_entries: 100_000,
         }
     }
 }
@@ -203,6 +208,7 @@ struct Inner {
     redis: ArcSwapOption<RedisStore>,
     /// Seconds; read by the store callback.
     lifetime: AtomicU64,
+    replay: Arc<ReplayGuard>,
 }
 
 /// Process-wide resumption state; survives reloads so that clients keep resuming.
@@ -234,6 +240,10 @@ impl Sessions {
                 cache: Mutex::new(LruCache::new(entries, bytes)),
                 redis: ArcSwapOption::new(redis),
                 lifetime: AtomicU64::new(config.lifetime.as_secs()),
+                replay: Arc::new(ReplayGuard::new(
+                    config.early_data_replay_entries,
+                    Instant::now(),
+                )),
             }),
         })
     }
@@ -280,23 +290,20 @@ impl Sessions {
         inner
             .lifetime
             .store(config.lifetime.as_secs(), Ordering::Relaxed);
+        inner.replay.set_capacity(config.early_data_replay_entries);
         *inner.config.lock().unwrap_or_else(|e| e.into_inner()) = config.clone();
         TICKET_KEYS.store(Some(inner.tickets.clone()));
         Ok(())
     }
 
     /// Installs tickets and caches on a listener's base context (BoringSSL's session context).
+    /// `config` is the `[session]` section being applied: on reload the new contexts are
+    /// built before [`Sessions::reload`] commits it, so a failed reload changes nothing.
     pub fn install(
         &self,
         base: &mut SslContextBuilder,
-        _listener: &ListenerConfig,
+        config: &SessionConfig,
     ) -> anyhow::Result<()> {
-        let config = self
-            .inner
-            .config
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
         let lifetime = config.lifetime.as_secs() as u32;
         // SAFETY: `base.as_ptr()` is a valid SSL_CTX owned by the builder; these setters only
         // store integers in it.
@@ -333,6 +340,11 @@ impl Sessions {
             base.set_session_cache_mode(SslSessionCacheMode::OFF);
         }
         Ok(())
+    }
+
+    /// The anti-replay memory for 0-RTT, shared by every listener and kept across reloads.
+    pub fn replay_guard(&self) -> Arc<ReplayGuard> {
+        self.inner.replay.clone()
     }
 
     /// Sessions in the in-process session-ID cache.
@@ -455,6 +467,24 @@ impl Inner {
     }
 }
 
+/// Keys the ticket's HMAC-SHA256 with `key`, the same way for sealing and for opening.
+///
+/// # Safety
+/// `hmac` must be a valid HMAC_CTX owned by BoringSSL for the duration of the call.
+unsafe fn init_ticket_hmac(hmac: *mut ffi::HMAC_CTX, key: &tickets::TicketKey) -> bool {
+    // SAFETY: `hmac` is valid (the caller's contract); the key slice outlives the call and
+    // BoringSSL copies it.
+    unsafe {
+        ffi::HMAC_Init_ex(
+            hmac,
+            key.hmac.as_ptr().cast(),
+            key.hmac.len(),
+            ffi::EVP_sha256(),
+            std::ptr::null_mut(),
+        ) == 1
+    }
+}
+
 /// BoringSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_cb), on every worker.
 ///
 /// Encrypt (`encrypt == 1`): returns 1 after writing the key name and a random IV and setting
@@ -494,13 +524,7 @@ unsafe extern "C" fn ticket_key_callback(
                         key.aes.as_ptr(),
                         iv,
                     ) != 1
-                    || ffi::HMAC_Init_ex(
-                        hmac,
-                        key.hmac.as_ptr().cast(),
-                        key.hmac.len(),
-                        ffi::EVP_sha256(),
-                        std::ptr::null_mut(),
-                    ) != 1
+                    || !init_ticket_hmac(hmac, key)
                 {
                     return -1;
                 }
@@ -521,13 +545,7 @@ unsafe extern "C" fn ticket_key_callback(
             };
             // SAFETY: as above; `iv` holds the ticket's 16-byte IV.
             unsafe {
-                if ffi::HMAC_Init_ex(
-                    hmac,
-                    key.hmac.as_ptr().cast(),
-                    key.hmac.len(),
-                    ffi::EVP_sha256(),
-                    std::ptr::null_mut(),
-                ) != 1
+                if !init_ticket_hmac(hmac, key)
                     || ffi::EVP_DecryptInit_ex(
                         cipher,
                         ffi::EVP_aes_256_cbc(),

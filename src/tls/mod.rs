@@ -27,7 +27,8 @@ use foreign_types::ForeignTypeRef;
 
 use crate::config::{ClientAuth, ListenerConfig, TlsVersion, UnknownSni};
 use crate::offload::{KeyKind, SigningKey};
-use crate::session::Sessions;
+use crate::session::replay::{ReplayGuard, Verdict};
+use crate::session::{SessionConfig, Sessions};
 use keymethod::OffloadKeyMethod;
 
 /// BoringSSL's name for a configured group, or `None` if unknown.
@@ -314,6 +315,10 @@ fn configure(
     builder.set_curves_list(&groups.join(":"))?;
     Tls13Order::parse(listener.tls13_ciphers.get_ref())?.apply_to_context(builder)?;
     builder.set_session_id_context(b"tlsterm")?;
+    if *listener.early_data.get_ref() {
+        // SAFETY: the builder's SSL_CTX is valid; the call sets a flag.
+        unsafe { boring_sys::SSL_CTX_set_early_data_enabled(builder.as_ptr(), 1) };
+    }
     if profiles.list.iter().any(|p| !p.alpn.is_empty()) {
         let profiles = profiles.clone();
         builder.set_alpn_select_callback(move |ssl, client| {
@@ -417,6 +422,50 @@ fn client_prefers_chacha(hello: &ClientHello<'_>) -> bool {
         .is_some_and(|id| id == CHACHA20_POLY1305_SHA256)
 }
 
+/// Whether a ClientHello offering 0-RTT must not get it: seen before (a replay) or the
+/// anti-replay memory is full. Counted here, as a replayed handshake may never complete.
+fn early_data_replayed(hello: &ClientHello<'_>, guard: &ReplayGuard) -> bool {
+    if hello.get_extension(ExtensionType::EARLY_DATA).is_none() {
+        return false;
+    }
+    // Without a PSK there is no resumption, and BoringSSL refuses the early data itself.
+    let Some(pre_shared_key) = hello.get_extension(ExtensionType::PRE_SHARED_KEY) else {
+        return false;
+    };
+    let verdict = guard.check(pre_shared_key, std::time::Instant::now());
+    if verdict == Verdict::Fresh {
+        return false;
+    }
+    tracing::debug!(result = verdict.label(), "0-RTT refused");
+    crate::metrics::record_early_data(verdict.label());
+    true
+}
+
+/// What became of the early data of a completed handshake: `None` if the client offered
+/// none (or the listener allows none), else "accepted" or BoringSSL's reason for refusing
+/// it (e.g. "ticket_age_skew", "alpn_mismatch"). Refusals for replay are counted earlier.
+pub fn early_data_outcome(ssl: &SslRef) -> Option<&'static str> {
+    use boring_sys::ssl_early_data_reason_t as Reason;
+    // SAFETY: the connection is valid; both calls only read its state, and the reason
+    // string, when not null, is a static NUL-terminated ASCII string.
+    let (reason, text) = unsafe {
+        let reason = boring_sys::SSL_get_early_data_reason(ssl.as_ptr());
+        let text = boring_sys::SSL_early_data_reason_string(reason);
+        let text = (!text.is_null())
+            .then(|| std::ffi::CStr::from_ptr(text).to_str().ok())
+            .flatten();
+        (reason, text)
+    };
+    match reason {
+        Reason::ssl_early_data_accepted => Some("accepted"),
+        Reason::ssl_early_data_unknown
+        | Reason::ssl_early_data_disabled
+        | Reason::ssl_early_data_peer_declined
+        | Reason::ssl_early_data_no_session_offered => None,
+        _ => Some(text.unwrap_or("other")),
+    }
+}
+
 /// Client certificates: verified against the CA bundle; "required" fails the handshake
 /// without one.
 fn verify_mode(auth: ClientAuth) -> SslVerifyMode {
@@ -482,6 +531,7 @@ impl ServerTls {
         listener: &ListenerConfig,
         certs: Vec<CertifiedKey>,
         sessions: &Sessions,
+        session_config: &SessionConfig,
     ) -> anyhow::Result<ServerTls> {
         anyhow::ensure!(!certs.is_empty(), "no certificate configured");
         let profiles = Arc::new(Profiles::build(listener)?);
@@ -523,13 +573,17 @@ impl ServerTls {
 
         let mut base = SslContextBuilder::new(SslMethod::tls())?;
         configure(&mut base, listener, &profiles)?;
-        sessions.install(&mut base, listener)?;
+        sessions.install(&mut base, session_config)?;
+        let replay = (*listener.early_data.get_ref()).then(|| sessions.replay_guard());
         let selector = Arc::new(selector);
         let per_name = profiles.clone();
         let chacha_first = Tls13Order::parse(listener.tls13_ciphers.get_ref())?.chacha_first();
         base.set_select_certificate_callback(move |mut hello| {
             let chosen = selector.select(&hello).ok_or(SelectCertError::ERROR)?;
             let prefers_chacha = client_prefers_chacha(&hello);
+            let early_data_refused = replay
+                .as_ref()
+                .is_some_and(|guard| early_data_replayed(&hello, guard));
             let ssl = hello.ssl_mut();
             if let (true, Some(order)) = (prefers_chacha, &chacha_first) {
                 if !order.apply_to_connection(ssl) {
@@ -538,6 +592,11 @@ impl ServerTls {
             }
             ssl.set_ssl_context(&chosen.ctx)
                 .map_err(|_| SelectCertError::ERROR)?;
+            if early_data_refused {
+                // After the context switch, which resets the flag from the new context.
+                // SAFETY: the connection is valid for the callback; the call sets a flag.
+                unsafe { boring_sys::SSL_set_early_data_enabled(ssl.as_ptr(), 0) };
+            }
             // BoringSSL fixes the version range and the client-certificate request after
             // this callback, so per-name settings still apply here.
             let profile = per_name.for_ssl(ssl);

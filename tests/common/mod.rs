@@ -420,3 +420,16 @@ pub fn make_leaf(dir: &Path, stem: &str, subject: &str, ext: &str) {
         &p(&format!("{stem}.pem")),
     ]));
 }
+
+/// Sum of the samples of metric `name` on the admin listener whose labels contain
+/// `labels` (e.g. `result="accepted"`; "" for all).
+pub fn metric(admin: SocketAddr, name: &str, labels: &str) -> f64 {
+    let (status, text) = admin_get(admin, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .filter(|l| {
+            l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(labels)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -1,0 +1,240 @@
+//! TLS 1.3 0-RTT with `openssl s_client -early_data`: accepted when the listener allows
+//! it and marked to the backend (PROXY v2 TLV 0xE3), refused when the ClientHello is
+//! replayed byte for byte, and refused once a reload turns it off.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use common::*;
+use tlsterm::proxy::proxy_protocol::{self, PP2_TYPE_TLSTERM_EARLY_DATA};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+const EARLY_REQUEST: &str = "GET /early HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+const EARLY_DATA: &str = "tlsterm_early_data_total";
+
+/// One backend connection: whether its PROXY header carried the early-data TLV, and the
+/// first request line.
+#[derive(Debug)]
+struct Seen {
+    early_tlv: bool,
+    request: String,
+}
+
+/// A backend that decodes the PROXY v2 header and the first request of each connection,
+/// reports them, answers and closes.
+async fn recording_backend() -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
+    let backend = RawBackend::bind().await;
+    let address = backend.address;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = backend.listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut received = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let n = stream.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    received.extend_from_slice(&chunk[..n]);
+                    let Ok((header, used)) = proxy_protocol::decode(&received) else {
+                        continue;
+                    };
+                    let body = &received[used..];
+                    if body.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let request = String::from_utf8_lossy(body);
+                        let _ = tx.send(Seen {
+                            early_tlv: header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA) == Some(&[1][..]),
+                            request: request.lines().next().unwrap_or("").to_string(),
+                        });
+                        let reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                        let _ = stream.write_all(reply.as_bytes()).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (address, rx)
+}
+
+async fn next_request(seen: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+    tokio::time::timeout(DEADLINE, seen.recv())
+        .await
+        .expect("the backend gets a request")
+        .unwrap()
+}
+
+/// A TCP relay for one connection to `target` that records what the client sent.
+async fn recording_proxy(target: u16) -> (u16, tokio::task::JoinHandle<Vec<u8>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        let (client, _) = listener.accept().await.unwrap();
+        let server = TcpStream::connect(("127.0.0.1", target)).await.unwrap();
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = server.into_split();
+        let back = tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+            let _ = client_write.shutdown().await;
+        });
+        let mut recorded = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = client_read.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            recorded.extend_from_slice(&chunk[..n]);
+            if server_write.write_all(&chunk[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = server_write.shutdown().await;
+        let _ = back.await;
+        recorded
+    });
+    (port, task)
+}
+
+/// `openssl s_client -tls1_3 -ign_eof` with `args`: it sends `input` after the handshake
+/// and runs until the server closes.
+async fn client(port: u16, args: &[&str], input: &'static str) -> String {
+    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    args.extend(["-tls1_3", "-ign_eof"].map(String::from));
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        s_client(port, &args, input)
+    })
+    .await
+    .unwrap()
+}
+
+fn listener(port: u16, backend: SocketAddr, early_data: bool) -> String {
+    format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\n\
+         proxy_protocol = \"v2\"\nearly_data = {early_data}"
+    )
+}
+
+/// A server with a fixed admin port (so a rewritten config can be reloaded), and the
+/// files s_client uses: the session and the early request.
+struct Setup {
+    dir: tempfile::TempDir,
+    header: String,
+    port: u16,
+    backend: SocketAddr,
+    server: Server,
+    admin: SocketAddr,
+}
+
+impl Setup {
+    fn start(backend: SocketAddr) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let header = format!("[admin]\naddress = \"{admin}\"\n");
+        let port = free_port();
+        let config = write_config(dir.path(), &header, &[listener(port, backend, true)]);
+        std::fs::write(dir.path().join("request.txt"), EARLY_REQUEST).unwrap();
+        let server = Server::start(&config);
+        Setup {
+            dir,
+            header,
+            port,
+            backend,
+            server,
+            admin,
+        }
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// A full handshake whose ticket is saved for the next connections.
+    async fn save_session(&self, seen: &mut mpsc::UnboundedReceiver<Seen>) -> String {
+        let session = self.file("session.pem");
+        let out = client(self.port, &["-sess_out", &session], GET_CLOSE).await;
+        assert!(out.contains("New, TLSv1.3"), "{out}");
+        let first = next_request(seen).await;
+        assert!(!first.early_tlv, "{first:?}");
+        assert!(Path::new(&session).exists(), "{out}");
+        session
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_data_is_accepted_marked_and_never_replayed() {
+    let (backend, mut seen) = recording_backend().await;
+    let setup = Setup::start(backend);
+    let session = setup.save_session(&mut seen).await;
+    let request = setup.file("request.txt");
+
+    // Resumed with the request as early data, through a relay that records the client.
+    let (relay_port, recorded) = recording_proxy(setup.port).await;
+    let early = ["-sess_in", &session, "-early_data", &request];
+    let out = client(relay_port, &early, "").await;
+    assert!(out.contains("Reused, TLSv1.3"), "{out}");
+    assert!(out.contains("Early data was accepted"), "{out}");
+    let got = next_request(&mut seen).await;
+    assert_eq!(got.request, "GET /early HTTP/1.1");
+    assert!(got.early_tlv, "the backend is told the request came as early data");
+    assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 1.0);
+
+    // An attacker replays the recorded bytes: ClientHello, early data and the rest. The
+    // ClientHello is recognised and gets no 0-RTT, so the request is not decrypted again.
+    let recorded = recorded.await.unwrap();
+    let mut replay = TcpStream::connect(("127.0.0.1", setup.port)).await.unwrap();
+    replay.write_all(&recorded).await.unwrap();
+    replay.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(DEADLINE, replay.read_to_end(&mut answer))
+        .await
+        .expect("tlsterm closes the replayed connection");
+    assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"replayed\""), 1.0);
+    assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 1.0);
+    assert!(seen.try_recv().is_err(), "nothing reached the backend");
+
+    // The same ticket in a new ClientHello (a fresh random, so a fresh binder) is fine.
+    let out = client(setup.port, &early, "").await;
+    assert!(out.contains("Early data was accepted"), "{out}");
+    let got = next_request(&mut seen).await;
+    assert!(got.early_tlv && got.request == "GET /early HTTP/1.1", "{got:?}");
+    assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_data_is_refused_once_disabled() {
+    let (backend, mut seen) = recording_backend().await;
+    let setup = Setup::start(backend);
+    let session = setup.save_session(&mut seen).await;
+    let request = setup.file("request.txt");
+
+    write_config(
+        setup.dir.path(),
+        &setup.header,
+        &[listener(setup.port, setup.backend, false)],
+    );
+    assert!(setup.server.reload().contains("reloaded"));
+
+    // The ticket still resumes (keys survive reloads), but its early data is refused and
+    // only the request sent after the handshake reaches the backend, unmarked.
+    let early = ["-sess_in", &session, "-early_data", &request];
+    let out = client(setup.port, &early, GET_CLOSE).await;
+    assert!(out.contains("Reused, TLSv1.3"), "{out}");
+    assert!(out.contains("Early data was rejected"), "{out}");
+    let got = next_request(&mut seen).await;
+    assert_eq!(got.request, "GET / HTTP/1.1");
+    assert!(!got.early_tlv);
+    assert_eq!(metric(setup.admin, EARLY_DATA, ""), 0.0);
+
+    // Tickets issued now do not offer early data at all.
+    let out = client(setup.port, &["-sess_out", &session], GET_CLOSE).await;
+    next_request(&mut seen).await;
+    assert!(!out.contains("Max Early Data: 14336"), "{out}");
+}
