@@ -44,6 +44,9 @@ pub struct Config {
     pub session: crate::session::SessionConfig,
     #[serde(default)]
     pub admin: AdminConfig,
+    /// Timing of the OCSP responses tlsterm fetches (`ocsp_fetch = true` on a certificate).
+    #[serde(default)]
+    pub ocsp: OcspConfig,
     #[serde(default, rename = "listener")]
     pub listeners: Vec<ListenerConfig>,
 }
@@ -93,6 +96,49 @@ fn default_true() -> bool {
 
 pub fn default_admin_address() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8444))
+}
+
+/// `[ocsp]`: how fetched OCSP responses are refreshed (as HAProxy's ocsp-update delays).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OcspConfig {
+    /// The longest one fetch may take, connecting included.
+    #[serde(default = "default_ocsp_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// A response is refreshed halfway through its validity, but no sooner than this...
+    #[serde(default = "default_ocsp_min_refresh", with = "humantime_serde")]
+    pub min_refresh: Duration,
+    /// ...and no later than this (also how long a response without nextUpdate is stapled).
+    #[serde(default = "default_ocsp_max_refresh", with = "humantime_serde")]
+    pub max_refresh: Duration,
+    /// First retry after a failed fetch or an answer that cannot be stapled; doubles with
+    /// each failure up to `min_refresh`.
+    #[serde(default = "default_ocsp_retry", with = "humantime_serde")]
+    pub retry: Duration,
+}
+
+impl Default for OcspConfig {
+    fn default() -> Self {
+        Self {
+            timeout: default_ocsp_timeout(),
+            min_refresh: default_ocsp_min_refresh(),
+            max_refresh: default_ocsp_max_refresh(),
+            retry: default_ocsp_retry(),
+        }
+    }
+}
+
+fn default_ocsp_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_ocsp_min_refresh() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_ocsp_max_refresh() -> Duration {
+    Duration::from_secs(3600)
+}
+fn default_ocsp_retry() -> Duration {
+    Duration::from_secs(10)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -200,6 +246,13 @@ pub struct ListenerConfig {
     pub client_auth: ClientAuth,
     /// PEM bundle of the CAs that client certificates must chain to.
     pub client_ca: Option<Spanned<PathBuf>>,
+    /// CRLs (PEM, one or more; or one DER) that client certificates are checked against;
+    /// re-read on reload. A CRL past its nextUpdate makes its CA's clients fail.
+    pub client_crl: Option<Spanned<PathBuf>>,
+    /// Which certificates the CRLs are checked for: the client's own ("leaf"), or every
+    /// certificate of its chain ("chain": each issuer then needs a CRL, roots included).
+    #[serde(default = "default_crl_check")]
+    pub client_crl_check: CrlCheck,
     /// TLS 1.3 0-RTT: resumed clients may send up to 14,336 bytes (BoringSSL's fixed
     /// max_early_data_size) before the handshake completes. Off by default: early data can
     /// be replayed by an attacker; tlsterm refuses a ClientHello it has seen (see
@@ -223,6 +276,13 @@ pub struct ServerNameConfig {
     pub min_version: Option<TlsVersion>,
     pub client_auth: Option<ClientAuth>,
     pub client_ca: Option<Spanned<PathBuf>>,
+    pub client_crl: Option<Spanned<PathBuf>>,
+    pub client_crl_check: Option<CrlCheck>,
+    /// `[[listener.server_name.certificate]]`: certificates kept with the rest of this
+    /// name's settings. Their `names` default to this block's names (not their SAN). At
+    /// load they join the listener's certificates.
+    #[serde(default, rename = "certificate")]
+    pub certificates: Vec<CertificateConfig>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -238,6 +298,13 @@ pub enum ClientAuth {
     None,
     Optional,
     Required,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CrlCheck {
+    Leaf,
+    Chain,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -256,6 +323,11 @@ pub struct CertificateConfig {
     /// A DER OCSP response to staple (re-read on reload; not stapled if stale or not
     /// for this certificate).
     pub ocsp: Option<Spanned<PathBuf>>,
+    /// Fetch the OCSP response from the responder named in the certificate (its Authority
+    /// Information Access) and keep it fresh in the background; `ocsp`, if set, is the
+    /// starting value. Needs the issuer as the second certificate of `cert`.
+    #[serde(default)]
+    pub ocsp_fetch: bool,
 }
 
 fn default_off() -> Spanned<bool> {
@@ -266,6 +338,9 @@ fn default_unknown_sni() -> UnknownSni {
 }
 fn default_client_auth() -> ClientAuth {
     ClientAuth::None
+}
+fn default_crl_check() -> CrlCheck {
+    CrlCheck::Leaf
 }
 fn default_global_max_connections() -> usize {
     100_000
@@ -416,6 +491,22 @@ fn resolve_file(
     Ok(())
 }
 
+/// Resolves `client_crl` and parses it, so that a broken CRL is an error with a line.
+fn check_crl(
+    map: &SourceMap<'_>,
+    crl: &mut Option<Spanned<PathBuf>>,
+    has_ca: bool,
+) -> Result<(), ConfigError> {
+    let Some(crl) = crl else { return Ok(()) };
+    if !has_ca {
+        return Err(map.error(crl, "key `client_crl` needs `client_ca`"));
+    }
+    resolve_file(map, crl, "client_crl")?;
+    crate::tls::crl::Crls::load(crl.get_ref())
+        .map_err(|e| map.error(crl, format!("key `client_crl`: {e:#}")))?;
+    Ok(())
+}
+
 fn check_backends(map: &SourceMap<'_>, backends: &Spanned<Vec<String>>) -> Result<(), ConfigError> {
     if backends.get_ref().is_empty() {
         return Err(map.error(backends, "key `backends`: must not be empty"));
@@ -472,6 +563,14 @@ impl Config {
         if let Some(0) = self.engine.batch_size {
             return Err(map.plain("key `engine.batch_size`: must be at least 1"));
         }
+        let ocsp = &self.ocsp;
+        if [ocsp.timeout, ocsp.min_refresh, ocsp.retry].contains(&Duration::ZERO)
+            || ocsp.min_refresh > ocsp.max_refresh
+        {
+            return Err(map.plain(
+                "keys `ocsp.*`: durations must be above zero and `min_refresh` <= `max_refresh`",
+            ));
+        }
         for listener in &mut self.listeners {
             check_backends(map, &listener.backends)?;
             let listener_ca = listener.client_ca.is_some();
@@ -485,6 +584,8 @@ impl Config {
                 if let Some(ca) = &mut name.client_ca {
                     resolve_file(map, ca, "client_ca")?;
                 }
+                let has_ca = listener_ca || name.client_ca.is_some();
+                check_crl(map, &mut name.client_crl, has_ca)?;
                 let needs_ca = matches!(
                     name.client_auth,
                     Some(ClientAuth::Optional | ClientAuth::Required)
@@ -548,6 +649,15 @@ impl Config {
                     *ca.get_mut() = resolved;
                 }
                 (None, ClientAuth::None) => {}
+            }
+            check_crl(map, &mut listener.client_crl, listener_ca)?;
+            for name in &mut listener.server_names {
+                for mut cert in std::mem::take(&mut name.certificates) {
+                    if cert.names.is_empty() {
+                        cert.names = name.names.get_ref().clone();
+                    }
+                    listener.certificates.push(cert);
+                }
             }
             for cert in &mut listener.certificates {
                 resolve_file(map, &mut cert.cert, "cert")?;
@@ -616,6 +726,50 @@ mod tests {
         let err = Config::parse("t.toml", text).unwrap_err();
         assert_eq!(err.line, Some(5), "{err}");
         assert!(err.message.contains("key `cert`"), "{err}");
+    }
+
+    #[test]
+    fn early_data_needs_tls13() {
+        let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nmax_version = \"1.2\"\nearly_data = true\n";
+        let err = Config::parse("t.toml", text).unwrap_err();
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(err.message.contains("key `early_data`"), "{err}");
+        let on = text.replace("max_version = \"1.2\"\n", "");
+        assert!(*Config::parse("t.toml", &on).unwrap().listeners[0]
+            .early_data
+            .get_ref());
+    }
+
+    #[test]
+    fn server_name_certificates_default_to_the_block_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for file in ["a.pem", "a.key"] {
+            std::fs::write(dir.path().join(file), "").unwrap();
+        }
+        let text = format!(
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n\
+             [[listener.server_name]]\nnames = [\"a.test\", \"*.a.test\"]\n\
+             [[listener.server_name.certificate]]\ncert = \"{0}/a.pem\"\nkey = \"{0}/a.key\"\n\
+             [[listener.server_name.certificate]]\ncert = \"{0}/a.pem\"\nkey = \"{0}/a.key\"\nnames = [\"x.test\"]\n",
+            dir.path().display()
+        );
+        let config = Config::parse("t.toml", &text).unwrap();
+        let certs = &config.listeners[0].certificates;
+        assert_eq!(certs.len(), 2);
+        assert_eq!(certs[0].names, ["a.test", "*.a.test"]);
+        assert_eq!(certs[1].names, ["x.test"]);
+        assert!(config.listeners[0].server_names[0].certificates.is_empty());
+    }
+
+    #[test]
+    fn client_crl_needs_client_ca() {
+        let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nclient_crl = \"crl.pem\"\n";
+        let err = Config::parse("t.toml", text).unwrap_err();
+        assert_eq!(err.line, Some(4), "{err}");
+        assert!(
+            err.message.contains("key `client_crl` needs `client_ca`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -64,8 +64,17 @@ async fn header_for(
         s_client(port, &args, "x")
     });
     let mut upstream = backend.accept().await;
+    let (header, _) = read_header(&mut upstream).await;
+    drop(upstream);
+    (header, s_client.await.unwrap())
+}
+
+/// Reads the PROXY header of a backend connection; returns it and the bytes after it.
+async fn read_header(
+    upstream: &mut tokio::net::TcpStream,
+) -> (proxy_protocol::ProxyHeader, Vec<u8>) {
     let mut received = Vec::new();
-    let header = loop {
+    loop {
         let mut chunk = [0u8; 2048];
         let n = tokio::time::timeout(DEADLINE, upstream.read(&mut chunk))
             .await
@@ -73,12 +82,10 @@ async fn header_for(
             .unwrap();
         assert!(n > 0, "backend connection closed before the header");
         received.extend_from_slice(&chunk[..n]);
-        if let Ok((header, _)) = proxy_protocol::decode(&received) {
-            break header;
+        if let Ok((header, used)) = proxy_protocol::decode(&received) {
+            return (header, received[used..].to_vec());
         }
-    };
-    drop(upstream);
-    (header, s_client.await.unwrap())
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -529,4 +536,251 @@ async fn reload_of_a_large_certificate_set_keeps_connections() {
         "a removed name gets the default (first) certificate"
     );
     assert_eq!(admin_get(admin, "/healthz").0, 200);
+}
+
+/// An `openssl ca` database for the CA in `dir`, so that tests can revoke its certificates.
+fn crl_authority(dir: &Path) {
+    let p = |name: &str| dir.join(name).display().to_string();
+    std::fs::write(dir.join("index.txt"), "").unwrap();
+    std::fs::write(
+        dir.join("ca.cnf"),
+        format!(
+            "[ca]\ndefault_ca = test\n[test]\ndatabase = {}\ncertificate = {}\nprivate_key = {}\ndefault_md = sha256\n",
+            p("index.txt"),
+            p("ca.pem"),
+            p("ca.key")
+        ),
+    )
+    .unwrap();
+}
+
+/// Revokes `<stem>.pem` (when given) and writes the CA's CRL to `out` with `validity` options.
+fn publish_crl(dir: &Path, revoke: Option<&str>, out: &str, validity: &[&str]) {
+    let p = |name: &str| dir.join(name).display().to_string();
+    if let Some(stem) = revoke {
+        run(Command::new("openssl").args([
+            "ca",
+            "-config",
+            &p("ca.cnf"),
+            "-revoke",
+            &p(&format!("{stem}.pem")),
+        ]));
+    }
+    run(Command::new("openssl")
+        .args(["ca", "-config", &p("ca.cnf"), "-gencrl", "-out", &p(out)])
+        .args(validity));
+}
+
+/// An in-process client presenting `<stem>.pem`; keeps the last session it was given.
+struct CertClient {
+    connector: boring::ssl::SslConnector,
+    session: std::sync::Arc<std::sync::Mutex<Option<boring::ssl::SslSession>>>,
+}
+
+impl CertClient {
+    fn new(dir: &Path, stem: &str) -> CertClient {
+        use boring::ssl::{SslFiletype, SslSessionCacheMode, SslVerifyMode};
+        let mut builder =
+            boring::ssl::SslConnector::builder(boring::ssl::SslMethod::tls()).unwrap();
+        builder.set_verify(SslVerifyMode::NONE);
+        let file = |ext: &str| dir.join(format!("{stem}.{ext}"));
+        builder
+            .set_certificate_file(file("pem"), SslFiletype::PEM)
+            .unwrap();
+        builder
+            .set_private_key_file(file("key"), SslFiletype::PEM)
+            .unwrap();
+        builder.set_session_cache_mode(SslSessionCacheMode::CLIENT);
+        let session: std::sync::Arc<std::sync::Mutex<_>> = std::sync::Arc::default();
+        let slot = std::sync::Arc::clone(&session);
+        builder.set_new_session_callback(move |_, new| *slot.lock().unwrap() = Some(new));
+        CertClient {
+            connector: builder.build(),
+            session,
+        }
+    }
+
+    async fn connect(
+        &self,
+        port: u16,
+        offer: Option<&boring::ssl::SslSession>,
+    ) -> anyhow::Result<TlsClient> {
+        let mut config = self.connector.configure()?;
+        if let Some(session) = offer {
+            // SAFETY: the session comes from this client's connector.
+            unsafe { config.set_session(session)? };
+        }
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        let stream =
+            tokio::time::timeout(DEADLINE, tokio_boring::connect(config, "localhost", tcp));
+        Ok(stream.await??)
+    }
+
+    /// Whether the server refuses this client: in TLS 1.3 the client's certificate is
+    /// judged after the client's handshake ends, so the refusal comes with the first read.
+    async fn refused(&self, port: u16, offer: Option<&boring::ssl::SslSession>) -> bool {
+        use tokio::io::AsyncWriteExt;
+        let Ok(mut stream) = self.connect(port, offer).await else {
+            return true;
+        };
+        assert!(!stream.ssl().session_reused(), "a session was resumed");
+        let _ = stream.write_all(b"x").await;
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(DEADLINE, stream.read(&mut byte)).await;
+        !matches!(read.expect("refusal or data"), Ok(1))
+    }
+}
+
+/// The client certificate's CN in a backend's PROXY header.
+fn client_cn(header: &proxy_protocol::ProxyHeader) -> String {
+    let ssl = header.ssl().expect("SSL TLV");
+    String::from_utf8_lossy(ssl.get(PP2_SUBTYPE_SSL_CN).unwrap_or_default()).to_string()
+}
+
+/// `client_crl`: revoked client certificates are refused (required and optional auth), the
+/// others pass; a reload with a new CRL refuses newly revoked clients, even ones offering a
+/// session from before, and keeps established connections; an expired CRL refuses everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_checked_against_the_crl() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    make_client_pki(d);
+    make_leaf(d, "bob", "/CN=bob", "subjectAltName=DNS:bob.test");
+    make_leaf(d, "carol", "/CN=carol", "subjectAltName=DNS:carol.test");
+    crl_authority(d);
+    publish_crl(d, Some("alice"), "revoked.pem", &["-crldays", "1"]);
+    let backend = RawBackend::bind().await;
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\nproxy_protocol = \"v2\"\n\
+         client_auth = \"required\"\nclient_ca = \"ca.pem\"\nclient_crl = \"revoked.pem\"\n\
+         [[listener.server_name]]\nnames = [\"optional.test\"]\nclient_auth = \"optional\"\n\
+         [[listener.server_name]]\nnames = [\"chain.test\"]\nclient_crl_check = \"chain\"\n",
+        backend.address
+    );
+    let server = Server::start(&write_config(d, "", &[listener]));
+    let admin = admin_address(&server.config).unwrap();
+    let p = |name: &str| d.join(name).display().to_string();
+    let cert_args = |stem: &str| -> Vec<String> {
+        let args = ["-cert", &p(&format!("{stem}.pem")), "-key"];
+        let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        args.extend([p(&format!("{stem}.key")), "-ign_eof".into()]);
+        args
+    };
+    let refused_by_s_client = |stem: &str, sni: &str| {
+        let mut args = cert_args(stem);
+        args.extend(["-servername".into(), sni.into(), "-tls1_3".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = s_client(port, &args, GET_CLOSE);
+        out.contains("alert") && out.contains("certificate revoked")
+    };
+
+    assert!(
+        refused_by_s_client("alice", "localhost"),
+        "revoked, required"
+    );
+    assert!(
+        refused_by_s_client("alice", "optional.test"),
+        "revoked, optional"
+    );
+    // Bob is the first client the backend hears of: Alice never reached it.
+    let (header, _) = header_for(&backend, port, cert_args("bob")).await;
+    assert_eq!(client_cn(&header), "bob");
+    let (_, metrics) = admin_get(admin, "/metrics");
+    assert!(
+        metrics.contains("tlsterm_handshake_failures_total{reason=\"client_cert_revoked\"} 2"),
+        "{metrics}"
+    );
+
+    // An established connection of Bob's, with a session he could resume.
+    let bob = CertClient::new(d, "bob");
+    let mut established = bob.connect(port, None).await.unwrap();
+    let mut upstream = backend.accept().await;
+    established.write_all(b"ping").await.unwrap();
+    let (header, mut rest) = read_header(&mut upstream).await;
+    assert_eq!(client_cn(&header), "bob");
+    let mut tail = vec![0u8; 4 - rest.len()];
+    upstream.read_exact(&mut tail).await.unwrap();
+    rest.extend(tail);
+    assert_eq!(rest, b"ping");
+    upstream.write_all(b"pong").await.unwrap();
+    let mut pong = [0u8; 4];
+    established.read_exact(&mut pong).await.unwrap();
+    let session = bob
+        .session
+        .lock()
+        .unwrap()
+        .take()
+        .expect("a session ticket");
+
+    // Bob revoked too: new handshakes refused, resumption included; Bob's open connection lives.
+    publish_crl(d, Some("bob"), "revoked.pem", &["-crldays", "1"]);
+    assert!(server.reload().contains("reloaded"));
+    assert!(refused_by_s_client("bob", "localhost"));
+    assert!(
+        bob.refused(port, Some(&session)).await,
+        "resumed after revocation"
+    );
+    established.write_all(b"still").await.unwrap();
+    let mut still = [0u8; 5];
+    upstream.read_exact(&mut still).await.unwrap();
+    assert_eq!(&still, b"still");
+    // Checking the whole chain passes too: the root is covered by the CRL it issued.
+    let mut args = cert_args("carol");
+    args.extend(["-servername".into(), "chain.test".into()]);
+    let (header, _) = header_for(&backend, port, args).await;
+    assert_eq!(
+        client_cn(&header),
+        "carol",
+        "the first backend connection since Bob's"
+    );
+
+    // A CRL past its nextUpdate: a warning at reload, and every client of the CA refused.
+    let expired = [
+        "-crl_lastupdate",
+        "20200101000000Z",
+        "-crl_nextupdate",
+        "20200102000000Z",
+    ];
+    publish_crl(d, None, "revoked.pem", &expired);
+    let before = server.log.len();
+    assert!(server.reload().contains("reloaded"));
+    server.log.wait_for("CRL has expired", before);
+    assert!(CertClient::new(d, "carol").refused(port, None).await);
+    let (_, metrics) = admin_get(admin, "/metrics");
+    assert!(
+        metrics.contains("tlsterm_handshake_failures_total{reason=\"client_crl_expired\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// A `client_crl` that is not a CRL is a configuration error naming the key and its line.
+#[test]
+fn unparsable_crl_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    make_ca(dir.path(), "Test Client CA");
+    std::fs::write(dir.path().join("revoked.pem"), "garbage\n").unwrap();
+    let listener = format!(
+        "address = \"127.0.0.1:{}\"\nbackends = [\"builtin\"]\nclient_auth = \"required\"\n\
+         client_ca = \"ca.pem\"\nclient_crl = \"revoked.pem\"",
+        free_port()
+    );
+    let config = write_config(dir.path(), "", &[listener]);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let line = 1 + text
+        .lines()
+        .position(|l| l.starts_with("client_crl"))
+        .unwrap();
+    let out = Command::new(TLSTERM)
+        .args(["serve", "--check", "-c"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("tlsterm.toml:{line}: key `client_crl`")),
+        "{stderr}"
+    );
 }

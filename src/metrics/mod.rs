@@ -62,6 +62,10 @@ pub enum HandshakeFailure {
     UnknownSni,
     /// A required client certificate was missing or did not verify.
     ClientCertificate,
+    /// The client certificate is on a `client_crl` list.
+    ClientCertRevoked,
+    /// The `client_crl` that covers the client certificate is past its nextUpdate.
+    ClientCrlExpired,
     Other,
 }
 
@@ -77,6 +81,8 @@ impl HandshakeFailure {
             HandshakeFailure::Signing => "signing",
             HandshakeFailure::UnknownSni => "unknown_sni",
             HandshakeFailure::ClientCertificate => "client_certificate",
+            HandshakeFailure::ClientCertRevoked => "client_cert_revoked",
+            HandshakeFailure::ClientCrlExpired => "client_crl_expired",
             HandshakeFailure::Other => "other",
         }
     }
@@ -87,6 +93,11 @@ impl HandshakeFailure {
         if has("CONNECTION_REJECTED") {
             // The certificate-selection callback refuses only unknown names.
             HandshakeFailure::UnknownSni
+        } else if has("certificate revoked") {
+            // The verify result, which `boring` adds to the handshake error's text.
+            HandshakeFailure::ClientCertRevoked
+        } else if has("CRL has expired") {
+            HandshakeFailure::ClientCrlExpired
         } else if has("PEER_DID_NOT_RETURN_A_CERTIFICATE") || has("CERTIFICATE_VERIFY_FAILED") {
             HandshakeFailure::ClientCertificate
         } else if has("NO_SHARED_CIPHER")
@@ -133,6 +144,7 @@ pub struct Metrics {
     bytes: IntCounterVec,
     backend_connect_failures: IntCounter,
     ocsp: IntCounterVec,
+    ocsp_fetches: IntCounterVec,
     early_data: IntCounterVec,
     backend_connect_time: Histogram,
     handshake_time: HistogramVec,
@@ -175,6 +187,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             r,
             "ocsp_responses_total",
             "OCSP responses loaded: stapled, or why not",
+            &["result"]
+        ),
+        ocsp_fetches: counter_vec!(
+            r,
+            "ocsp_fetches_total",
+            "Requests to OCSP responders (ocsp_fetch): ok (an answer came) or failed",
             &["result"]
         ),
         early_data: counter_vec!(
@@ -341,6 +359,10 @@ pub fn record_ocsp(result: &str) {
     METRICS.ocsp.with_label_values(&[result]).inc();
 }
 
+pub fn record_ocsp_fetch(result: &str) {
+    METRICS.ocsp_fetches.with_label_values(&[result]).inc();
+}
+
 pub fn record_early_data(result: &str) {
     METRICS.early_data.with_label_values(&[result]).inc();
 }
@@ -392,6 +414,10 @@ mod tests {
             (
                 "PEER_DID_NOT_RETURN_A_CERTIFICATE",
                 HandshakeFailure::ClientCertificate,
+            ),
+            (
+                "TLS handshake failed: cert verification failed - certificate revoked CERTIFICATE_VERIFY_FAILED",
+                HandshakeFailure::ClientCertRevoked,
             ),
             ("something new", HandshakeFailure::Other),
         ] {

@@ -7,8 +7,10 @@
 //! client's signature algorithms) and switches the connection to the right certificate's
 //! context — ECDSA when the client can verify it, RSA otherwise.
 
+pub mod crl;
 mod keymethod;
 pub mod ocsp;
+pub mod ocsp_fetch;
 pub mod selfsigned;
 
 use std::collections::HashMap;
@@ -18,17 +20,18 @@ use anyhow::Context as _;
 use boring::nid::Nid;
 use boring::pkey::PKey;
 use boring::ssl::{
-    AlpnError, ClientHello, ExtensionType, NameType, SelectCertError, Ssl, SslContext,
-    SslContextBuilder, SslMethod, SslRef, SslVerifyMode, SslVersion,
+    AlpnError, AsyncSelectCertError, BoxSelectCertFinish, ClientHello, ExtensionType, NameType,
+    SelectCertError, Ssl, SslContext, SslContextBuilder, SslMethod, SslRef, SslVerifyMode,
+    SslVersion,
 };
-use boring::x509::store::{X509Store, X509StoreBuilder};
 use boring::x509::{X509Name, X509};
 use foreign_types::ForeignTypeRef;
 
 use crate::config::{ClientAuth, ListenerConfig, TlsVersion, UnknownSni};
 use crate::offload::{KeyKind, SigningKey};
-use crate::session::replay::{ReplayGuard, Verdict};
-use crate::session::{SessionConfig, Sessions};
+use crate::session::replay::Verdict;
+use crate::session::{EarlyDataCheck, SessionConfig, Sessions};
+use crl::ClientStore;
 use keymethod::OffloadKeyMethod;
 
 /// BoringSSL's name for a configured group, or `None` if unknown.
@@ -50,6 +53,9 @@ pub struct CertifiedKey {
     pub default: bool,
     /// A DER OCSP response to staple, if configured.
     pub ocsp: Option<Vec<u8>>,
+    /// Set with `ocsp_fetch`: the response fetched in the background, stapled per
+    /// connection (`ocsp`, if any, is only its starting value).
+    pub ocsp_fetch: Option<Arc<ocsp_fetch::Slot>>,
 }
 
 impl CertifiedKey {
@@ -69,7 +75,13 @@ impl CertifiedKey {
         let names = if names.is_empty() {
             certificate_names(leaf)
         } else {
-            names.iter().map(|n| n.to_ascii_lowercase()).collect()
+            let covered = certificate_names(leaf);
+            let names: Vec<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
+            // Served anyway (the operator may know better), but clients will reject it.
+            for name in names.iter().filter(|n| !name_covered(n, &covered)) {
+                tracing::warn!(name = %name, certificate = ?covered, "configured name is not in the certificate: clients that check it will refuse the connection");
+            }
+            names
         };
         Ok(CertifiedKey {
             key: Arc::new(SigningKey::new(pkey)?),
@@ -77,6 +89,7 @@ impl CertifiedKey {
             names,
             default,
             ocsp: None,
+            ocsp_fetch: None,
         })
     }
 
@@ -93,10 +106,22 @@ impl CertifiedKey {
                     key: Arc::new(SigningKey::new(pkey)?),
                     default: true,
                     ocsp: None,
+                    ocsp_fetch: None,
                 })
             })
             .collect()
     }
+}
+
+/// Whether a certificate for `covered` names (possibly "*.suffix") is valid for `name`.
+fn name_covered(name: &str, covered: &[String]) -> bool {
+    covered.iter().any(|c| {
+        c == name
+            || c.strip_prefix("*.").is_some_and(|suffix| {
+                name.split_once('.')
+                    .is_some_and(|(label, parent)| parent == suffix && label != "*")
+            })
+    })
 }
 
 /// DNS names of the certificate's SAN, or its common name when it has none.
@@ -123,6 +148,7 @@ fn certificate_names(cert: &X509) -> Vec<String> {
 struct CertContext {
     ctx: SslContext,
     kind: KeyKind,
+    fetched_ocsp: Option<Arc<ocsp_fetch::Slot>>,
 }
 
 /// SNI names mapped to values: exact names and "*.suffix" wildcards (one label deep).
@@ -199,12 +225,14 @@ struct Profile {
     alpn: Vec<Vec<u8>>,
     min_version: Option<SslVersion>,
     /// Client-certificate policy overriding the listener's (set on the connection).
-    verify: Option<(SslVerifyMode, Option<X509Store>)>,
+    verify: Option<(SslVerifyMode, Option<ClientStore>)>,
 }
 
 pub struct Profiles {
     names: NameTable<usize>,
     list: Vec<Profile>,
+    /// The listener's client-certificate store, loaded once for all its contexts.
+    client_store: Option<ClientStore>,
 }
 
 impl Profiles {
@@ -217,9 +245,25 @@ impl Profiles {
                 min_version: None,
                 verify: None,
             }],
+            client_store: match (&listener.client_ca, listener.client_auth) {
+                (Some(ca), ClientAuth::Optional | ClientAuth::Required) => Some(ClientStore::load(
+                    ca.get_ref(),
+                    listener
+                        .client_crl
+                        .as_ref()
+                        .map(|crl| crl.get_ref().as_path()),
+                    listener.client_crl_check,
+                )?),
+                _ => None,
+            },
         };
         for (index, server_name) in listener.server_names.iter().enumerate() {
-            let verify = match server_name.client_auth {
+            // A name with its own CA or CRL but no client_auth follows the listener's.
+            let own_trust = server_name.client_ca.is_some() || server_name.client_crl.is_some();
+            let auth = server_name
+                .client_auth
+                .or(own_trust.then_some(listener.client_auth));
+            let verify = match auth {
                 None => None,
                 Some(ClientAuth::None) => Some((SslVerifyMode::NONE, None)),
                 Some(auth) => {
@@ -228,7 +272,18 @@ impl Profiles {
                         .as_ref()
                         .or(listener.client_ca.as_ref());
                     let ca = ca.context("client_auth needs client_ca")?;
-                    Some((verify_mode(auth), Some(load_ca_store(ca.get_ref())?)))
+                    let crl = server_name
+                        .client_crl
+                        .as_ref()
+                        .or(listener.client_crl.as_ref());
+                    let check = server_name
+                        .client_crl_check
+                        .unwrap_or(listener.client_crl_check);
+                    let crl = crl.map(|crl| crl.get_ref().as_path());
+                    Some((
+                        verify_mode(auth),
+                        Some(ClientStore::load(ca.get_ref(), crl, check)?),
+                    ))
                 }
             };
             profiles.list.push(Profile {
@@ -325,10 +380,11 @@ fn configure(
             select_alpn(&profiles.for_ssl(ssl).alpn, client).ok_or(AlpnError::NOACK)
         });
     }
-    if let (Some(ca), ClientAuth::Optional | ClientAuth::Required) =
-        (&listener.client_ca, listener.client_auth)
-    {
-        builder.set_verify_cert_store(load_ca_store(ca.get_ref())?)?;
+    if let (Some(ca), Some(client)) = (&listener.client_ca, &profiles.client_store) {
+        builder.set_verify_cert_store(client.store.clone())?;
+        if let Some(sid_ctx) = &client.sid_ctx {
+            builder.set_session_id_context(sid_ctx)?;
+        }
         // The CA names sent in CertificateRequest, so clients pick the right certificate.
         builder.set_client_ca_list(X509Name::load_client_ca_file(ca.get_ref())?);
         builder.set_verify(verify_mode(listener.client_auth));
@@ -422,17 +478,17 @@ fn client_prefers_chacha(hello: &ClientHello<'_>) -> bool {
         .is_some_and(|id| id == CHACHA20_POLY1305_SHA256)
 }
 
-/// Whether a ClientHello offering 0-RTT must not get it: seen before (a replay) or the
-/// anti-replay memory is full. Counted here, as a replayed handshake may never complete.
-fn early_data_replayed(hello: &ClientHello<'_>, guard: &ReplayGuard) -> bool {
-    if hello.get_extension(ExtensionType::EARLY_DATA).is_none() {
-        return false;
-    }
-    // Without a PSK there is no resumption, and BoringSSL refuses the early data itself.
-    let Some(pre_shared_key) = hello.get_extension(ExtensionType::PRE_SHARED_KEY) else {
-        return false;
-    };
-    let verdict = guard.check(pre_shared_key, std::time::Instant::now());
+/// The anti-replay check for a ClientHello that offers 0-RTT with a PSK (without a PSK
+/// there is no resumption, and BoringSSL refuses the early data itself).
+fn early_data_check(hello: &ClientHello<'_>, sessions: &Sessions) -> Option<EarlyDataCheck> {
+    hello.get_extension(ExtensionType::EARLY_DATA)?;
+    let pre_shared_key = hello.get_extension(ExtensionType::PRE_SHARED_KEY)?;
+    Some(sessions.check_early_data(pre_shared_key))
+}
+
+/// Whether the verdict refuses 0-RTT: seen before (a replay), the memory full, or Redis
+/// silent. Counted here, as a replayed handshake may never complete.
+fn early_data_refused(verdict: Verdict) -> bool {
     if verdict == Verdict::Fresh {
         return false;
     }
@@ -474,17 +530,6 @@ fn verify_mode(auth: ClientAuth) -> SslVerifyMode {
         ClientAuth::Optional => SslVerifyMode::PEER,
         ClientAuth::Required => SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
     }
-}
-
-fn load_ca_store(path: &std::path::Path) -> anyhow::Result<X509Store> {
-    let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let cas = X509::stack_from_pem(&pem).context("cannot parse client_ca PEM")?;
-    anyhow::ensure!(!cas.is_empty(), "client_ca holds no certificate");
-    let mut store = X509StoreBuilder::new()?;
-    for ca in &cas {
-        store.add_cert(ca)?;
-    }
-    Ok(store.build())
 }
 
 /// The first server-preferred protocol the client offers, as a slice of the client's list.
@@ -552,7 +597,7 @@ impl ServerTls {
             for intermediate in intermediates {
                 builder.add_extra_chain_cert(intermediate.clone())?;
             }
-            if let Some(response) = &cert.ocsp {
+            if let (Some(response), None) = (&cert.ocsp, &cert.ocsp_fetch) {
                 staple(&mut builder, response, leaf, &cert.names);
             }
             builder.set_async_private_key_method(OffloadKeyMethod {
@@ -561,6 +606,7 @@ impl ServerTls {
             selector.certs.push(CertContext {
                 ctx: builder.build(),
                 kind: cert.key.kind(),
+                fetched_ocsp: cert.ocsp_fetch.clone(),
             });
             for name in &cert.names {
                 selector.names.entry(name).push(index);
@@ -574,16 +620,15 @@ impl ServerTls {
         let mut base = SslContextBuilder::new(SslMethod::tls())?;
         configure(&mut base, listener, &profiles)?;
         sessions.install(&mut base, session_config)?;
-        let replay = (*listener.early_data.get_ref()).then(|| sessions.replay_guard());
+        let replay_check = (*listener.early_data.get_ref()).then(|| sessions.clone());
         let selector = Arc::new(selector);
         let per_name = profiles.clone();
         let chacha_first = Tls13Order::parse(listener.tls13_ciphers.get_ref())?.chacha_first();
-        base.set_select_certificate_callback(move |mut hello| {
-            let chosen = selector.select(&hello).ok_or(SelectCertError::ERROR)?;
-            let prefers_chacha = client_prefers_chacha(&hello);
-            let early_data_refused = replay
-                .as_ref()
-                .is_some_and(|guard| early_data_replayed(&hello, guard));
+        // Runs once the anti-replay verdict is known (at once unless Redis is asked).
+        let select = move |hello: &mut ClientHello<'_>, early_data_refused: bool| {
+            let chosen = selector.select(hello).ok_or(SelectCertError::ERROR)?;
+            let prefers_chacha = client_prefers_chacha(hello);
+            let wants_ocsp = hello.get_extension(ExtensionType::STATUS_REQUEST).is_some();
             let ssl = hello.ssl_mut();
             if let (true, Some(order)) = (prefers_chacha, &chacha_first) {
                 if !order.apply_to_connection(ssl) {
@@ -592,6 +637,10 @@ impl ServerTls {
             }
             ssl.set_ssl_context(&chosen.ctx)
                 .map_err(|_| SelectCertError::ERROR)?;
+            // After the switch, which gives the connection the context's certificate settings.
+            if let (true, Some(slot)) = (wants_ocsp, &chosen.fetched_ocsp) {
+                slot.staple(ssl).map_err(|_| SelectCertError::ERROR)?;
+            }
             if early_data_refused {
                 // After the context switch, which resets the flag from the new context.
                 // SAFETY: the connection is valid for the callback; the call sets a flag.
@@ -606,12 +655,32 @@ impl ServerTls {
             }
             if let Some((mode, store)) = &profile.verify {
                 ssl.set_verify(*mode);
-                if let Some(store) = store {
-                    ssl.set_verify_cert_store(store.clone())
+                if let Some(client) = store {
+                    ssl.set_verify_cert_store(client.store.clone())
                         .map_err(|_| SelectCertError::ERROR)?;
+                    if !client.apply_sid_ctx(ssl) {
+                        return Err(SelectCertError::ERROR);
+                    }
                 }
             }
             Ok(())
+        };
+        let select = Arc::new(select);
+        base.set_async_select_certificate_callback(move |hello| {
+            let check = replay_check
+                .as_ref()
+                .and_then(|sessions| early_data_check(hello, sessions));
+            let select = select.clone();
+            Ok(Box::pin(async move {
+                let refused = match check {
+                    Some(check) => early_data_refused(check.verdict().await),
+                    None => false,
+                };
+                let finish: BoxSelectCertFinish = Box::new(move |mut hello| {
+                    select(&mut hello, refused).map_err(|_| AsyncSelectCertError)
+                });
+                Ok(finish)
+            }))
         });
         Ok(ServerTls {
             base: base.build(),
@@ -666,6 +735,17 @@ mod tests {
         assert_eq!(grouped.flags, [0, flag, 0]);
         let without = Tls13Order::parse(&names(&["TLS_AES_128_GCM_SHA256"])).unwrap();
         assert!(without.chacha_first().is_none());
+    }
+
+    #[test]
+    fn configured_names_are_checked_against_the_certificate() {
+        let covered = ["a.test".to_string(), "*.w.test".to_string()];
+        assert!(name_covered("a.test", &covered));
+        assert!(name_covered("x.w.test", &covered));
+        assert!(name_covered("*.w.test", &covered));
+        assert!(!name_covered("w.test", &covered));
+        assert!(!name_covered("y.x.w.test", &covered));
+        assert!(!name_covered("b.test", &covered));
     }
 
     #[test]
