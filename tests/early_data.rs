@@ -52,7 +52,8 @@ async fn recording_backend() -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
                             early_tlv: header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA) == Some(&[1][..]),
                             request: request.lines().next().unwrap_or("").to_string(),
                         });
-                        let reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                        let reply =
+                            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
                         let _ = stream.write_all(reply.as_bytes()).await;
                         return;
                     }
@@ -134,10 +135,11 @@ struct Setup {
 }
 
 impl Setup {
-    fn start(backend: SocketAddr) -> Setup {
+    /// `session` is the body of the `[session]` section.
+    fn start(backend: SocketAddr, session: &str) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let header = format!("[admin]\naddress = \"{admin}\"\n");
+        let header = format!("[session]\n{session}\n[admin]\naddress = \"{admin}\"\n");
         let port = free_port();
         let config = write_config(dir.path(), &header, &[listener(port, backend, true)]);
         std::fs::write(dir.path().join("request.txt"), EARLY_REQUEST).unwrap();
@@ -156,6 +158,30 @@ impl Setup {
         self.dir.path().join(name).display().to_string()
     }
 
+    /// Resumes with `session`, sending the early request as 0-RTT through a relay that
+    /// records what the client sent; returns those bytes.
+    async fn early_request_recorded(&self, session: &str) -> Vec<u8> {
+        let (relay_port, recorded) = recording_proxy(self.port).await;
+        let request = self.file("request.txt");
+        let early = ["-sess_in", session, "-early_data", &request];
+        let out = client(relay_port, &early, "").await;
+        assert!(out.contains("Reused, TLSv1.3"), "{out}");
+        assert!(out.contains("Early data was accepted"), "{out}");
+        recorded.await.unwrap()
+    }
+
+    /// Sends recorded client bytes as they are, as an attacker would, and waits until
+    /// tlsterm closes the connection.
+    async fn replay(&self, recorded: &[u8]) {
+        let mut replay = TcpStream::connect(("127.0.0.1", self.port)).await.unwrap();
+        replay.write_all(recorded).await.unwrap();
+        replay.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(DEADLINE, replay.read_to_end(&mut answer))
+            .await
+            .expect("tlsterm closes the replayed connection");
+    }
+
     /// A full handshake whose ticket is saved for the next connections.
     async fn save_session(&self, seen: &mut mpsc::UnboundedReceiver<Seen>) -> String {
         let session = self.file("session.pem");
@@ -171,47 +197,43 @@ impl Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_data_is_accepted_marked_and_never_replayed() {
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend);
+    let setup = Setup::start(backend, "");
     let session = setup.save_session(&mut seen).await;
     let request = setup.file("request.txt");
 
     // Resumed with the request as early data, through a relay that records the client.
-    let (relay_port, recorded) = recording_proxy(setup.port).await;
-    let early = ["-sess_in", &session, "-early_data", &request];
-    let out = client(relay_port, &early, "").await;
-    assert!(out.contains("Reused, TLSv1.3"), "{out}");
-    assert!(out.contains("Early data was accepted"), "{out}");
+    let recorded = setup.early_request_recorded(&session).await;
     let got = next_request(&mut seen).await;
     assert_eq!(got.request, "GET /early HTTP/1.1");
-    assert!(got.early_tlv, "the backend is told the request came as early data");
+    assert!(
+        got.early_tlv,
+        "the backend is told the request came as early data"
+    );
     assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 1.0);
 
     // An attacker replays the recorded bytes: ClientHello, early data and the rest. The
     // ClientHello is recognised and gets no 0-RTT, so the request is not decrypted again.
-    let recorded = recorded.await.unwrap();
-    let mut replay = TcpStream::connect(("127.0.0.1", setup.port)).await.unwrap();
-    replay.write_all(&recorded).await.unwrap();
-    replay.shutdown().await.unwrap();
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(DEADLINE, replay.read_to_end(&mut answer))
-        .await
-        .expect("tlsterm closes the replayed connection");
+    setup.replay(&recorded).await;
     assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"replayed\""), 1.0);
     assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 1.0);
     assert!(seen.try_recv().is_err(), "nothing reached the backend");
 
     // The same ticket in a new ClientHello (a fresh random, so a fresh binder) is fine.
+    let early = ["-sess_in", &session, "-early_data", &request];
     let out = client(setup.port, &early, "").await;
     assert!(out.contains("Early data was accepted"), "{out}");
     let got = next_request(&mut seen).await;
-    assert!(got.early_tlv && got.request == "GET /early HTTP/1.1", "{got:?}");
+    assert!(
+        got.early_tlv && got.request == "GET /early HTTP/1.1",
+        "{got:?}"
+    );
     assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 2.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_data_is_refused_once_disabled() {
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend);
+    let setup = Setup::start(backend, "");
     let session = setup.save_session(&mut seen).await;
     let request = setup.file("request.txt");
 
@@ -237,4 +259,32 @@ async fn early_data_is_refused_once_disabled() {
     let out = client(setup.port, &["-sess_out", &session], GET_CLOSE).await;
     next_request(&mut seen).await;
     assert!(!out.contains("Max Early Data: 14336"), "{out}");
+}
+
+/// Two processes sharing ticket keys (so each resumes the other's tickets) and a Redis: a
+/// ClientHello with early data recorded on one is refused 0-RTT when replayed to the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_to_another_process_is_refused_through_redis() {
+    let redis = Redis::start();
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("ticket.keys");
+    std::fs::write(&key_file, key_line(1)).unwrap();
+    let session = format!(
+        "ticket_key_file = {:?}\nredis_url = {:?}",
+        key_file.display().to_string(),
+        redis.url()
+    );
+    let (backend, mut seen) = recording_backend().await;
+    let a = Setup::start(backend, &session);
+    let b = Setup::start(backend, &session);
+
+    let ticket = a.save_session(&mut seen).await;
+    let recorded = a.early_request_recorded(&ticket).await;
+    assert!(next_request(&mut seen).await.early_tlv);
+
+    b.replay(&recorded).await;
+    assert_eq!(metric(b.admin, EARLY_DATA, "result=\"replayed\""), 1.0);
+    assert_eq!(metric(b.admin, EARLY_DATA, "result=\"accepted\""), 0.0);
+    let claims = "tlsterm_session_redis_operations_total";
+    assert_eq!(metric(b.admin, claims, "op=\"claim\",result=\"ok\""), 1.0);
 }

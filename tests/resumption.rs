@@ -181,61 +181,10 @@ impl Instance {
     }
 }
 
-/// An 80-byte ticket key, base64, with `tag` in its name.
-fn key_line(tag: u8) -> String {
-    let mut bytes = [0u8; 80];
-    boring::rand::rand_bytes(&mut bytes).unwrap();
-    bytes[0] = tag;
-    boring::base64::encode_block(&bytes)
-}
-
 // ---------------------------------------------------------------------------------------
 // Redis
 
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
 impl Redis {
-    fn start() -> Redis {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server runs (apt-get install redis-server; scripts/setup.sh)");
-        let redis = Redis { child, port };
-        // Ready when it answers PING.
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            if redis.ping() {
-                return redis;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not answer PING"
-            );
-            std::thread::yield_now();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn connection(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(1))
-    }
-
-    fn ping(&self) -> bool {
-        self.connection()
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok_and(|pong| pong == "PONG")
-    }
-
     fn exists(&self, key: &str) -> bool {
         let mut c = self.connection().unwrap();
         redis::cmd("EXISTS").arg(key).query::<i64>(&mut c).unwrap() == 1
@@ -252,17 +201,6 @@ impl Redis {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

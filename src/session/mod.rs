@@ -39,7 +39,7 @@ use serde::Deserialize;
 
 use cache::LruCache;
 use redis::{Outcome, RedisStore};
-use replay::ReplayGuard;
+use replay::{ReplayGuard, Verdict};
 use tickets::{KeySource, Lookup, TicketKeys};
 
 /// `[session]` in the configuration.
@@ -179,7 +179,7 @@ static METRICS: LazyLock<SessionMetrics> = LazyLock::new(|| {
         .expect("metric registers"),
         redis: register_int_counter_vec_with_registry!(
             "session_redis_operations_total",
-            "Redis session-cache operations by command and outcome",
+            "Redis operations by command (get, set: the session-ID cache; claim: 0-RTT anti-replay) and outcome",
             &["op", "result"],
             r
         )
@@ -342,9 +342,22 @@ impl Sessions {
         Ok(())
     }
 
-    /// The anti-replay memory for 0-RTT, shared by every listener and kept across reloads.
-    pub fn replay_guard(&self) -> Arc<ReplayGuard> {
-        self.inner.replay.clone()
+    /// The anti-replay check of a ClientHello offering 0-RTT, by its `pre_shared_key`
+    /// extension: against this process's memory, then, with `redis_url` set, against every
+    /// process sharing the Redis (ticket keys shared by a fleet let a copy go to any of
+    /// them). The memory is shared by every listener and kept across reloads.
+    pub fn check_early_data(&self, pre_shared_key: &[u8]) -> EarlyDataCheck {
+        let digest = replay::digest(pre_shared_key);
+        let local = self.inner.replay.check(&digest, Instant::now());
+        let redis = match (local, self.inner.redis.load_full()) {
+            (Verdict::Fresh, Some(redis)) => redis,
+            _ => return EarlyDataCheck::Now(local),
+        };
+        let key = format!("0rtt:{}", tickets::hex(&digest));
+        match redis.claim(key, replay::WINDOW) {
+            Ok(pending) => EarlyDataCheck::Redis(pending),
+            Err(_) => EarlyDataCheck::Now(Verdict::Unchecked),
+        }
     }
 
     /// Sessions in the in-process session-ID cache.
@@ -368,6 +381,33 @@ impl Sessions {
     /// Stores a session as the new-session callback does (for tests and tools).
     pub fn store_session(&self, session: &SslSessionRef) {
         self.inner.store(session);
+    }
+}
+
+/// The anti-replay verdict on a 0-RTT ClientHello: known now, or once Redis answers
+/// (within `redis_timeout`; no answer refuses the early data).
+pub enum EarlyDataCheck {
+    Now(Verdict),
+    Redis(redis::PendingClaim),
+}
+
+impl EarlyDataCheck {
+    pub async fn verdict(self) -> Verdict {
+        match self {
+            EarlyDataCheck::Now(verdict) => verdict,
+            EarlyDataCheck::Redis(pending) => {
+                let outcome = pending.await.unwrap_or(Outcome::Error);
+                METRICS
+                    .redis
+                    .with_label_values(&["claim", outcome.label()])
+                    .inc();
+                match outcome {
+                    Outcome::Done(true) => Verdict::Fresh,
+                    Outcome::Done(false) => Verdict::Replayed,
+                    _ => Verdict::Unchecked,
+                }
+            }
+        }
     }
 }
 

@@ -61,6 +61,8 @@ fn runtime() -> anyhow::Result<Handle> {
 
 /// A lookup in flight: the serialized session, if Redis has it.
 pub type PendingGet = JoinHandle<Outcome<Option<Vec<u8>>>>;
+/// A claim in flight: whether this process was first.
+pub type PendingClaim = JoinHandle<Outcome<bool>>;
 
 pub struct RedisStore {
     prefix: String,
@@ -131,6 +133,30 @@ impl RedisStore {
                 Ok(Ok(value)) => Outcome::Done(value),
                 Ok(Err(err)) => {
                     tracing::debug!(error = %err, "redis GET failed");
+                    Outcome::Error
+                }
+                Err(_) => Outcome::Timeout,
+            }
+        }))
+    }
+
+    /// Claims `key` for `ttl` unless it exists (SET NX): `Done(true)` for the first claim
+    /// across every process sharing this Redis, `Done(false)` if it was claimed before.
+    pub fn claim(&self, key: String, ttl: Duration) -> Result<PendingClaim, Outcome<()>> {
+        let guard = self.admit().ok_or(Outcome::Overload)?;
+        let key = format!("{}{key}", self.prefix);
+        let mut connection = self.connection.clone();
+        let timeout = self.timeout;
+        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
+        Ok(self.handle.spawn(async move {
+            let _guard = guard;
+            let mut command = redis::cmd("SET");
+            command.arg(&key).arg(1).arg("NX").arg("PX").arg(millis);
+            let request = command.query_async::<Option<String>>(&mut connection);
+            match tokio::time::timeout(timeout, request).await {
+                Ok(Ok(set)) => Outcome::Done(set.is_some()),
+                Ok(Err(err)) => {
+                    tracing::debug!(error = %err, "redis SET NX failed");
                     Outcome::Error
                 }
                 Err(_) => Outcome::Timeout,

@@ -27,8 +27,7 @@ const MAX_TICKET_AGE_SKEW: Duration = Duration::from_secs(60);
 
 /// How long a digest is at least remembered: twice the skew BoringSSL tolerates (the
 /// original may itself be skewed either way), plus a margin for its one-second clock.
-pub const WINDOW: Duration =
-    Duration::from_secs(2 * MAX_TICKET_AGE_SKEW.as_secs() + 10);
+pub const WINDOW: Duration = Duration::from_secs(2 * MAX_TICKET_AGE_SKEW.as_secs() + 10);
 
 /// What became of a ClientHello offering early data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +38,8 @@ pub enum Verdict {
     Replayed,
     /// The memory is full: refused to stay safe.
     Full,
+    /// The shared memory (Redis) did not answer in time: refused to stay safe.
+    Unchecked,
 }
 
 impl Verdict {
@@ -47,11 +48,19 @@ impl Verdict {
             Verdict::Fresh => "fresh",
             Verdict::Replayed => "replayed",
             Verdict::Full => "replay_cache_full",
+            Verdict::Unchecked => "replay_check_failed",
         }
     }
 }
 
-type Digest = [u8; 16];
+pub type Digest = [u8; 16];
+
+/// What identifies a ClientHello: a digest of its `pre_shared_key` extension.
+pub fn digest(pre_shared_key: &[u8]) -> Digest {
+    boring::sha::sha256(pre_shared_key)[..16]
+        .try_into()
+        .expect("16 of 32 bytes")
+}
 
 struct Generations {
     current: HashSet<Digest>,
@@ -83,11 +92,8 @@ impl ReplayGuard {
         self.capacity.store(capacity, Ordering::Relaxed);
     }
 
-    /// Records the `pre_shared_key` extension of a ClientHello that offers early data.
-    pub fn check(&self, pre_shared_key: &[u8], now: Instant) -> Verdict {
-        let digest: Digest = boring::sha::sha256(pre_shared_key)[..16]
-            .try_into()
-            .expect("16 of 32 bytes");
+    /// Records the [`digest`] of a ClientHello that offers early data.
+    pub fn check(&self, digest: &Digest, now: Instant) -> Verdict {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
         let age = now.saturating_duration_since(g.started);
         if age >= WINDOW {
@@ -99,13 +105,13 @@ impl ReplayGuard {
             g.current.clear();
             g.started = now;
         }
-        if g.current.contains(&digest) || g.previous.contains(&digest) {
+        if g.current.contains(digest) || g.previous.contains(digest) {
             return Verdict::Replayed;
         }
         if g.current.len() + g.previous.len() >= self.capacity.load(Ordering::Relaxed) {
             return Verdict::Full;
         }
-        g.current.insert(digest);
+        g.current.insert(*digest);
         Verdict::Fresh
     }
 
@@ -128,15 +134,18 @@ mod tests {
     fn a_client_hello_is_fresh_once_within_the_window() {
         let start = Instant::now();
         let guard = ReplayGuard::new(100, start);
-        assert_eq!(guard.check(b"binder-a", start), Verdict::Fresh);
-        assert_eq!(guard.check(b"binder-b", start), Verdict::Fresh);
-        assert_eq!(guard.check(b"binder-a", start), Verdict::Replayed);
+        assert_eq!(guard.check(&digest(b"binder-a"), start), Verdict::Fresh);
+        assert_eq!(guard.check(&digest(b"binder-b"), start), Verdict::Fresh);
+        assert_eq!(guard.check(&digest(b"binder-a"), start), Verdict::Replayed);
         // Still remembered one window later (now in the previous generation)...
         let later = start + WINDOW;
-        assert_eq!(guard.check(b"binder-a", later), Verdict::Replayed);
+        assert_eq!(guard.check(&digest(b"binder-a"), later), Verdict::Replayed);
         // ...and forgotten after two, when BoringSSL's age check refuses such a copy.
         let much_later = later + WINDOW;
-        assert_eq!(guard.check(b"binder-a", much_later), Verdict::Fresh);
+        assert_eq!(
+            guard.check(&digest(b"binder-a"), much_later),
+            Verdict::Fresh
+        );
         assert_eq!(guard.len(), 1);
     }
 
@@ -144,25 +153,28 @@ mod tests {
     fn a_full_memory_refuses_instead_of_forgetting() {
         let start = Instant::now();
         let guard = ReplayGuard::new(2, start);
-        assert_eq!(guard.check(b"1", start), Verdict::Fresh);
-        assert_eq!(guard.check(b"2", start), Verdict::Fresh);
-        assert_eq!(guard.check(b"3", start), Verdict::Full);
-        assert_eq!(guard.check(b"1", start), Verdict::Replayed);
+        assert_eq!(guard.check(&digest(b"1"), start), Verdict::Fresh);
+        assert_eq!(guard.check(&digest(b"2"), start), Verdict::Fresh);
+        assert_eq!(guard.check(&digest(b"3"), start), Verdict::Full);
+        assert_eq!(guard.check(&digest(b"1"), start), Verdict::Replayed);
         // A turned generation keeps the old digests: still full.
-        assert_eq!(guard.check(b"3", start + WINDOW), Verdict::Full);
+        assert_eq!(guard.check(&digest(b"3"), start + WINDOW), Verdict::Full);
         guard.set_capacity(3);
-        assert_eq!(guard.check(b"3", start + WINDOW), Verdict::Fresh);
-        assert_eq!(guard.check(b"2", start + WINDOW), Verdict::Replayed);
+        assert_eq!(guard.check(&digest(b"3"), start + WINDOW), Verdict::Fresh);
+        assert_eq!(
+            guard.check(&digest(b"2"), start + WINDOW),
+            Verdict::Replayed
+        );
     }
 
     #[test]
     fn after_a_long_pause_everything_is_forgotten() {
         let start = Instant::now();
         let guard = ReplayGuard::new(10, start);
-        guard.check(b"old", start);
-        guard.check(b"new", start + WINDOW + Duration::from_secs(1));
+        guard.check(&digest(b"old"), start);
+        guard.check(&digest(b"new"), start + WINDOW + Duration::from_secs(1));
         assert_eq!(guard.len(), 2);
-        guard.check(b"x", start + 4 * WINDOW);
+        guard.check(&digest(b"x"), start + 4 * WINDOW);
         assert_eq!(guard.len(), 1);
     }
 }
