@@ -143,11 +143,16 @@ fn sni_selects_certificate_exact_wildcard_and_default() {
     let (ac, ak) = make_cert(dir.path(), "a", "a.test", KeyType::Rsa2048);
     let (wc, wk) = make_cert(dir.path(), "w", "*.w.test", KeyType::EcdsaP256);
     let (dc, dk) = make_cert(dir.path(), "d", "default.test", KeyType::EcdsaP256);
+    // A certificate listed under a server name serves that block's names.
+    let (pc, pk) = make_cert(dir.path(), "p", "p.test", KeyType::EcdsaP256);
     let listener = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n{}{}{}",
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n{}{}{}\
+         [[listener.server_name]]\nnames = [\"p.test\"]\n{}",
         cert_block(&ac, &ak, ""),
         cert_block(&wc, &wk, ""),
-        cert_block(&dc, &dk, "default = true")
+        cert_block(&dc, &dk, "default = true"),
+        cert_block(&pc, &pk, "")
+            .replace("listener.certificate", "listener.server_name.certificate")
     );
     let config = write_config(dir.path(), "", &[listener]);
     let _server = Server::start(&config);
@@ -158,6 +163,7 @@ fn sni_selects_certificate_exact_wildcard_and_default() {
         ("x.w.test", "CN=*.w.test"),
         ("deeper.x.w.test", "CN=default.test"),
         ("unknown.test", "CN=default.test"),
+        ("p.test", "CN=p.test"),
     ] {
         let out = s_client(port, &["-servername", sni], "");
         let subject = out

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -432,4 +432,69 @@ pub fn metric(admin: SocketAddr, name: &str, labels: &str) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// An 80-byte ticket key, base64, with `tag` in its name.
+pub fn key_line(tag: u8) -> String {
+    let mut bytes = [0u8; 80];
+    boring::rand::rand_bytes(&mut bytes).unwrap();
+    bytes[0] = tag;
+    boring::base64::encode_block(&bytes)
+}
+
+/// A redis-server on a free loopback port, without persistence; killed when dropped.
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (apt-get install redis-server; scripts/setup.sh)");
+        let redis = Redis { child, port };
+        // Ready when it answers PING.
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if redis.ping() {
+                return redis;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer PING"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(1))
+    }
+
+    pub fn ping(&self) -> bool {
+        self.connection()
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok_and(|pong| pong == "PONG")
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
