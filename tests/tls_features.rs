@@ -784,3 +784,54 @@ fn unparsable_crl_is_a_config_error() {
         "{stderr}"
     );
 }
+
+/// `client_crl_check = "chain"` also wants a CRL for the intermediate CA (from the root);
+/// "leaf" is content with the intermediate's own CRL.
+#[test]
+fn chain_check_needs_a_crl_for_every_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    make_ca(root, "Test Root");
+    make_leaf(
+        root,
+        "inter",
+        "/CN=Test Intermediate",
+        "basicConstraints=critical,CA:true",
+    );
+    let inter = root.join("inter");
+    std::fs::create_dir(&inter).unwrap();
+    std::fs::copy(root.join("inter.pem"), inter.join("ca.pem")).unwrap();
+    std::fs::copy(root.join("inter.key"), inter.join("ca.key")).unwrap();
+    make_leaf(&inter, "dave", "/CN=dave", "subjectAltName=DNS:dave.test");
+    crl_authority(&inter);
+    publish_crl(&inter, None, "crl.pem", &["-crldays", "1"]);
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nclient_auth = \"required\"\n\
+         client_ca = \"ca.pem\"\nclient_crl = \"inter/crl.pem\"\n\
+         [[listener.server_name]]\nnames = [\"chain.test\"]\nclient_crl_check = \"chain\"\n"
+    );
+    let _server = Server::start(&write_config(root, "", &[listener]));
+    let p = |name: &str| inter.join(name).display().to_string();
+    let connect = |sni: &str| {
+        let (cert, key, chain) = (p("dave.pem"), p("dave.key"), p("ca.pem"));
+        let args = [
+            "-servername",
+            sni,
+            "-cert",
+            &cert,
+            "-key",
+            &key,
+            "-cert_chain",
+            &chain,
+        ];
+        s_client(port, &[&args[..], &["-ign_eof"]].concat(), GET_CLOSE)
+    };
+    let out = connect("localhost");
+    assert!(out.contains("Hello from tlsterm"), "leaf check: {out}");
+    let out = connect("chain.test");
+    assert!(
+        !out.contains("Hello from tlsterm") && out.contains("alert"),
+        "chain check: {out}"
+    );
+}

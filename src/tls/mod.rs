@@ -258,8 +258,10 @@ impl Profiles {
             },
         };
         for (index, server_name) in listener.server_names.iter().enumerate() {
-            // A name with its own CA or CRL but no client_auth follows the listener's.
-            let own_trust = server_name.client_ca.is_some() || server_name.client_crl.is_some();
+            // A name with its own CA or CRL settings but no client_auth follows the listener's.
+            let own_trust = server_name.client_ca.is_some()
+                || server_name.client_crl.is_some()
+                || server_name.client_crl_check.is_some();
             let auth = server_name
                 .client_auth
                 .or(own_trust.then_some(listener.client_auth));
