@@ -71,6 +71,20 @@ fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec<CertifiedK
                 .as_ref()
                 .map(|path| read(path.get_ref()))
                 .transpose()?;
+            if c.ocsp_fetch {
+                let slot = crate::tls::ocsp_fetch::register(
+                    &certified.chain,
+                    certified.ocsp.as_deref(),
+                    &certified.names,
+                )
+                .with_context(|| {
+                    format!(
+                        "certificate {}: key `ocsp_fetch`",
+                        c.cert.get_ref().display()
+                    )
+                })?;
+                certified.ocsp_fetch = Some(slot);
+            }
             Ok(certified)
         })
         .collect()
@@ -199,6 +213,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         None
     };
     let sessions = Sessions::new(&config.session)?;
+    crate::tls::ocsp_fetch::configure(&config.ocsp);
     let states = build_states(&config, builtin, &sessions)?;
     let workers = config.worker_count();
     let shared = Arc::new(Shared {
@@ -294,6 +309,7 @@ fn reload(
         let new = source.load()?;
         // Everything that can fail is built first; the `[session]` part is committed last.
         let fresh = build_states(&new, builtin, sessions)?;
+        crate::tls::ocsp_fetch::configure(&new.ocsp);
         sessions.reload(&new.session)?;
         // Sockets are bound at start: map new listener settings onto them by address.
         let current = shared.listeners.load();

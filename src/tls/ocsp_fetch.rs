@@ -1,0 +1,384 @@
+//! OCSP responses fetched by tlsterm itself (`ocsp_fetch = true` on a certificate).
+//!
+//! One background thread asks each certificate's responder (from its Authority Information
+//! Access) and refreshes the answer halfway through its validity, retrying failures with
+//! back-off. Handshakes never wait for it: the select-certificate callback puts whatever
+//! response is current on the connection (`Slot::staple`), never on the certificate's
+//! context, which other handshakes read at the same time.
+//!
+//! Slots are keyed by responder URL and request (issuer and serial) in a process-wide
+//! registry that holds them weakly: a reload that keeps a certificate finds its slot, with
+//! the fetched response and the schedule; a slot that no context uses any more is dropped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, LazyLock, Mutex, Once, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use arc_swap::{ArcSwap, ArcSwapOption};
+use boring::error::ErrorStack;
+use boring::ssl::SslRef;
+use boring::x509::{X509Ref, X509};
+
+use super::ocsp::{self, OcspProblem, Validity};
+use crate::config::OcspConfig;
+
+/// The most a responder may send; real responses are a few KiB.
+const MAX_RESPONSE: u64 = 64 * 1024;
+
+/// The response being stapled.
+struct Current {
+    der: Vec<u8>,
+    this_update: SystemTime,
+    /// nextUpdate; for a response without one, `max_refresh` after it was taken.
+    expires: SystemTime,
+}
+
+/// When the next fetch is due, and how many attempts in a row failed.
+struct Schedule {
+    due: Instant,
+    failures: u32,
+}
+
+/// One certificate's fetched OCSP response.
+pub struct Slot {
+    leaf: X509,
+    url: String,
+    request: Vec<u8>,
+    names: Vec<String>,
+    current: ArcSwapOption<Current>,
+    /// Also serialises changes to `current` (fetches, expiry, a reload's file response).
+    schedule: Mutex<Schedule>,
+}
+
+impl Slot {
+    /// Staples the current response, if still valid, on a connection. Called after the
+    /// connection switched to this certificate's context, since the switch replaces the
+    /// connection's certificate settings (BoringSSL copies them from the context).
+    pub fn staple(&self, ssl: &mut SslRef) -> Result<(), ErrorStack> {
+        match &*self.current.load() {
+            Some(current) if SystemTime::now() < current.expires => {
+                ssl.set_ocsp_status(&current.der)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes `response` current if it may be stapled and is not older than the current
+    /// one; a revoked or unknown status removes the current one. Logs and counts what
+    /// happened. The caller holds `schedule`.
+    fn take(
+        &self,
+        response: Vec<u8>,
+        max_refresh: Duration,
+        source: &str,
+    ) -> Result<Validity, OcspProblem> {
+        let now = SystemTime::now();
+        let checked = ocsp::validity(&response, &self.leaf, now);
+        match checked {
+            Ok(validity) => {
+                let previous = self.current.load_full();
+                if previous
+                    .as_ref()
+                    .is_some_and(|p| p.this_update > validity.this_update)
+                {
+                    tracing::debug!(certificate = ?self.names, source, "OCSP response older than the stapled one: ignored");
+                    return checked;
+                }
+                self.current.store(Some(Arc::new(Current {
+                    der: response,
+                    this_update: validity.this_update,
+                    expires: validity.next_update.unwrap_or(now + max_refresh),
+                })));
+                if previous.is_none() {
+                    tracing::info!(certificate = ?self.names, source, "OCSP response stapled");
+                }
+                crate::metrics::record_ocsp("stapled");
+            }
+            Err(problem) => {
+                // The responder's latest word is not "good": what it said before no longer holds.
+                if problem == OcspProblem::NotGood {
+                    self.current.store(None);
+                }
+                tracing::warn!(certificate = ?self.names, source, problem = problem.label(), "OCSP response not stapled");
+                crate::metrics::record_ocsp(problem.label());
+            }
+        }
+        checked
+    }
+
+    /// Asks the responder and schedules the next fetch.
+    fn refresh(&self, settings: &OcspConfig) {
+        let fetched = fetch(&self.url, &self.request, settings.timeout);
+        crate::metrics::record_ocsp_fetch(if fetched.is_ok() { "ok" } else { "failed" });
+        let mut schedule = self.schedule.lock().unwrap();
+        let taken = match fetched {
+            Ok(response) => self
+                .take(response, settings.max_refresh, &self.url)
+                .map_err(|_| ()),
+            Err(err) => {
+                tracing::warn!(certificate = ?self.names, url = %self.url, error = format!("{err:#}"), "OCSP fetch failed");
+                Err(())
+            }
+        };
+        let delay = match taken {
+            Ok(validity) => {
+                schedule.failures = 0;
+                refresh_delay(validity, SystemTime::now(), settings)
+            }
+            Err(()) => {
+                schedule.failures = schedule.failures.saturating_add(1);
+                retry_delay(schedule.failures, settings)
+            }
+        };
+        schedule.due = Instant::now() + delay;
+    }
+
+    /// Stops stapling a response whose nextUpdate passed before a refresh succeeded.
+    fn expire_if_stale(&self) {
+        let _schedule = self.schedule.lock().unwrap();
+        let current = self.current.load();
+        if current
+            .as_ref()
+            .is_some_and(|c| c.expires <= SystemTime::now())
+        {
+            self.current.store(None);
+            tracing::warn!(certificate = ?self.names, url = %self.url, "OCSP response expired before a refresh succeeded: no longer stapled");
+            crate::metrics::record_ocsp(OcspProblem::Stale.label());
+        }
+    }
+
+    /// The next time the fetcher has something to do for this slot.
+    fn next_event(&self) -> Instant {
+        let due = self.schedule.lock().unwrap().due;
+        let expiry = self.current.load().as_ref().map(|c| {
+            let left = c.expires.duration_since(SystemTime::now());
+            Instant::now() + left.unwrap_or_default()
+        });
+        expiry.map_or(due, |expiry| due.min(expiry))
+    }
+}
+
+/// Until the next refresh of a good response: halfway through its validity, within
+/// `min_refresh..=max_refresh` from now.
+fn refresh_delay(validity: Validity, now: SystemTime, settings: &OcspConfig) -> Duration {
+    let expires = validity.next_update.unwrap_or(now + settings.max_refresh);
+    let span = expires
+        .duration_since(validity.this_update)
+        .unwrap_or_default();
+    let halfway = validity.this_update + span / 2;
+    halfway
+        .duration_since(now)
+        .unwrap_or_default()
+        .clamp(settings.min_refresh, settings.max_refresh)
+}
+
+/// After `failures` failed attempts in a row: `retry`, doubling, at most `min_refresh`.
+fn retry_delay(failures: u32, settings: &OcspConfig) -> Duration {
+    let doubled = settings
+        .retry
+        .saturating_mul(1 << failures.saturating_sub(1).min(20));
+    doubled.min(settings.min_refresh.max(settings.retry))
+}
+
+/// POSTs the request (RFC 6960 appendix A.1) and returns the response body.
+fn fetch(url: &str, request: &[u8], timeout: Duration) -> anyhow::Result<Vec<u8>> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    let mut response = agent
+        .post(url)
+        .content_type("application/ocsp-request")
+        .send(request)?;
+    Ok(response
+        .body_mut()
+        .with_config()
+        .limit(MAX_RESPONSE)
+        .read_to_vec()?)
+}
+
+/// The first http:// OCSP responder in the certificate's Authority Information Access.
+fn responder_url(leaf: &X509Ref) -> anyhow::Result<String> {
+    let urls: Vec<String> = leaf
+        .ocsp_responders()
+        .map(|stack| stack.iter().map(|url| url.to_string()).collect())
+        .unwrap_or_default();
+    let http = urls
+        .iter()
+        .find(|url| url.to_ascii_lowercase().starts_with("http://"));
+    match http {
+        Some(url) => Ok(url.clone()),
+        None if urls.is_empty() => {
+            anyhow::bail!("the certificate names no OCSP responder (Authority Information Access)")
+        }
+        None => anyhow::bail!("no http:// OCSP responder among {urls:?}"),
+    }
+}
+
+struct Registry {
+    state: Mutex<RegistryState>,
+    /// Signalled when a slot is added or the settings change.
+    changed: Condvar,
+    settings: ArcSwap<OcspConfig>,
+}
+
+struct RegistryState {
+    slots: HashMap<(String, Vec<u8>), Weak<Slot>>,
+    news: bool,
+}
+
+static REGISTRY: LazyLock<Registry> = LazyLock::new(|| Registry {
+    state: Mutex::new(RegistryState {
+        slots: HashMap::new(),
+        news: false,
+    }),
+    changed: Condvar::new(),
+    settings: ArcSwap::from_pointee(OcspConfig::default()),
+});
+
+impl Registry {
+    fn wake(&self, state: &mut RegistryState) {
+        state.news = true;
+        self.changed.notify_one();
+    }
+}
+
+/// Applies `[ocsp]` (at start and on reload); it counts from each slot's next fetch.
+pub fn configure(settings: &OcspConfig) {
+    REGISTRY.settings.store(Arc::new(settings.clone()));
+    REGISTRY.wake(&mut REGISTRY.state.lock().unwrap());
+}
+
+/// The slot for the certificate `chain[0]`, issued by `chain[1]`. An unknown certificate
+/// is fetched at once; `file` (its `ocsp` response, if configured) is the starting value.
+pub fn register(
+    chain: &[X509],
+    file: Option<&[u8]>,
+    names: &[String],
+) -> anyhow::Result<Arc<Slot>> {
+    let (leaf, rest) = chain.split_first().context("no certificate")?;
+    let issuer = rest.first().context(
+        "no issuer certificate after the certificate in its file (the OCSP request names it)",
+    )?;
+    anyhow::ensure!(
+        issuer.issued(leaf).is_ok(),
+        "the second certificate in the file did not issue the first"
+    );
+    let url = responder_url(leaf)?;
+    let request = ocsp::request(leaf, issuer)?;
+    let slot = {
+        let mut state = REGISTRY.state.lock().unwrap();
+        let key = (url, request);
+        match state.slots.get(&key).and_then(Weak::upgrade) {
+            Some(slot) => slot,
+            None => {
+                let slot = Arc::new(Slot {
+                    leaf: leaf.clone(),
+                    url: key.0.clone(),
+                    request: key.1.clone(),
+                    names: names.to_vec(),
+                    current: ArcSwapOption::empty(),
+                    schedule: Mutex::new(Schedule {
+                        due: Instant::now(),
+                        failures: 0,
+                    }),
+                });
+                state.slots.insert(key, Arc::downgrade(&slot));
+                REGISTRY.wake(&mut state);
+                slot
+            }
+        }
+    };
+    if let Some(response) = file {
+        let _schedule = slot.schedule.lock().unwrap();
+        let max_refresh = REGISTRY.settings.load().max_refresh;
+        let _ = slot.take(response.to_vec(), max_refresh, "file");
+    }
+    static FETCHER: Once = Once::new();
+    FETCHER.call_once(|| {
+        if let Err(err) = std::thread::Builder::new()
+            .name("ocsp-fetch".into())
+            .spawn(run)
+        {
+            tracing::error!(error = %err, "cannot start the OCSP fetcher: nothing will be fetched");
+        }
+    });
+    Ok(slot)
+}
+
+/// The fetcher thread: does what is due, then sleeps until the next thing is.
+fn run() {
+    loop {
+        let settings = REGISTRY.settings.load_full();
+        let slots: Vec<Arc<Slot>> = {
+            let mut state = REGISTRY.state.lock().unwrap();
+            state.news = false;
+            state.slots.retain(|_, slot| slot.strong_count() > 0);
+            state.slots.values().filter_map(Weak::upgrade).collect()
+        };
+        let mut wake = Instant::now() + settings.max_refresh;
+        for slot in &slots {
+            slot.expire_if_stale();
+            if slot.schedule.lock().unwrap().due <= Instant::now() {
+                slot.refresh(&settings);
+            }
+            wake = wake.min(slot.next_event());
+        }
+        // Not held while asleep, so that slots a reload let go of can be dropped.
+        drop(slots);
+        let state = REGISTRY.state.lock().unwrap();
+        let timeout = wake.saturating_duration_since(Instant::now());
+        let _ = REGISTRY
+            .changed
+            .wait_timeout_while(state, timeout, |state| !state.news)
+            .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> OcspConfig {
+        OcspConfig {
+            timeout: Duration::from_secs(10),
+            min_refresh: Duration::from_secs(300),
+            max_refresh: Duration::from_secs(3600),
+            retry: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn refresh_halfway_within_bounds() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let hours = |h: u64| Duration::from_secs(h * 3600);
+        let window = |this: SystemTime, next: Option<SystemTime>| Validity {
+            this_update: this,
+            next_update: next,
+        };
+        let s = settings();
+        // Valid 40 minutes from now: refreshed after 20.
+        let short = window(now, Some(now + Duration::from_secs(2400)));
+        assert_eq!(refresh_delay(short, now, &s), Duration::from_secs(1200));
+        // A week's validity: at most max_refresh.
+        let long = window(now, Some(now + hours(168)));
+        assert_eq!(refresh_delay(long, now, &s), s.max_refresh);
+        // Already past halfway: no sooner than min_refresh.
+        let old = window(now - hours(10), Some(now + hours(1)));
+        assert_eq!(refresh_delay(old, now, &s), s.min_refresh);
+        // No nextUpdate: treated as valid for max_refresh.
+        let open = window(now, None);
+        assert_eq!(refresh_delay(open, now, &s), s.max_refresh / 2);
+    }
+
+    #[test]
+    fn retries_double_up_to_min_refresh() {
+        let s = settings();
+        let delays: Vec<u64> = (1..=7)
+            .map(|failures| retry_delay(failures, &s).as_secs())
+            .collect();
+        assert_eq!(delays, [10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(retry_delay(u32::MAX, &s), s.min_refresh);
+    }
+}

@@ -1,0 +1,344 @@
+//! OCSP responses fetched by tlsterm (`ocsp_fetch = true`) from a real responder:
+//! `openssl ocsp` serving an index file on 127.0.0.1, named by the leaf's Authority
+//! Information Access. Fetch timings are shortened through `[ocsp]`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Fast fetch timings, so retries and refreshes happen within a test's deadline.
+const FAST: &str =
+    "[ocsp]\ntimeout = \"2s\"\nretry = \"200ms\"\nmin_refresh = \"1s\"\nmax_refresh = \"2s\"\n";
+
+/// A CA, a leaf for localhost whose AIA names a responder on `port`, and the leaf's file
+/// with its issuer after it (`chain.pem`).
+struct Pki {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        make_ca(dir.path(), "Test OCSP CA");
+        make_leaf(
+            dir.path(),
+            "leaf",
+            "/CN=localhost",
+            &format!(
+                "subjectAltName=DNS:localhost\nauthorityInfoAccess=OCSP;URI:http://127.0.0.1:{port}/"
+            ),
+        );
+        let chain = [
+            std::fs::read(dir.path().join("leaf.pem")).unwrap(),
+            std::fs::read(dir.path().join("ca.pem")).unwrap(),
+        ]
+        .concat();
+        std::fs::write(dir.path().join("chain.pem"), chain).unwrap();
+        Pki { dir, port }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// The responder's index: the leaf valid ("V") or revoked ("R").
+    fn set_status(&self, status: char) {
+        let serial = run(Command::new("openssl").args([
+            "x509",
+            "-noout",
+            "-serial",
+            "-in",
+            &self.path("leaf.pem"),
+        ]));
+        let serial = String::from_utf8_lossy(&serial.stdout)
+            .trim()
+            .trim_start_matches("serial=")
+            .to_string();
+        let revoked = if status == 'R' { "240101000000Z" } else { "" };
+        std::fs::write(
+            self.dir.path().join("index.txt"),
+            format!("{status}\t991231235959Z\t{revoked}\t{serial}\tunknown\t/CN=localhost\n"),
+        )
+        .unwrap();
+    }
+
+    /// Starts `openssl ocsp` on the leaf's responder port; its responses are valid for
+    /// `minutes`, or have no nextUpdate.
+    fn responder(&self, minutes: Option<u32>) -> Responder {
+        let next_update = minutes.map(|m| vec!["-nmin".to_string(), m.to_string()]);
+        use std::io::BufRead;
+        let mut child = Command::new("openssl")
+            .args(["ocsp", "-index", &self.path("index.txt")])
+            .args(["-port", &self.port.to_string()])
+            .args([
+                "-rsigner",
+                &self.path("ca.pem"),
+                "-rkey",
+                &self.path("ca.key"),
+            ])
+            .args(["-CA", &self.path("ca.pem")])
+            .args(next_update.unwrap_or_default())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("openssl ocsp starts");
+        // Ready once it says so (a probing connection would stall it: it serves one at a time).
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let (ready, listening) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if line.contains("waiting for OCSP client connections") {
+                    let _ = ready.send(());
+                }
+            }
+        });
+        let responder = Responder(child);
+        listening
+            .recv_timeout(DEADLINE)
+            .expect("the OCSP responder listens");
+        responder
+    }
+
+    /// A config with one listener serving the leaf with `ocsp_fetch = true` (plus `extra`).
+    fn config(&self, extra: &str) -> (PathBuf, u16) {
+        let port = free_port();
+        let listener = format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
+             [[listener.certificate]]\ncert = {:?}\nkey = {:?}\nocsp_fetch = true\n{extra}",
+            self.path("chain.pem"),
+            self.path("leaf.key"),
+        );
+        (write_config(self.dir.path(), FAST, &[listener]), port)
+    }
+}
+
+/// A responder process, killed when dropped.
+struct Responder(Child);
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `probe` until it gives a value; fails the test after `DEADLINE`.
+fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn handshake_with_status(port: u16) -> String {
+    let out = s_client(port, &["-servername", "localhost", "-status"], "");
+    assert!(out.contains("Cipher is"), "handshake failed: {out}");
+    out
+}
+
+fn stapled_good(out: &str) -> bool {
+    out.contains("OCSP Response Status: successful") && out.contains("Cert Status: good")
+}
+
+const NOT_STAPLED: &str = "OCSP response: no response sent";
+
+/// The value of one sample (`name{labels}`) on /metrics, 0 if absent.
+fn metric(config: &Path, sample: &str) -> f64 {
+    let (_, body) = admin_get(admin_address(config).unwrap(), "/metrics");
+    body.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
+#[test]
+fn fetched_response_is_stapled_and_survives_a_reload() {
+    let pki = Pki::new();
+    pki.set_status('V');
+    let responder = pki.responder(Some(60));
+    let (config, port) = pki.config("");
+    let server = Server::start(&config);
+
+    eventually("a good response is stapled", || {
+        stapled_good(&handshake_with_status(port)).then_some(())
+    });
+    assert!(metric(&config, "tlsterm_ocsp_fetches_total{result=\"ok\"}") >= 1.0);
+    assert!(metric(&config, "tlsterm_ocsp_responses_total{result=\"stapled\"}") >= 1.0);
+    // A client that does not ask gets no staple, and the handshake is the same.
+    let plain = s_client(port, &["-servername", "localhost"], "");
+    assert!(
+        plain.contains("Cipher is") && !plain.contains("OCSP Response Data"),
+        "{plain}"
+    );
+
+    // The fetched response carries over a reload, even with the responder gone.
+    drop(responder);
+    assert!(server.reload().contains("reloaded"));
+    let out = handshake_with_status(port);
+    assert!(stapled_good(&out), "{out}");
+}
+
+#[test]
+fn revoked_answer_is_not_stapled_and_counted() {
+    let pki = Pki::new();
+    pki.set_status('R');
+    let _responder = pki.responder(Some(60));
+    let (config, port) = pki.config("");
+    let server = Server::start(&config);
+
+    eventually("the revoked answer is counted", || {
+        (metric(&config, "tlsterm_ocsp_responses_total{result=\"not_good\"}") >= 1.0).then_some(())
+    });
+    server.log.wait_for("OCSP response not stapled", 0);
+    let out = handshake_with_status(port);
+    assert!(out.contains(NOT_STAPLED), "{out}");
+}
+
+#[test]
+fn revocation_is_noticed_at_the_next_refresh() {
+    let pki = Pki::new();
+    pki.set_status('V');
+    let responder = pki.responder(Some(60));
+    let (config, port) = pki.config("");
+    let _server = Server::start(&config);
+    eventually("a good response is stapled", || {
+        stapled_good(&handshake_with_status(port)).then_some(())
+    });
+
+    // The same responder, now saying "revoked": the good response stops being stapled.
+    drop(responder);
+    pki.set_status('R');
+    let _responder = pki.responder(Some(60));
+    eventually("the staple is withdrawn", || {
+        handshake_with_status(port)
+            .contains(NOT_STAPLED)
+            .then_some(())
+    });
+}
+
+#[test]
+fn responder_down_does_not_stop_handshakes() {
+    let pki = Pki::new();
+    pki.set_status('V');
+    let (config, port) = pki.config("");
+    let _server = Server::start(&config);
+
+    eventually("a failed fetch is counted", || {
+        (metric(&config, "tlsterm_ocsp_fetches_total{result=\"failed\"}") >= 1.0).then_some(())
+    });
+    let out = handshake_with_status(port);
+    assert!(out.contains(NOT_STAPLED), "{out}");
+
+    // Retried with back-off: once the responder is up, the response is stapled.
+    let _responder = pki.responder(Some(60));
+    eventually("a good response is stapled", || {
+        stapled_good(&handshake_with_status(port)).then_some(())
+    });
+}
+
+#[test]
+fn fetching_needs_a_responder_url_and_an_issuer() {
+    let pki = Pki::new();
+    // The leaf without its issuer in the file.
+    let (config, _) = pki.config("");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("chain.pem", "leaf.pem");
+    std::fs::write(&config, text).unwrap();
+    let check = |config: &Path| {
+        let out = Command::new(TLSTERM)
+            .args(["serve", "--check", "-c"])
+            .arg(config)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = check(&config);
+    assert!(
+        err.contains("ocsp_fetch") && err.contains("no issuer"),
+        "{err}"
+    );
+
+    // A certificate that names no responder.
+    let other = tempfile::tempdir().unwrap();
+    make_ca(other.path(), "CA without OCSP");
+    make_leaf(
+        other.path(),
+        "leaf",
+        "/CN=localhost",
+        "subjectAltName=DNS:localhost",
+    );
+    let chain = [
+        std::fs::read(other.path().join("leaf.pem")).unwrap(),
+        std::fs::read(other.path().join("ca.pem")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(other.path().join("chain.pem"), chain).unwrap();
+    let listener = format!(
+        "address = \"127.0.0.1:{}\"\nbackends = [\"builtin\"]\n\
+         [[listener.certificate]]\ncert = \"chain.pem\"\nkey = \"leaf.key\"\nocsp_fetch = true\n",
+        free_port()
+    );
+    let err = check(&write_config(other.path(), "", &[listener]));
+    assert!(
+        err.contains("ocsp_fetch") && err.contains("Authority Information Access"),
+        "{err}"
+    );
+}
+
+#[test]
+fn response_stops_being_stapled_when_it_expires_unrefreshed() {
+    let pki = Pki::new();
+    pki.set_status('V');
+    // Without nextUpdate a response is stapled for `max_refresh` (2 s here) after its fetch.
+    let responder = pki.responder(None);
+    let (config, port) = pki.config("");
+    let server = Server::start(&config);
+    eventually("a good response is stapled", || {
+        stapled_good(&handshake_with_status(port)).then_some(())
+    });
+
+    drop(responder);
+    eventually("the expired response is withdrawn", || {
+        handshake_with_status(port)
+            .contains(NOT_STAPLED)
+            .then_some(())
+    });
+    server.log.wait_for("expired before a refresh succeeded", 0);
+    assert!(metric(&config, "tlsterm_ocsp_responses_total{result=\"stale\"}") >= 1.0);
+}
+
+#[test]
+fn file_response_is_the_starting_value() {
+    let pki = Pki::new();
+    pki.set_status('V');
+    let responder = pki.responder(Some(60));
+    run(Command::new("openssl")
+        .args(["ocsp", "-no_nonce", "-noverify"])
+        .args([
+            "-issuer",
+            &pki.path("ca.pem"),
+            "-cert",
+            &pki.path("leaf.pem"),
+        ])
+        .args(["-url", &format!("http://127.0.0.1:{}/", pki.port)])
+        .args(["-respout", &pki.path("resp.der")]));
+    drop(responder);
+
+    // With the responder down, the file's response is stapled from the first handshake on.
+    let (config, port) = pki.config("ocsp = \"resp.der\"\n");
+    let _server = Server::start(&config);
+    let out = handshake_with_status(port);
+    assert!(stapled_good(&out), "{out}");
+}
