@@ -641,7 +641,7 @@ impl ServerTls {
                 .map_err(|_| SelectCertError::ERROR)?;
             // After the switch, which gives the connection the context's certificate settings.
             if let (true, Some(slot)) = (wants_ocsp, &chosen.fetched_ocsp) {
-                slot.staple(ssl).map_err(|_| SelectCertError::ERROR)?;
+                slot.staple(ssl);
             }
             if early_data_refused {
                 // After the context switch, which resets the flag from the new context.

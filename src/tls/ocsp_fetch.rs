@@ -16,7 +16,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
 use arc_swap::{ArcSwap, ArcSwapOption};
-use boring::error::ErrorStack;
 use boring::ssl::SslRef;
 use boring::x509::{X509Ref, X509};
 
@@ -55,12 +54,13 @@ impl Slot {
     /// Staples the current response, if still valid, on a connection. Called after the
     /// connection switched to this certificate's context, since the switch replaces the
     /// connection's certificate settings (BoringSSL copies them from the context).
-    pub fn staple(&self, ssl: &mut SslRef) -> Result<(), ErrorStack> {
-        match &*self.current.load() {
-            Some(current) if SystemTime::now() < current.expires => {
-                ssl.set_ocsp_status(&current.der)
+    pub fn staple(&self, ssl: &mut SslRef) {
+        if let Some(current) = &*self.current.load() {
+            if SystemTime::now() < current.expires {
+                // Fails only if BoringSSL cannot allocate the copy: the handshake then
+                // goes on without a staple, as it would without a response.
+                let _ = ssl.set_ocsp_status(&current.der);
             }
-            _ => Ok(()),
         }
     }
 
