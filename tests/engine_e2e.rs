@@ -36,14 +36,6 @@ async fn handshake(port: u16, sig: Sig) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn metric(admin: std::net::SocketAddr, prefix: &str) -> f64 {
-    let (_, body) = admin_get(admin, "/metrics");
-    body.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 async fn run_load(mode: &str, key: &str, clients: usize, per_client: usize) -> (f64, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -93,9 +85,9 @@ async fn run_load(mode: &str, key: &str, clients: usize, per_client: usize) -> (
             .expect("load finishes")
             .unwrap();
     }
-    let batch = metric(admin, "tlsterm_engine_operations_total{algorithm=\"rsa");
-    let batches = metric(admin, "tlsterm_engine_batch_operations_count");
-    let ops_in_batches = metric(admin, "tlsterm_engine_batch_operations_sum");
+    let batch = metric(admin, "tlsterm_engine_operations_total", "algorithm=\"rsa");
+    let batches = metric(admin, "tlsterm_engine_batch_operations_count", "");
+    let ops_in_batches = metric(admin, "tlsterm_engine_batch_operations_sum", "");
     assert_eq!(
         batch,
         (clients * per_client) as f64,

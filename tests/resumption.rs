@@ -5,9 +5,8 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -163,21 +162,7 @@ impl Setup {
 impl Instance {
     /// Sum of the samples of `name` whose labels contain `labels` (e.g. `result="redis"`).
     fn metric(&self, name: &str, labels: &str) -> f64 {
-        let mut tcp = std::net::TcpStream::connect(("127.0.0.1", self.admin)).unwrap();
-        tcp.set_read_timeout(Some(DEADLINE)).unwrap();
-        write!(
-            tcp,
-            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        tcp.read_to_string(&mut text).unwrap();
-        text.lines()
-            .filter(|l| {
-                l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(labels)
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        metric(([127, 0, 0, 1], self.admin).into(), name, labels)
     }
 }
 

@@ -38,6 +38,7 @@ struct Input {
     cipher: String,
     key_alg: Option<String>,
     client_cert: Option<(Option<String>, String, Vec<String>, String)>,
+    early_data: bool,
     trailing: Vec<u8>,
     raw: Vec<u8>,
 }
@@ -92,6 +93,7 @@ fuzz_target!(|input: Input| {
                 san: san.iter().take(16).map(|s| bounded_str(s, 255)).collect(),
                 sha256_hex: bounded_str(sha, 64),
             }),
+        early_data: input.early_data,
     };
 
     // 2. v1 round trip.

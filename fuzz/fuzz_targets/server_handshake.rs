@@ -23,10 +23,14 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let config = Config::embedded_default();
-        let sessions = Sessions::new(&Default::default()).expect("session store");
+        // The embedded default plus 0-RTT, so the anti-replay path sees fuzz bytes too.
+        let text = "[[listener]]\naddress = \"127.0.0.1:8443\"\nbackends = [\"builtin\"]\n\
+                    alpn = [\"http/1.1\"]\nearly_data = true\n";
+        let config = Config::parse("<fuzz>", text).expect("fuzz config");
+        let sessions = Sessions::new(&config.session).expect("session store");
         let certs = CertifiedKey::self_signed_pair().expect("self-signed certificates");
-        let tls = ServerTls::build(&config.listeners[0], certs, &sessions).expect("server TLS");
+        let tls = ServerTls::build(&config.listeners[0], certs, &sessions, &config.session)
+            .expect("server TLS");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
