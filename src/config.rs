@@ -260,6 +260,11 @@ pub struct ListenerConfig {
     /// (PROXY v2 TLV 0xE3).
     #[serde(default = "default_off")]
     pub early_data: Spanned<bool>,
+    /// Of a connection's early data, how many bytes reach the backend before the handshake
+    /// is confirmed; the rest waits for the client's Finished (and is dropped if it never
+    /// comes). At most 14,336, all BoringSSL accepts, which is the default.
+    #[serde(default = "default_max_early_data")]
+    pub max_early_data: Spanned<usize>,
     /// Settings for particular SNI names, overriding the listener's.
     #[serde(default, rename = "server_name")]
     pub server_names: Vec<ServerNameConfig>,
@@ -330,6 +335,9 @@ pub struct CertificateConfig {
     pub ocsp_fetch: bool,
 }
 
+fn default_max_early_data() -> Spanned<usize> {
+    Spanned::new(0..0, crate::tls::early_data::BORINGSSL_MAX_EARLY_DATA)
+}
 fn default_off() -> Spanned<bool> {
     Spanned::new(0..0, false)
 }
@@ -615,6 +623,13 @@ impl Config {
                     "key `early_data`: 0-RTT exists only in TLS 1.3, but `max_version` is 1.2",
                 ));
             }
+            if *listener.max_early_data.get_ref() > crate::tls::early_data::BORINGSSL_MAX_EARLY_DATA
+            {
+                return Err(map.error(
+                    &listener.max_early_data,
+                    "key `max_early_data`: at most 14336 (all the early data BoringSSL accepts)",
+                ));
+            }
             let tls13 = listener.tls13_ciphers.get_ref();
             let names = tls13.iter().flat_map(|entry| entry.split('|'));
             if tls13.is_empty() || names.clone().any(|n| tls13_cipher_id(n.trim()).is_none()) {
@@ -738,6 +753,9 @@ mod tests {
         assert!(*Config::parse("t.toml", &on).unwrap().listeners[0]
             .early_data
             .get_ref());
+        let err = Config::parse("t.toml", &format!("{on}max_early_data = 20000\n")).unwrap_err();
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(err.message.contains("key `max_early_data`"), "{err}");
     }
 
     #[test]

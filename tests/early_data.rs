@@ -104,19 +104,22 @@ async fn recording_proxy(target: u16) -> (u16, tokio::task::JoinHandle<Vec<u8>>)
 }
 
 /// `openssl s_client -tls1_3 -ign_eof` with `args`: it sends `input` after the handshake
-/// and runs until the server closes.
+/// and runs until the server closes, which it must.
 async fn client(port: u16, args: &[&str], input: &'static str) -> String {
     let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     args.extend(["-tls1_3", "-ign_eof"].map(String::from));
-    tokio::task::spawn_blocking(move || {
+    let out = tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         s_client(port, &args, input)
     })
     .await
-    .unwrap()
+    .unwrap();
+    // Ended by tlsterm closing (after the backend's answer), not by s_client's timeout.
+    assert!(out.lines().any(|l| l == "closed"), "{out}");
+    out
 }
 
-fn listener(port: u16, backend: SocketAddr, early_data: bool) -> String {
+fn listener(port: u16, backend: SocketAddr, early_data: &str) -> String {
     format!(
         "address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\n\
          proxy_protocol = \"v2\"\nearly_data = {early_data}"
@@ -135,13 +138,14 @@ struct Setup {
 }
 
 impl Setup {
-    /// `session` is the body of the `[session]` section.
-    fn start(backend: SocketAddr, session: &str) -> Setup {
+    /// `session` is the body of the `[session]` section; `early_data` the listener's value
+    /// of that key, possibly followed by more listener keys.
+    fn start(backend: SocketAddr, session: &str, early_data: &str) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let header = format!("[session]\n{session}\n[admin]\naddress = \"{admin}\"\n");
         let port = free_port();
-        let config = write_config(dir.path(), &header, &[listener(port, backend, true)]);
+        let config = write_config(dir.path(), &header, &[listener(port, backend, early_data)]);
         std::fs::write(dir.path().join("request.txt"), EARLY_REQUEST).unwrap();
         let server = Server::start(&config);
         Setup {
@@ -197,7 +201,7 @@ impl Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_data_is_accepted_marked_and_never_replayed() {
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend, "");
+    let setup = Setup::start(backend, "", "true");
     let session = setup.save_session(&mut seen).await;
     let request = setup.file("request.txt");
 
@@ -233,14 +237,14 @@ async fn early_data_is_accepted_marked_and_never_replayed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_data_is_refused_once_disabled() {
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend, "");
+    let setup = Setup::start(backend, "", "true");
     let session = setup.save_session(&mut seen).await;
     let request = setup.file("request.txt");
 
     write_config(
         setup.dir.path(),
         &setup.header,
-        &[listener(setup.port, setup.backend, false)],
+        &[listener(setup.port, setup.backend, "false")],
     );
     assert!(setup.server.reload().contains("reloaded"));
 
@@ -275,8 +279,8 @@ async fn a_replay_to_another_process_is_refused_through_redis() {
         redis.url()
     );
     let (backend, mut seen) = recording_backend().await;
-    let a = Setup::start(backend, &session);
-    let b = Setup::start(backend, &session);
+    let a = Setup::start(backend, &session, "true");
+    let b = Setup::start(backend, &session, "true");
 
     let ticket = a.save_session(&mut seen).await;
     let recorded = a.early_request_recorded(&ticket).await;
@@ -287,4 +291,61 @@ async fn a_replay_to_another_process_is_refused_through_redis() {
     assert_eq!(metric(b.admin, EARLY_DATA, "result=\"accepted\""), 0.0);
     let claims = "tlsterm_session_redis_operations_total";
     assert_eq!(metric(b.admin, claims, "op=\"claim\",result=\"ok\""), 1.0);
+}
+
+/// A backend that reports, for each connection, its PROXY header and every byte after it,
+/// once tlsterm closes the connection.
+async fn collecting_backend() -> (SocketAddr, mpsc::UnboundedReceiver<(bool, Vec<u8>)>) {
+    let backend = RawBackend::bind().await;
+    let address = backend.address;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = backend.listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut received = Vec::new();
+                let _ = stream.read_to_end(&mut received).await;
+                if let Ok((header, used)) = proxy_protocol::decode(&received) {
+                    let early = header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA).is_some();
+                    let _ = tx.send((early, received[used..].to_vec()));
+                }
+            });
+        }
+    });
+    (address, rx)
+}
+
+/// `max_early_data` bounds what reaches the backend before the handshake completes. Shown
+/// with the one replay tlsterm cannot see alone: a copy sent to another process sharing the
+/// ticket keys but no Redis, whose early data is accepted (see docs/sessions.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_data_past_max_early_data_waits_for_the_handshake() {
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("ticket.keys");
+    std::fs::write(&key_file, key_line(1)).unwrap();
+    let session = format!("ticket_key_file = {:?}", key_file.display().to_string());
+    let limited = "true\nmax_early_data = 16";
+    let (backend_a, mut seen) = recording_backend().await;
+    let a = Setup::start(backend_a, &session, limited);
+    let (backend_b, mut collected) = collecting_backend().await;
+    let b = Setup::start(backend_b, &session, limited);
+
+    // A real client: the first 16 bytes pass early, the rest once the handshake completes.
+    let ticket = a.save_session(&mut seen).await;
+    let recorded = a.early_request_recorded(&ticket).await;
+    let got = next_request(&mut seen).await;
+    assert!(
+        got.early_tlv && got.request == "GET /early HTTP/1.1",
+        "{got:?}"
+    );
+
+    // The copy on B is never confirmed: B's backend gets 16 bytes and the connection ends.
+    b.replay(&recorded).await;
+    let (early, body) = tokio::time::timeout(DEADLINE, collected.recv())
+        .await
+        .expect("B's backend connection ends")
+        .unwrap();
+    assert!(early);
+    assert_eq!(String::from_utf8_lossy(&body), &EARLY_REQUEST[..16]);
+    assert_eq!(metric(b.admin, EARLY_DATA, "result=\"accepted\""), 1.0);
 }

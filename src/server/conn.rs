@@ -15,6 +15,7 @@ use crate::metrics::{self, HandshakeFailure, HandshakeRecord};
 use crate::offload::HandshakeGuard;
 use crate::proxy::proxy_protocol::{self, ClientIdentity, TlsDetails};
 use crate::proxy::relay::{self, RelayEnd};
+use crate::tls::early_data::EarlyDataGate;
 
 /// What was negotiated, for the log line and the PROXY v2 TLVs.
 struct Negotiated {
@@ -246,13 +247,14 @@ pub async fn handle(
         }
     };
 
-    let outcome = relay::relay(
-        &mut tls,
-        &mut backend,
-        state.config.buffer_size,
-        state.config.idle_timeout,
-    )
-    .await;
+    let (buffer_size, idle_timeout) = (state.config.buffer_size, state.config.idle_timeout);
+    let max_early_data = *state.config.max_early_data.get_ref();
+    let outcome = if negotiated.early_data {
+        let mut gated = EarlyDataGate::new(&mut tls, max_early_data);
+        relay::relay(&mut gated, &mut backend, buffer_size, idle_timeout).await
+    } else {
+        relay::relay(&mut tls, &mut backend, buffer_size, idle_timeout).await
+    };
     log_end(
         log_connections,
         client,

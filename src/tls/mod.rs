@@ -8,6 +8,7 @@
 //! context — ECDSA when the client can verify it, RSA otherwise.
 
 pub mod crl;
+pub mod early_data;
 mod keymethod;
 pub mod ocsp;
 pub mod ocsp_fetch;

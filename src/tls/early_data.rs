@@ -1,0 +1,147 @@
+//! A bound on how much early data reaches the backend before the handshake is confirmed.
+//!
+//! With 0-RTT accepted, BoringSSL returns from the handshake as soon as it has read the
+//! ClientHello, and reads of the connection return early data until the client's Finished
+//! arrives. Early data can be replayed; the anti-replay memory refuses copies it sees, and
+//! this gate bounds what one connection can hand to the backend while unconfirmed:
+//! `max_early_data` bytes pass at once, the rest is held until the handshake completes and
+//! dropped if it never does. BoringSSL itself accepts at most 14,336 bytes of early data,
+//! so the held bytes are bounded too. Every connection that accepted early data goes
+//! through the gate, which also lets it end with a close_notify (see `poll_shutdown`).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use boring::ssl::SslRef;
+use foreign_types::ForeignTypeRef;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_boring::SslStream;
+
+/// The most early data BoringSSL accepts on a connection (kMaxEarlyDataAccepted).
+pub const BORINGSSL_MAX_EARLY_DATA: usize = 14_336;
+
+/// Whether the handshake is complete: the client's Finished has been read.
+fn confirmed(ssl: &SslRef) -> bool {
+    // SAFETY: the connection is valid; the call only reads its state.
+    unsafe { boring_sys::SSL_in_init(ssl.as_ptr()) == 0 }
+}
+
+/// The client side of a relay for a connection that accepted early data.
+pub struct EarlyDataGate<'a, S> {
+    stream: &'a mut SslStream<S>,
+    /// Early-data bytes that may still pass before the handshake is confirmed.
+    allowance: usize,
+    /// Bytes read but not passed on yet, in order; delivered once confirmed.
+    held: Vec<u8>,
+    delivered: usize,
+}
+
+impl<'a, S> EarlyDataGate<'a, S> {
+    pub fn new(stream: &'a mut SslStream<S>, max_early_data: usize) -> Self {
+        EarlyDataGate {
+            stream,
+            allowance: max_early_data,
+            held: Vec::new(),
+            delivered: 0,
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataGate<'_, S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            if confirmed(this.stream.ssl()) {
+                if this.delivered < this.held.len() {
+                    let rest = &this.held[this.delivered..];
+                    let n = rest.len().min(buf.remaining());
+                    buf.put_slice(&rest[..n]);
+                    this.delivered += n;
+                    return Poll::Ready(Ok(()));
+                }
+                this.held = Vec::new();
+                return Pin::new(&mut *this.stream).poll_read(cx, buf);
+            }
+            // Never more than the caller can take, so what is allowed need not be held.
+            let mut scratch = [0u8; 4096];
+            let room = buf.remaining().min(scratch.len());
+            let mut chunk = ReadBuf::new(&mut scratch[..room]);
+            if Pin::new(&mut *this.stream)
+                .poll_read(cx, &mut chunk)?
+                .is_pending()
+            {
+                // The read may have completed the handshake and then found no more data:
+                // what is held can go now, not when the client next sends something.
+                if confirmed(this.stream.ssl()) && !this.held.is_empty() {
+                    continue;
+                }
+                return Poll::Pending;
+            }
+            let got = chunk.filled();
+            if got.is_empty() {
+                // The client left before confirming: its held early data goes nowhere.
+                return Poll::Ready(Ok(()));
+            }
+            // A read that completed the handshake returns data sent after it (1-RTT).
+            let early = !confirmed(this.stream.ssl());
+            let pass = match (early, this.held.is_empty()) {
+                (true, true) => got.len().min(this.allowance),
+                (false, true) => got.len(),
+                (_, false) => 0,
+            };
+            buf.put_slice(&got[..pass]);
+            if early {
+                this.allowance -= pass;
+            }
+            this.held.extend_from_slice(&got[pass..]);
+            if pass > 0 {
+                return Poll::Ready(Ok(()));
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for EarlyDataGate<'_, S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.get_mut().stream).poll_write(cx, data)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.get_mut().stream).poll_flush(cx)
+    }
+
+    /// BoringSSL sends no close_notify before the handshake is complete, and a backend
+    /// that answers the early request may close before the client's Finished is read: read
+    /// on until it is (keeping any data for `poll_read`), then close cleanly.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        while !confirmed(this.stream.ssl()) {
+            let mut scratch = [0u8; 4096];
+            let mut chunk = ReadBuf::new(&mut scratch);
+            let polled = Pin::new(&mut *this.stream).poll_read(cx, &mut chunk)?;
+            this.held.extend_from_slice(chunk.filled());
+            if confirmed(this.stream.ssl()) {
+                break;
+            }
+            match polled {
+                Poll::Pending => return Poll::Pending,
+                // The client left unconfirmed: nothing to close cleanly.
+                Poll::Ready(()) if chunk.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(()) => {}
+            }
+        }
+        Pin::new(&mut *this.stream).poll_shutdown(cx)
+    }
+}
