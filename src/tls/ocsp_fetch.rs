@@ -1,8 +1,8 @@
 //! OCSP responses fetched by tlsterm itself (`ocsp_fetch = true` on a certificate).
 //!
-//! One background thread asks each certificate's responder (from its Authority Information
-//! Access) and refreshes the answer halfway through its validity, retrying failures with
-//! back-off. Handshakes never wait for it: the select-certificate callback puts whatever
+//! A background thread asks each certificate's responder (from its Authority Information
+//! Access), up to 8 fetches at a time, and refreshes the answer halfway through its
+//! validity, retrying failures with back-off. Handshakes never wait for it: the select-certificate callback puts whatever
 //! response is current on the connection (`Slot::staple`), never on the certificate's
 //! context, which other handshakes read at the same time.
 //!
@@ -11,6 +11,7 @@
 //! the fetched response and the schedule; a slot that no context uses any more is dropped.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, Once, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -24,6 +25,10 @@ use crate::config::OcspConfig;
 
 /// The most a responder may send; real responses are a few KiB.
 const MAX_RESPONSE: u64 = 64 * 1024;
+
+/// Fetches in flight at once: thousands of certificates due together (at start) are not
+/// fetched one after another, and one hanging responder holds up at most one of them.
+const PARALLEL_FETCHES: usize = 8;
 
 /// The response being stapled.
 struct Current {
@@ -317,12 +322,26 @@ fn run() {
             state.slots.retain(|_, slot| slot.strong_count() > 0);
             state.slots.values().filter_map(Weak::upgrade).collect()
         };
+        let now = Instant::now();
+        let due: Vec<&Arc<Slot>> = slots
+            .iter()
+            .filter(|slot| {
+                slot.expire_if_stale();
+                slot.schedule.lock().unwrap().due <= now
+            })
+            .collect();
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..PARALLEL_FETCHES.min(due.len()) {
+                scope.spawn(|| {
+                    while let Some(slot) = due.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        slot.refresh(&settings);
+                    }
+                });
+            }
+        });
         let mut wake = Instant::now() + settings.max_refresh;
         for slot in &slots {
-            slot.expire_if_stale();
-            if slot.schedule.lock().unwrap().due <= Instant::now() {
-                slot.refresh(&settings);
-            }
             wake = wake.min(slot.next_event());
         }
         // Not held while asleep, so that slots a reload let go of can be dropped.
