@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Handshakes per server CPU-second of tlsterm variants, run alternately so that slow drifts
+# of a shared machine hit all alike. Server on CPU 0, client on CPU 1, RSA-2048, one worker.
+#
+#   bench/ab.sh [RUNS] [SECONDS] NAME=BINARY[,metrics=off][,early_data] ...
+#
+# A variant is a tlsterm binary (e.g. one built from another commit) with the listener
+# options after it. MODE=full|resume and TLS=1.2|1.3 choose the client's work (default:
+# full TLS 1.3 handshakes). Prints one line per run and the median per variant.
+#   bench/ab.sh 5 5 new=target/release/tlsterm old=/tmp/old/tlsterm
+set -euo pipefail
+RUNS=${1:-5}
+SECS=${2:-5}
+shift 2 || true
+[ $# -ge 1 ] || { echo "usage: $0 RUNS SECONDS NAME=BINARY[,metrics=off][,early_data] ..." >&2; exit 2; }
+MODE=${MODE:-full}
+TLS=${TLS:-1.3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CLIENT=$ROOT/target/release/tlsterm
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+openssl req -x509 -nodes -days 2 -newkey rsa:2048 -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
+    -subj /CN=localhost 2>/dev/null
+"$CLIENT" backend --listen 127.0.0.1:9719 2>/dev/null &
+backend=$!
+trap 'kill $backend 2>/dev/null; rm -rf "$WORK"' EXIT
+
+names=()
+declare -A binary
+for variant in "$@"; do
+    name=${variant%%=*}
+    spec=${variant#*=}
+    binary[$name]=$(realpath "${spec%%,*}")
+    metrics=true
+    early_data=false
+    [[ $spec == *metrics=off* ]] && metrics=false
+    [[ $spec == *early_data* ]] && early_data=true
+    cat > "$WORK/$name.toml" <<CONF
+workers = 1
+[admin]
+enabled = $metrics
+address = "127.0.0.1:9718"
+[[listener]]
+address = "127.0.0.1:9717"
+backends = ["127.0.0.1:9719"]
+early_data = $early_data
+[[listener.certificate]]
+cert = "$WORK/cert.pem"
+key = "$WORK/key.pem"
+CONF
+    names+=("$name")
+done
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+echo "mode=$MODE tls=$TLS runs=$RUNS seconds=$SECS load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for run in $(seq 1 "$RUNS"); do
+    for name in "${names[@]}"; do
+        taskset -c 0 "${binary[$name]}" serve -c "$WORK/$name.toml" 2>"$WORK/serve.log" &
+        server=$!
+        until grep -q "tlsterm serving" "$WORK/serve.log"; do sleep 0.05; done
+        before=$(cpu_ticks $server)
+        handshakes=$(taskset -c 1 "$CLIENT" bench https://127.0.0.1:9717/ --insecure --json -c 64 \
+            -d "${SECS}s" --mode "$MODE" --tls-version "$TLS" 2>/dev/null \
+            | python3 -c 'import json,sys; print(json.load(sys.stdin)["handshakes"])')
+        after=$(cpu_ticks $server)
+        kill $server; wait $server 2>/dev/null || true
+        ticks=$((after - before))
+        echo "run $run $name handshakes=$handshakes server_cpu_s=$(echo "scale=2; $ticks/100" | bc) per_cpu_s=$((handshakes * 100 / ticks))" \
+            | tee -a "$WORK/results"
+    done
+done
+echo "load avg after: $(cut -d' ' -f1-3 /proc/loadavg)"
+for name in "${names[@]}"; do
+    grep " $name " "$WORK/results" | sed 's/.*per_cpu_s=//' | sort -n \
+        | awk -v name="$name" '{v[NR]=$1} END {m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "median %s: %d handshakes per server CPU-second\n", name, m}'
+done
