@@ -24,44 +24,54 @@ struct Seen {
     request: String,
 }
 
-/// A backend that decodes the PROXY v2 header and the first request of each connection,
-/// reports them, answers and closes.
-async fn recording_backend() -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
+/// A backend on a free port; `serve` handles each connection and reports through the
+/// channel.
+async fn backend<T, F, Fut>(serve: F) -> (SocketAddr, mpsc::UnboundedReceiver<T>)
+where
+    T: Send + 'static,
+    F: Fn(TcpStream, mpsc::UnboundedSender<T>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let backend = RawBackend::bind().await;
     let address = backend.address;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        while let Ok((mut stream, _)) = backend.listener.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut received = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let n = stream.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    received.extend_from_slice(&chunk[..n]);
-                    let Ok((header, used)) = proxy_protocol::decode(&received) else {
-                        continue;
-                    };
-                    let body = &received[used..];
-                    if body.windows(4).any(|w| w == b"\r\n\r\n") {
-                        let request = String::from_utf8_lossy(body);
-                        let _ = tx.send(Seen {
-                            early_tlv: header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA) == Some(&[1][..]),
-                            request: request.lines().next().unwrap_or("").to_string(),
-                        });
-                        let reply =
-                            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
-                        let _ = stream.write_all(reply.as_bytes()).await;
-                        return;
-                    }
-                }
-            });
+        while let Ok((stream, _)) = backend.listener.accept().await {
+            tokio::spawn(serve(stream, tx.clone()));
         }
     });
     (address, rx)
+}
+
+/// A backend that decodes the PROXY v2 header and the first request of each connection,
+/// reports them, answers and closes.
+async fn recording_backend() -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
+    backend(|mut stream, tx| async move {
+        let mut received = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            received.extend_from_slice(&chunk[..n]);
+            let Ok((header, used)) = proxy_protocol::decode(&received) else {
+                continue;
+            };
+            let body = &received[used..];
+            if body.windows(4).any(|w| w == b"\r\n\r\n") {
+                let request = String::from_utf8_lossy(body);
+                let _ = tx.send(Seen {
+                    early_tlv: header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA) == Some(&[1][..]),
+                    request: request.lines().next().unwrap_or("").to_string(),
+                });
+                let reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                let _ = stream.write_all(reply.as_bytes()).await;
+                return;
+            }
+        }
+    })
+    .await
 }
 
 async fn next_request(seen: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
@@ -293,26 +303,18 @@ async fn a_replay_to_another_process_is_refused_through_redis() {
     assert_eq!(metric(b.admin, claims, "op=\"claim\",result=\"ok\""), 1.0);
 }
 
-/// A backend that reports, for each connection, its PROXY header and every byte after it,
-/// once tlsterm closes the connection.
+/// A backend that reports, for each connection, whether its PROXY header has the
+/// early-data TLV and every byte after the header, once tlsterm closes the connection.
 async fn collecting_backend() -> (SocketAddr, mpsc::UnboundedReceiver<(bool, Vec<u8>)>) {
-    let backend = RawBackend::bind().await;
-    let address = backend.address;
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = backend.listener.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut received = Vec::new();
-                let _ = stream.read_to_end(&mut received).await;
-                if let Ok((header, used)) = proxy_protocol::decode(&received) {
-                    let early = header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA).is_some();
-                    let _ = tx.send((early, received[used..].to_vec()));
-                }
-            });
+    backend(|mut stream, tx| async move {
+        let mut received = Vec::new();
+        let _ = stream.read_to_end(&mut received).await;
+        if let Ok((header, used)) = proxy_protocol::decode(&received) {
+            let early = header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA).is_some();
+            let _ = tx.send((early, received[used..].to_vec()));
         }
-    });
-    (address, rx)
+    })
+    .await
 }
 
 /// `max_early_data` bounds what reaches the backend before the handshake completes. Shown

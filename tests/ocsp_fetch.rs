@@ -153,12 +153,14 @@ fn stapled_good(out: &str) -> bool {
 
 const NOT_STAPLED: &str = "OCSP response: no response sent";
 
-/// The value of one sample (`name{labels}`) on /metrics, 0 if absent.
-fn metric(config: &Path, sample: &str) -> f64 {
-    let (_, body) = admin_get(admin_address(config).unwrap(), "/metrics");
-    body.lines()
-        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
-        .map_or(0.0, |value| value.trim().parse().unwrap())
+/// The value of one sample (`name{labels}`) on the admin listener of `config`.
+fn sample(config: &Path, sample: &str) -> f64 {
+    let (name, labels) = sample.split_once('{').unwrap_or((sample, ""));
+    metric(
+        admin_address(config).unwrap(),
+        name,
+        labels.trim_end_matches('}'),
+    )
 }
 
 #[test]
@@ -172,8 +174,8 @@ fn fetched_response_is_stapled_and_survives_a_reload() {
     eventually("a good response is stapled", || {
         stapled_good(&handshake_with_status(port)).then_some(())
     });
-    assert!(metric(&config, "tlsterm_ocsp_fetches_total{result=\"ok\"}") >= 1.0);
-    assert!(metric(&config, "tlsterm_ocsp_responses_total{result=\"stapled\"}") >= 1.0);
+    assert!(sample(&config, "tlsterm_ocsp_fetches_total{result=\"ok\"}") >= 1.0);
+    assert!(sample(&config, "tlsterm_ocsp_responses_total{result=\"stapled\"}") >= 1.0);
     // A client that does not ask gets no staple, and the handshake is the same.
     let plain = s_client(port, &["-servername", "localhost"], "");
     assert!(
@@ -197,7 +199,7 @@ fn revoked_answer_is_not_stapled_and_counted() {
     let server = Server::start(&config);
 
     eventually("the revoked answer is counted", || {
-        (metric(&config, "tlsterm_ocsp_responses_total{result=\"not_good\"}") >= 1.0).then_some(())
+        (sample(&config, "tlsterm_ocsp_responses_total{result=\"not_good\"}") >= 1.0).then_some(())
     });
     server.log.wait_for("OCSP response not stapled", 0);
     let out = handshake_with_status(port);
@@ -234,7 +236,7 @@ fn responder_down_does_not_stop_handshakes() {
     let _server = Server::start(&config);
 
     eventually("a failed fetch is counted", || {
-        (metric(&config, "tlsterm_ocsp_fetches_total{result=\"failed\"}") >= 1.0).then_some(())
+        (sample(&config, "tlsterm_ocsp_fetches_total{result=\"failed\"}") >= 1.0).then_some(())
     });
     let out = handshake_with_status(port);
     assert!(out.contains(NOT_STAPLED), "{out}");
@@ -316,7 +318,7 @@ fn response_stops_being_stapled_when_it_expires_unrefreshed() {
             .then_some(())
     });
     server.log.wait_for("expired before a refresh succeeded", 0);
-    assert!(metric(&config, "tlsterm_ocsp_responses_total{result=\"stale\"}") >= 1.0);
+    assert!(sample(&config, "tlsterm_ocsp_responses_total{result=\"stale\"}") >= 1.0);
 }
 
 #[test]
