@@ -3,9 +3,9 @@
 //! Early data travels before the client has proved it is live, so an attacker who
 //! recorded a ClientHello carrying 0-RTT data can send it again and the early data would
 //! reach the backend a second time. Each ClientHello that offers early data is
-//! remembered by a digest of its `pre_shared_key` extension: the PSK binder in it is an
-//! HMAC over the whole ClientHello (random included) under the resumption secret, so a
-//! replay carries the same bytes and a forgery fails BoringSSL's binder check anyway.
+//! remembered by a digest of its first PSK identity and binder (see [`digest`]): the binder
+//! is an HMAC over the whole ClientHello (random included) under the resumption secret, so
+//! a replay carries the same bytes and a forgery fails BoringSSL's binder check anyway.
 //! A ClientHello seen before gets a full 1-RTT handshake instead of 0-RTT.
 //!
 //! The memory only has to cover the time in which BoringSSL would still accept the
@@ -55,11 +55,49 @@ impl Verdict {
 
 pub type Digest = [u8; 16];
 
-/// What identifies a ClientHello: a digest of its `pre_shared_key` extension.
+/// What identifies a ClientHello: a digest of the first PSK identity and its binder in the
+/// `pre_shared_key` extension. BoringSSL only considers the first identity, and its binder
+/// authenticates the whole ClientHello before the binder list; the other binders do not, so
+/// they are left out (an attacker could change them to make a copy look new). An extension
+/// that does not parse is digested whole: BoringSSL refuses it anyway.
 pub fn digest(pre_shared_key: &[u8]) -> Digest {
-    boring::sha::sha256(pre_shared_key)[..16]
-        .try_into()
-        .expect("16 of 32 bytes")
+    let hash = match first_identity_and_binder(pre_shared_key) {
+        Some((identity, binder)) => {
+            // The identity keeps its length prefix, so the concatenation is unambiguous.
+            let mut hasher = boring::sha::Sha256::new();
+            hasher.update(identity);
+            hasher.update(binder);
+            hasher.finish()
+        }
+        None => boring::sha::sha256(pre_shared_key),
+    };
+    hash[..16].try_into().expect("16 of 32 bytes")
+}
+
+/// RFC 8446 section 4.2.11: identities<7..2^16-1> (identity<1..2^16-1>, u32 age), then
+/// binders<33..2^16-1> (binder<32..255>). Returns the first identity (with its length
+/// prefix and age) and the first binder.
+fn first_identity_and_binder(ext: &[u8]) -> Option<(&[u8], &[u8])> {
+    fn take<'a>(data: &mut &'a [u8], len: usize) -> Option<&'a [u8]> {
+        let (head, tail) = data.split_at_checked(len)?;
+        *data = tail;
+        Some(head)
+    }
+    fn u16_prefixed<'a>(data: &mut &'a [u8]) -> Option<&'a [u8]> {
+        let len = take(data, 2)?;
+        take(data, usize::from(u16::from_be_bytes([len[0], len[1]])))
+    }
+    let mut rest = ext;
+    let mut identities = u16_prefixed(&mut rest)?;
+    let mut binders = u16_prefixed(&mut rest)?;
+    let identity_len = {
+        let mut peek = identities;
+        u16_prefixed(&mut peek)?.len()
+    };
+    let identity = take(&mut identities, 2 + identity_len + 4)?;
+    let binder_len = usize::from(*take(&mut binders, 1)?.first()?);
+    let binder = take(&mut binders, binder_len)?;
+    Some((identity, binder))
 }
 
 struct Generations {
@@ -147,6 +185,41 @@ mod tests {
             Verdict::Fresh
         );
         assert_eq!(guard.len(), 1);
+    }
+
+    /// A pre_shared_key extension with the given identities and binders.
+    fn psk(identities: &[&[u8]], binders: &[&[u8]]) -> Vec<u8> {
+        let mut ids = Vec::new();
+        for id in identities {
+            ids.extend_from_slice(&(id.len() as u16).to_be_bytes());
+            ids.extend_from_slice(id);
+            ids.extend_from_slice(&[0, 0, 0, 7]); // obfuscated ticket age
+        }
+        let mut bs = Vec::new();
+        for b in binders {
+            bs.push(b.len() as u8);
+            bs.extend_from_slice(b);
+        }
+        let mut ext = (ids.len() as u16).to_be_bytes().to_vec();
+        ext.extend_from_slice(&ids);
+        ext.extend_from_slice(&(bs.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&bs);
+        ext
+    }
+
+    #[test]
+    fn only_the_first_identity_and_binder_identify_a_client_hello() {
+        let (ticket, other) = (&[1u8; 40][..], &[2u8; 40][..]);
+        let (binder, binder2, forged) = (&[3u8; 32][..], &[4u8; 32][..], &[5u8; 32][..]);
+        let original = digest(&psk(&[ticket, other], &[binder, binder2]));
+        // A copy whose second binder (which BoringSSL never checks) was changed is the same.
+        assert_eq!(original, digest(&psk(&[ticket, other], &[binder, forged])));
+        // Another first binder (another ClientHello) or ticket is not.
+        assert_ne!(original, digest(&psk(&[ticket, other], &[forged, binder2])));
+        assert_ne!(original, digest(&psk(&[other, ticket], &[binder, binder2])));
+        // Unparsable: digested whole, still deterministic.
+        assert_eq!(digest(b"\x00"), digest(b"\x00"));
+        assert_ne!(digest(b"\x00"), digest(b"\x01"));
     }
 
     #[test]
