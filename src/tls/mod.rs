@@ -5,7 +5,10 @@
 //! BoringSSL: every signature goes through the offload layer). A base context creates the
 //! connections; its certificate-selection callback looks at the ClientHello (SNI and the
 //! client's signature algorithms) and switches the connection to the right certificate's
-//! context — ECDSA when the client can verify it, RSA otherwise.
+//! context — ECDSA when the client can verify it, RSA otherwise. It then applies the
+//! per-name settings, a fetched OCSP staple, and the verdict of the 0-RTT anti-replay
+//! check; that check may ask Redis, so the callback is BoringSSL's asynchronous one (the
+//! handshake waits, the worker does not).
 
 pub mod crl;
 pub mod early_data;
