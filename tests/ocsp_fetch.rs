@@ -71,6 +71,11 @@ impl Pki {
     /// Starts `openssl ocsp` on the leaf's responder port; its responses are valid for
     /// `minutes`, or have no nextUpdate.
     fn responder(&self, minutes: Option<u32>) -> Responder {
+        self.responder_signed_by("ca", minutes)
+    }
+
+    /// As `responder`, signing with `<signer>.pem` and `.key` in the PKI's directory.
+    fn responder_signed_by(&self, signer: &str, minutes: Option<u32>) -> Responder {
         let next_update = minutes.map(|m| vec!["-nmin".to_string(), m.to_string()]);
         use std::io::BufRead;
         let mut child = Command::new("openssl")
@@ -78,9 +83,9 @@ impl Pki {
             .args(["-port", &self.port.to_string()])
             .args([
                 "-rsigner",
-                &self.path("ca.pem"),
+                &self.path(&format!("{signer}.pem")),
                 "-rkey",
-                &self.path("ca.key"),
+                &self.path(&format!("{signer}.key")),
             ])
             .args(["-CA", &self.path("ca.pem")])
             .args(next_update.unwrap_or_default())
@@ -202,6 +207,32 @@ fn revoked_answer_is_not_stapled_and_counted() {
         (sample(&config, "tlsterm_ocsp_responses_total{result=\"not_good\"}") >= 1.0).then_some(())
     });
     server.log.wait_for("OCSP response not stapled", 0);
+    let out = handshake_with_status(port);
+    assert!(out.contains(NOT_STAPLED), "{out}");
+}
+
+/// A response signed by a certificate the issuer did not make a responder (no OCSPSigning
+/// usage) would fail every client that checks it: not stapled, counted.
+#[test]
+fn answer_not_signed_for_the_issuer_is_not_stapled() {
+    let pki = Pki::new();
+    pki.set_status('V');
+    make_leaf(
+        pki.dir.path(),
+        "server",
+        "/CN=not a responder",
+        "extendedKeyUsage=serverAuth",
+    );
+    let _responder = pki.responder_signed_by("server", Some(60));
+    let (config, port) = pki.config("");
+    let _server = Server::start(&config);
+    eventually("the bad signature is counted", || {
+        (sample(
+            &config,
+            "tlsterm_ocsp_responses_total{result=\"bad_signature\"}",
+        ) >= 1.0)
+            .then_some(())
+    });
     let out = handshake_with_status(port);
     assert!(out.contains(NOT_STAPLED), "{out}");
 }

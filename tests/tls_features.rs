@@ -332,24 +332,31 @@ fn make_ocsp_pki(dir: &Path) -> std::path::PathBuf {
         "-reqout",
         &p("req.der"),
     ]));
+    sign_ocsp_response(dir, "ca", "resp.der");
+    dir.join("resp.der")
+}
+
+/// Answers `req.der` from `index.txt` in `dir` (valid 7 days), signed with `<signer>.pem`
+/// and `.key` (its certificate goes in the response), into `out`.
+fn sign_ocsp_response(dir: &Path, signer: &str, out: &str) {
+    let p = |name: &str| dir.join(name).display().to_string();
     run(Command::new("openssl").args([
         "ocsp",
         "-index",
         &p("index.txt"),
         "-rsigner",
-        &p("ca.pem"),
+        &p(&format!("{signer}.pem")),
         "-rkey",
-        &p("ca.key"),
+        &p(&format!("{signer}.key")),
         "-CA",
         &p("ca.pem"),
         "-reqin",
         &p("req.der"),
         "-respout",
-        &p("resp.der"),
+        &p(out),
         "-ndays",
         "7",
     ]));
-    dir.join("resp.der")
 }
 
 #[test]
@@ -398,16 +405,52 @@ fn ocsp_response_is_stapled_only_when_it_fits() {
     let leaf = boring::x509::X509::from_pem(&std::fs::read(p("leaf.pem")).unwrap()).unwrap();
     let der = std::fs::read(&response).unwrap();
     let now = std::time::SystemTime::now();
-    assert_eq!(tlsterm::tls::ocsp::check(&der, &leaf, now), Ok(()));
+    assert_eq!(tlsterm::tls::ocsp::check(&der, &leaf, None, now), Ok(()));
     let later = now + std::time::Duration::from_secs(8 * 24 * 3600);
     assert_eq!(
-        tlsterm::tls::ocsp::check(&der, &leaf, later),
+        tlsterm::tls::ocsp::check(&der, &leaf, None, later),
         Err(tlsterm::tls::ocsp::OcspProblem::Stale)
     );
     assert_eq!(
-        tlsterm::tls::ocsp::check(b"garbage", &leaf, now),
+        tlsterm::tls::ocsp::check(b"garbage", &leaf, None, now),
         Err(tlsterm::tls::ocsp::OcspProblem::Unparsable)
     );
+
+    // Signed by the issuer, or by a responder it gave the OCSPSigning usage; not by a
+    // certificate without it, and not verifiable with another CA's key.
+    let cert = |path: &str| boring::x509::X509::from_pem(&std::fs::read(path).unwrap()).unwrap();
+    let ca = cert(&p("ca.pem"));
+    let bad = Err(tlsterm::tls::ocsp::OcspProblem::BadSignature);
+    assert_eq!(
+        tlsterm::tls::ocsp::check(&der, &leaf, Some(&ca), now),
+        Ok(())
+    );
+    let stranger = cert(&other_cert.display().to_string());
+    assert_eq!(
+        tlsterm::tls::ocsp::check(&der, &leaf, Some(&stranger), now),
+        bad
+    );
+    make_leaf(
+        dir.path(),
+        "responder",
+        "/CN=responder",
+        "extendedKeyUsage=OCSPSigning",
+    );
+    make_leaf(
+        dir.path(),
+        "server",
+        "/CN=server",
+        "extendedKeyUsage=serverAuth",
+    );
+    for (signer, expected) in [("responder", Ok(())), ("server", bad)] {
+        sign_ocsp_response(dir.path(), signer, "delegated.der");
+        let der = std::fs::read(p("delegated.der")).unwrap();
+        assert_eq!(
+            tlsterm::tls::ocsp::check(&der, &leaf, Some(&ca), now),
+            expected,
+            "{signer}"
+        );
+    }
 }
 
 /// Writes a self-signed ECDSA certificate for `name` (all share one key: generating keys is

@@ -554,8 +554,14 @@ fn select_alpn<'a>(preferences: &[Vec<u8>], client: &'a [u8]) -> Option<&'a [u8]
 }
 
 /// Staples `response` on the certificate's context if it checks out.
-fn staple(builder: &mut SslContextBuilder, response: &[u8], leaf: &X509, names: &[String]) {
-    if let Err(problem) = ocsp::check(response, leaf, std::time::SystemTime::now()) {
+/// The issuer, when the chain has it next to the leaf, checks the response's signature.
+fn staple(builder: &mut SslContextBuilder, response: &[u8], chain: &[X509], names: &[String]) {
+    let leaf = &chain[0];
+    let issuer = chain
+        .get(1)
+        .filter(|issuer| issuer.issued(leaf).is_ok())
+        .map(|issuer| &**issuer);
+    if let Err(problem) = ocsp::check(response, leaf, issuer, std::time::SystemTime::now()) {
         tracing::warn!(certificate = ?names, problem = problem.label(), "OCSP response not stapled");
         crate::metrics::record_ocsp(problem.label());
         return;
@@ -604,7 +610,7 @@ impl ServerTls {
                 builder.add_extra_chain_cert(intermediate.clone())?;
             }
             if let (Some(response), None) = (&cert.ocsp, &cert.ocsp_fetch) {
-                staple(&mut builder, response, leaf, &cert.names);
+                staple(&mut builder, response, &cert.chain, &cert.names);
             }
             builder.set_async_private_key_method(OffloadKeyMethod {
                 key: cert.key.clone(),

@@ -1,12 +1,18 @@
 //! OCSP responses, from a file or fetched (`ocsp_fetch`), are checked before they are
-//! stapled. A response that is not for this certificate, not "good", or outside its
-//! validity window is not stapled (stapling a bad response makes strict clients fail);
-//! the reason is logged and counted. The request for a fetch is built here too.
+//! stapled. A response that is not for this certificate, not "good", outside its
+//! validity window, or (when the issuer is known) not signed by the issuer or a responder
+//! it delegated to is not stapled (stapling a bad response makes strict clients fail); the
+//! reason is logged and counted. The request for a fetch is built here too.
 
 use std::time::{Duration, SystemTime};
 
-use boring::x509::X509Ref;
-use der::Decode;
+use boring::asn1::Asn1Time;
+use boring::hash::MessageDigest;
+use boring::sign::Verifier;
+use boring::x509::{X509Ref, X509};
+use der::{Decode, Encode};
+use x509_cert::ext::pkix::ExtendedKeyUsage;
+use x509_cert::spki::ObjectIdentifier;
 use x509_ocsp::{
     BasicOcspResponse, CertId, CertStatus, OcspRequest, OcspResponse, OcspResponseStatus, Request,
     TbsRequest,
@@ -24,6 +30,8 @@ pub enum OcspProblem {
     Stale,
     /// `thisUpdate` is in the future.
     NotYetValid,
+    /// Not signed by the certificate's issuer or a responder it delegated to.
+    BadSignature,
 }
 
 impl OcspProblem {
@@ -35,6 +43,7 @@ impl OcspProblem {
             OcspProblem::NotGood => "not_good",
             OcspProblem::Stale => "stale",
             OcspProblem::NotYetValid => "not_yet_valid",
+            OcspProblem::BadSignature => "bad_signature",
         }
     }
 }
@@ -52,21 +61,108 @@ pub struct Validity {
     pub next_update: Option<SystemTime>,
 }
 
-/// Whether `response` may be stapled for `leaf` at time `now`.
-/// (The responder's signature is the client's to check, as with any stapled response.)
-pub fn check(response: &[u8], leaf: &X509Ref, now: SystemTime) -> Result<(), OcspProblem> {
-    validity(response, leaf, now).map(|_| ())
-}
-
-/// As `check`, returning the response's validity window.
-pub fn validity(response: &[u8], leaf: &X509Ref, now: SystemTime) -> Result<Validity, OcspProblem> {
+fn basic_response(response: &[u8]) -> Result<BasicOcspResponse, OcspProblem> {
     let response = OcspResponse::from_der(response).map_err(|_| OcspProblem::Unparsable)?;
     if response.response_status != OcspResponseStatus::Successful {
         return Err(OcspProblem::NotSuccessful);
     }
     let bytes = response.response_bytes.ok_or(OcspProblem::NotSuccessful)?;
-    let basic = BasicOcspResponse::from_der(bytes.response.as_bytes())
+    BasicOcspResponse::from_der(bytes.response.as_bytes()).map_err(|_| OcspProblem::Unparsable)
+}
+
+/// The digest of a signature algorithm OCSP responders use (RSA PKCS#1 v1.5 or ECDSA).
+fn signature_digest(oid: &ObjectIdentifier) -> Option<MessageDigest> {
+    Some(match oid.to_string().as_str() {
+        "1.2.840.113549.1.1.5" | "1.2.840.10045.4.1" => MessageDigest::sha1(),
+        "1.2.840.113549.1.1.11" | "1.2.840.10045.4.3.2" => MessageDigest::sha256(),
+        "1.2.840.113549.1.1.12" | "1.2.840.10045.4.3.3" => MessageDigest::sha384(),
+        "1.2.840.113549.1.1.13" | "1.2.840.10045.4.3.4" => MessageDigest::sha512(),
+        _ => return None,
+    })
+}
+
+/// The extended key usage extension (RFC 5280 4.2.1.12).
+const EXTENDED_KEY_USAGE: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.37");
+/// id-kp-OCSPSigning (RFC 6960 4.2.2.2): what a delegated responder certificate must have.
+const OCSP_SIGNING: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.9");
+
+/// A certificate in the response that `issuer` signed, for OCSP signing, valid now.
+fn delegated_responder(cert: &x509_cert::Certificate, issuer: &X509Ref) -> Option<X509> {
+    let ocsp_signing = cert
+        .tbs_certificate
+        .extensions
+        .iter()
+        .flatten()
+        .filter(|ext| ext.extn_id == EXTENDED_KEY_USAGE)
+        .filter_map(|ext| ExtendedKeyUsage::from_der(ext.extn_value.as_bytes()).ok())
+        .any(|eku| eku.0.contains(&OCSP_SIGNING));
+    let cert = X509::from_der(&cert.to_der().ok()?).ok()?;
+    let now = Asn1Time::days_from_now(0).ok()?;
+    let current = cert.not_before() <= now && now <= cert.not_after();
+    let signed = cert.verify(&*issuer.public_key().ok()?).unwrap_or(false);
+    (ocsp_signing && current && signed).then_some(cert)
+}
+
+/// Whether `response` is signed by `issuer`, or by a responder certificate (carried in the
+/// response) to which `issuer` delegated OCSP signing. A client checks this too: stapling
+/// a response it cannot verify only makes strict clients fail.
+pub fn verify_signature(response: &[u8], issuer: &X509Ref) -> Result<(), OcspProblem> {
+    let basic = basic_response(response)?;
+    let signed = basic
+        .tbs_response_data
+        .to_der()
         .map_err(|_| OcspProblem::Unparsable)?;
+    let digest =
+        signature_digest(&basic.signature_algorithm.oid).ok_or(OcspProblem::BadSignature)?;
+    let signature = basic
+        .signature
+        .as_bytes()
+        .ok_or(OcspProblem::BadSignature)?;
+    let verifies = |signer: &X509Ref| -> bool {
+        let check = || -> Result<bool, boring::error::ErrorStack> {
+            let key = signer.public_key()?;
+            let mut verifier = Verifier::new(digest, &key)?;
+            verifier.update(&signed)?;
+            verifier.verify(signature)
+        };
+        check().unwrap_or(false)
+    };
+    if verifies(issuer) {
+        return Ok(());
+    }
+    let delegated = basic.certs.iter().flatten();
+    if delegated
+        .filter_map(|cert| delegated_responder(cert, issuer))
+        .any(|cert| verifies(&cert))
+    {
+        return Ok(());
+    }
+    Err(OcspProblem::BadSignature)
+}
+
+/// Whether `response` may be stapled for `leaf` at time `now`: signed by `issuer` (or a
+/// responder it delegated to) when the issuer is known, for this certificate, "good", and
+/// current.
+pub fn check(
+    response: &[u8],
+    leaf: &X509Ref,
+    issuer: Option<&X509Ref>,
+    now: SystemTime,
+) -> Result<(), OcspProblem> {
+    validity(response, leaf, issuer, now).map(|_| ())
+}
+
+/// As `check`, returning the response's validity window.
+pub fn validity(
+    response: &[u8],
+    leaf: &X509Ref,
+    issuer: Option<&X509Ref>,
+    now: SystemTime,
+) -> Result<Validity, OcspProblem> {
+    if let Some(issuer) = issuer {
+        verify_signature(response, issuer)?;
+    }
+    let basic = basic_response(response)?;
     let serial = leaf
         .serial_number()
         .to_bn()

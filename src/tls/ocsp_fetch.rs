@@ -47,6 +47,8 @@ struct Schedule {
 /// One certificate's fetched OCSP response.
 pub struct Slot {
     leaf: X509,
+    /// Checks the responder's signature.
+    issuer: X509,
     url: String,
     request: Vec<u8>,
     names: Vec<String>,
@@ -79,7 +81,7 @@ impl Slot {
         source: &str,
     ) -> Result<Validity, OcspProblem> {
         let now = SystemTime::now();
-        let checked = ocsp::validity(&response, &self.leaf, now);
+        let checked = ocsp::validity(&response, &self.leaf, Some(&self.issuer), now);
         match checked {
             Ok(validity) => {
                 let previous = self.current.load_full();
@@ -280,6 +282,7 @@ pub fn register(
             None => {
                 let slot = Arc::new(Slot {
                     leaf: leaf.clone(),
+                    issuer: issuer.clone(),
                     url: key.0.clone(),
                     request: key.1.clone(),
                     names: names.to_vec(),
