@@ -204,23 +204,21 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         rate(view.value("tlsterm_connections_accepted_total", "")),
         now.value("tlsterm_connections_active", "")
     ));
-    for (labels, count) in view.series("tlsterm_handshakes_total") {
-        out.push_str(&format!("handshakes     {labels:<22} {}\n", rate(count)));
-    }
-    for (labels, count) in view.series("tlsterm_handshake_failures_total") {
-        out.push_str(&format!("failed         {labels:<22} {}\n", rate(count)));
-    }
-    for (labels, count) in view.series("tlsterm_engine_operations_total") {
-        out.push_str(&format!("engine ops     {labels:<40} {}\n", rate(count)));
-    }
-    for (labels, count) in view.series("tlsterm_engine_flushes_total") {
-        out.push_str(&format!("batch flushes  {labels:<22} {}\n", rate(count)));
-    }
-    for (labels, count) in view.series("tlsterm_tls_versions_total") {
-        out.push_str(&format!("version        {labels:<22} {}\n", rate(count)));
-    }
-    for (labels, count) in view.series("tlsterm_bytes_total") {
-        out.push_str(&format!("bytes          {labels:<22} {}\n", rate(count)));
+    // Counters by label set: (metric, title, width of the label column).
+    let counters = [
+        ("tlsterm_handshakes_total", "handshakes", 22),
+        ("tlsterm_handshake_failures_total", "failed", 22),
+        ("tlsterm_engine_operations_total", "engine ops", 40),
+        ("tlsterm_engine_flushes_total", "batch flushes", 22),
+        ("tlsterm_tls_versions_total", "version", 22),
+        ("tlsterm_early_data_total", "0-rtt", 22),
+        ("tlsterm_ocsp_responses_total", "ocsp", 22),
+        ("tlsterm_bytes_total", "bytes", 22),
+    ];
+    for (metric, title, width) in counters {
+        for (labels, count) in view.series(metric) {
+            out.push_str(&format!("{title:<15}{labels:<width$} {}\n", rate(count)));
+        }
     }
 
     let histograms: [(&str, &str, &str, bool); 7] = [

@@ -242,6 +242,22 @@ async fn early_data_is_accepted_marked_and_never_replayed() {
         "{got:?}"
     );
     assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 2.0);
+
+    // `tlsterm stats` shows the counts too.
+    let stats = run(std::process::Command::new(TLSTERM).args([
+        "stats",
+        "--admin",
+        &setup.admin.to_string(),
+    ]));
+    let text = String::from_utf8_lossy(&stats.stdout);
+    let line = |result: &str| {
+        text.lines()
+            .any(|l| l.starts_with("0-rtt") && l.contains(result))
+    };
+    assert!(
+        line("result=\"accepted\"") && line("result=\"replayed\""),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
