@@ -5,8 +5,9 @@
 #   bench/ab.sh [RUNS] [SECONDS] NAME=BINARY[,metrics=off][,early_data] ...
 #
 # A variant is a tlsterm binary (e.g. one built from another commit) with the listener
-# options after it. MODE=full|resume and TLS=1.2|1.3 choose the client's work (default:
-# full TLS 1.3 handshakes). Prints one line per run and the median per variant.
+# options after it (`early_data` also makes the client send its resumed requests as 0-RTT).
+# MODE=full|resume and TLS=1.2|1.3 choose the client's work (default: full TLS 1.3
+# handshakes). Prints one line per run and the median per variant.
 #   bench/ab.sh 5 5 new=target/release/tlsterm old=/tmp/old/tlsterm
 set -euo pipefail
 RUNS=${1:-5}
@@ -26,7 +27,7 @@ backend=$!
 trap 'kill $backend 2>/dev/null; rm -rf "$WORK"' EXIT
 
 names=()
-declare -A binary
+declare -A binary client_flags
 for variant in "$@"; do
     name=${variant%%=*}
     spec=${variant#*=}
@@ -34,7 +35,11 @@ for variant in "$@"; do
     metrics=true
     early_data=false
     [[ $spec == *metrics=off* ]] && metrics=false
-    [[ $spec == *early_data* ]] && early_data=true
+    client_flags[$name]=
+    if [[ $spec == *early_data* ]]; then
+        early_data=true
+        client_flags[$name]=--early-data
+    fi
     cat > "$WORK/$name.toml" <<CONF
 workers = 1
 [admin]
@@ -60,7 +65,7 @@ for run in $(seq 1 "$RUNS"); do
         until grep -q "tlsterm serving" "$WORK/serve.log"; do sleep 0.05; done
         before=$(cpu_ticks $server)
         handshakes=$(taskset -c 1 "$CLIENT" bench https://127.0.0.1:9717/ --insecure --json -c 64 \
-            -d "${SECS}s" --mode "$MODE" --tls-version "$TLS" 2>/dev/null \
+            -d "${SECS}s" --mode "$MODE" --tls-version "$TLS" ${client_flags[$name]} 2>/dev/null \
             | python3 -c 'import json,sys; print(json.load(sys.stdin)["handshakes"])')
         after=$(cpu_ticks $server)
         kill $server; wait $server 2>/dev/null || true

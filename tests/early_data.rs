@@ -367,3 +367,39 @@ async fn early_data_past_max_early_data_waits_for_the_handshake() {
     assert_eq!(String::from_utf8_lossy(&body), &EARLY_REQUEST[..16]);
     assert_eq!(metric(b.admin, EARLY_DATA, "result=\"accepted\""), 1.0);
 }
+
+/// `tlsterm bench --mode resume --early-data` (rustls) sends its resumed requests as 0-RTT;
+/// none of them is taken for a replay.
+#[test]
+fn bench_client_resumes_with_early_data() {
+    let (_dir, server, port) = start_listener("builtin", "early_data = true");
+    let out = run(std::process::Command::new(TLSTERM).args([
+        "bench",
+        &format!("https://127.0.0.1:{port}/"),
+        "--insecure",
+        "--json",
+        "--quiet",
+        "--mode",
+        "resume",
+        "--early-data",
+        "--tls-version",
+        "1.3",
+        "-c",
+        "4",
+        "-n",
+        "40",
+    ]));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["errors_total"], 0, "{report}");
+    // Sessions of 4 connections: the first of each is a full handshake, and every
+    // resumed one carried its request as early data.
+    let resumed = report["resumed"].as_u64().unwrap();
+    assert!(resumed >= 20, "{report}");
+    assert_eq!(report["early_data_accepted"], resumed, "{report}");
+    let admin = admin_address(&server.config).unwrap();
+    assert_eq!(
+        metric(admin, EARLY_DATA, "result=\"accepted\""),
+        resumed as f64
+    );
+    assert_eq!(metric(admin, EARLY_DATA, "result=\"replayed\""), 0.0);
+}

@@ -51,6 +51,10 @@ pub struct BenchArgs {
     /// Resume mode: requests (connections) per TLS session.
     #[arg(long, default_value_t = 4)]
     pub per_session: u32,
+    /// Resume mode: send each resumed connection's request as TLS 1.3 early data (0-RTT),
+    /// if the server's ticket allows it.
+    #[arg(long)]
+    pub early_data: bool,
     /// Offer only this TLS version: 1.2 or 1.3 (default: both).
     #[arg(long)]
     pub tls_version: Option<String>,
@@ -179,6 +183,9 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         BenchMode::Bulk => Mode::Bulk,
         BenchMode::Record => unreachable!("handled by run"),
     };
+    if args.early_data && mode != Mode::Resume {
+        bail!("--early-data needs --mode resume");
+    }
     if args.concurrency == 0 || args.threads == 0 || args.per_session == 0 {
         bail!("--concurrency, --threads and --per-session must be at least 1");
     }
@@ -210,6 +217,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         },
         requests: args.requests,
         per_session: args.per_session,
+        early_data: args.early_data,
         rate: args.rate,
         timeout: args.timeout,
         tls: Arc::new(tls),
@@ -252,6 +260,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         elapsed_s: elapsed,
         handshakes: stats.handshakes,
         resumed: stats.resumed,
+        early_data_accepted: stats.early_data_accepted,
         requests: stats.requests,
         body_bytes: stats.body_bytes,
         wire_bytes: stats.wire_bytes,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, HandshakeKind};
+use rustls::{ClientConfig, ClientConnection, HandshakeKind};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -44,6 +44,8 @@ pub struct LoadConfig {
     pub duration: Option<Duration>,
     pub requests: Option<u64>,
     pub per_session: u32,
+    /// Resume mode: requests of resumed connections go as 0-RTT early data.
+    pub early_data: bool,
     /// Open-loop rate in units of work per second (connections in full/resume mode,
     /// requests in bulk mode).
     pub rate: Option<f64>,
@@ -264,6 +266,8 @@ async fn unit(ctx: &Ctx, slot: &mut Slot, sched: Instant) {
     ctx.live.errors.fetch_add(1, Relaxed);
 }
 
+/// A connected TLS stream; with 0-RTT it is returned before the handshake completes (the
+/// request then goes as early data), and the handshake is recorded once it has.
 async fn connect(
     ctx: &Ctx,
     config: Arc<ClientConfig>,
@@ -275,13 +279,20 @@ async fn connect(
     // Requests and responses are small in full mode: never wait for Nagle.
     let _ = tcp.set_nodelay(true);
     let tls = TlsConnector::from(config)
+        .early_data(ctx.cfg.early_data)
         .connect(ctx.cfg.server_name.clone(), tcp)
         .await
         .map_err(|e| match e.get_ref() {
             Some(inner) => format!("handshake: {inner}"),
             None => format!("handshake: {}", e.kind()),
         })?;
-    let conn = tls.get_ref().1;
+    if !tls.get_ref().1.is_handshaking() {
+        record_handshake(ctx, tls.get_ref().1, start);
+    }
+    Ok(tls)
+}
+
+fn record_handshake(ctx: &Ctx, conn: &ClientConnection, start: Instant) {
     let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
     let key = (
         conn.protocol_version().map(u16::from).unwrap_or(0),
@@ -298,12 +309,15 @@ async fn connect(
         stats.resumed += 1;
         ctx.live.resumed.fetch_add(1, Relaxed);
     }
-    Ok(tls)
+    if conn.is_early_data_accepted() {
+        stats.early_data_accepted += 1;
+    }
 }
 
 async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), String> {
     let cfg = &ctx.cfg;
     let keepalive = cfg.mode == Mode::Bulk;
+    let mut handshaking = false;
     let mut conn = match slot.conn.take() {
         Some(c) => c,
         None => {
@@ -311,14 +325,17 @@ async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), St
                 Mode::Full | Mode::Bulk => cfg.tls.clone(),
                 Mode::Resume => {
                     if slot.chain.as_ref().is_none_or(|c| c.1 >= cfg.per_session) {
-                        slot.chain = Some((tls::with_fresh_session_store(&cfg.tls), 0));
+                        let config = tls::with_fresh_session_store(&cfg.tls, cfg.early_data);
+                        slot.chain = Some((config, 0));
                     }
                     let chain = slot.chain.as_mut().expect("chain set above");
                     chain.1 += 1;
                     chain.0.clone()
                 }
             };
-            connect(ctx, config, sched).await?
+            let conn = connect(ctx, config, sched).await?;
+            handshaking = conn.get_ref().1.is_handshaking();
+            conn
         }
     };
     let req = if keepalive {
@@ -330,6 +347,14 @@ async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), St
     conn.write_all(req)
         .await
         .map_err(|e| format!("write: {}", e.kind()))?;
+    if handshaking {
+        // The request went as early data; flushing completes the handshake (and resends
+        // the request if the server refused the early data).
+        conn.flush()
+            .await
+            .map_err(|e| format!("handshake: {}", e.kind()))?;
+        record_handshake(ctx, conn.get_ref().1, sched);
+    }
     let resp = slot
         .reader
         .read_response(&mut conn)

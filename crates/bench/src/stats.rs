@@ -48,6 +48,8 @@ pub struct Stats {
     pub start_lag: Histogram<u64>,
     pub handshakes: u64,
     pub resumed: u64,
+    /// Resumed connections whose request the server accepted as 0-RTT early data.
+    pub early_data_accepted: u64,
     pub requests: u64,
     pub body_bytes: u64,
     pub wire_bytes: u64,
@@ -66,6 +68,7 @@ impl Default for Stats {
             start_lag: histogram(),
             handshakes: 0,
             resumed: 0,
+            early_data_accepted: 0,
             requests: 0,
             body_bytes: 0,
             wire_bytes: 0,
@@ -92,6 +95,7 @@ impl Stats {
         self.start_lag.add(&o.start_lag).expect("same bounds");
         self.handshakes += o.handshakes;
         self.resumed += o.resumed;
+        self.early_data_accepted += o.early_data_accepted;
         self.requests += o.requests;
         self.body_bytes += o.body_bytes;
         self.wire_bytes += o.wire_bytes;
@@ -159,6 +163,7 @@ pub struct Report {
     pub elapsed_s: f64,
     pub handshakes: u64,
     pub resumed: u64,
+    pub early_data_accepted: u64,
     pub requests: u64,
     pub body_bytes: u64,
     pub wire_bytes: u64,
@@ -217,8 +222,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  handshakes: {} ({:.1}/s), resumed: {}",
-            self.handshakes, self.handshakes_per_s, self.resumed
+            "  handshakes: {} ({:.1}/s), resumed: {}, 0-RTT accepted: {}",
+            self.handshakes, self.handshakes_per_s, self.resumed, self.early_data_accepted
         );
         let _ = writeln!(
             s,

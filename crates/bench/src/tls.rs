@@ -91,9 +91,10 @@ pub fn client_config(opts: &TlsOptions) -> anyhow::Result<ClientConfig> {
 
 /// A copy of `base` with a fresh session store of its own: one per connection
 /// chain in resume mode, so sessions are never shared between chains.
-pub fn with_fresh_session_store(base: &ClientConfig) -> Arc<ClientConfig> {
+pub fn with_fresh_session_store(base: &ClientConfig, early_data: bool) -> Arc<ClientConfig> {
     let mut config = base.clone();
     config.resumption = Resumption::store(Arc::new(ClientSessionMemoryCache::new(4)));
+    config.enable_early_data = early_data;
     Arc::new(config)
 }
 
