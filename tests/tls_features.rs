@@ -878,3 +878,76 @@ fn chain_check_needs_a_crl_for_every_ca() {
         "chain check: {out}"
     );
 }
+
+/// A session made under one client-certificate policy is not resumed under another: not on
+/// a name that requires a certificate, and not after a reload changes the CA.
+#[test]
+fn sessions_do_not_cross_client_certificate_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let port = free_port();
+    let ca = dir.path().join("ca.pem").display().to_string();
+    let listener = |ca: &str| {
+        format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
+             [[listener.server_name]]\nnames = [\"secure.test\"]\nclient_auth = \"required\"\n\
+             client_ca = {ca:?}\n"
+        )
+    };
+    let admin = format!("[admin]\naddress = \"127.0.0.1:{}\"\n", free_port());
+    let config = write_config(dir.path(), &admin, &[listener(&ca)]);
+    let server = Server::start(&config);
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    let session = p("open.session");
+    let resume = |sni: &str, extra: &[&str]| {
+        let mut args = vec![
+            "-servername",
+            sni,
+            "-tls1_3",
+            "-sess_in",
+            &session,
+            "-ign_eof",
+        ];
+        args.extend_from_slice(extra);
+        s_client(port, &args, GET_CLOSE)
+    };
+
+    // A session from a name without client certificates...
+    let out = s_client(
+        port,
+        &[
+            "-servername",
+            "open.test",
+            "-tls1_3",
+            "-sess_out",
+            &session,
+            "-ign_eof",
+        ],
+        GET_CLOSE,
+    );
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+    assert!(resume("open.test", &[]).contains("Reused, TLSv1.3"));
+    // ...does not open secure.test, which asks for a certificate: a full handshake, refused.
+    let out = resume("secure.test", &[]);
+    assert!(!out.contains("Reused") && !out.contains("Hello"), "{out}");
+
+    // A session made on secure.test with alice's certificate...
+    let alice = ["-cert", &p("alice.pem"), "-key", &p("alice.key")];
+    let mut args = vec![
+        "-servername",
+        "secure.test",
+        "-tls1_3",
+        "-sess_out",
+        &session,
+    ];
+    args.extend_from_slice(&alice);
+    args.push("-ign_eof");
+    assert!(s_client(port, &args, GET_CLOSE).contains("Hello from tlsterm"));
+    assert!(resume("secure.test", &[]).contains("Reused, TLSv1.3"));
+    // ...is not resumed once a reload trusts another CA.
+    let other_ca = dir.path().join("untrusted/ca.pem").display().to_string();
+    write_config(dir.path(), &admin, &[listener(&other_ca)]);
+    assert!(server.reload().contains("reloaded"));
+    let out = resume("secure.test", &[]);
+    assert!(!out.contains("Reused") && !out.contains("Hello"), "{out}");
+}

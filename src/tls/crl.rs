@@ -9,8 +9,6 @@ use std::ptr::{self, NonNull};
 
 use anyhow::Context as _;
 use boring::error::ErrorStack;
-use boring::hash::{hash, MessageDigest};
-use boring::ssl::SslRef;
 use boring::x509::store::{X509Store, X509StoreBuilder, X509StoreBuilderRef};
 use boring::x509::verify::X509VerifyFlags;
 use boring::x509::X509;
@@ -22,8 +20,10 @@ use crate::config::CrlCheck;
 #[derive(Clone)]
 pub struct ClientStore {
     pub store: X509Store,
-    /// With CRLs: the session ID context that goes with them (see `sid_ctx`).
-    pub sid_ctx: Option<Vec<u8>>,
+    /// SHA-256 of the CA file, the CRL file and the check mode: it goes into the session ID
+    /// context, so that sessions verified against other trust are not resumed (resumption
+    /// skips verification).
+    pub digest: [u8; 32],
 }
 
 impl ClientStore {
@@ -35,29 +35,18 @@ impl ClientStore {
         for ca in &cas {
             store.add_cert(ca)?;
         }
-        let crls = crl
-            .map(|path| {
-                let crls = Crls::load(path)?;
-                crls.install(&mut store, check, path)?;
-                anyhow::Ok(crls)
-            })
-            .transpose()?;
+        let mut digest = boring::sha::Sha256::new();
+        digest.update(&pem);
+        if let Some(path) = crl {
+            let crls = Crls::load(path)?;
+            crls.install(&mut store, check, path)?;
+            digest.update(&crls.digest);
+            digest.update(&[check as u8]);
+        }
         Ok(ClientStore {
             store: store.build(),
-            sid_ctx: crls.map(|crls| crls.sid_ctx),
+            digest: digest.finish(),
         })
-    }
-
-    /// Applies the session ID context to a connection (the store is set by the caller).
-    pub fn apply_sid_ctx(&self, ssl: &mut SslRef) -> bool {
-        let Some(sid_ctx) = &self.sid_ctx else {
-            return true;
-        };
-        // SAFETY: the SSL is valid; BoringSSL copies the bytes (at most 32, see `sid_ctx`).
-        unsafe {
-            boring_sys::SSL_set_session_id_context(ssl.as_ptr(), sid_ctx.as_ptr(), sid_ctx.len())
-                == 1
-        }
     }
 }
 
@@ -75,15 +64,9 @@ impl Drop for Crl {
 /// The CRLs of one `client_crl` file.
 pub struct Crls {
     list: Vec<Crl>,
-    sid_ctx: Vec<u8>,
-}
-
-/// The session ID context of connections whose client certificates are checked against
-/// `crl_file`: it changes when the file does, so sessions established before a reload
-/// (whose certificates may now be revoked) are not resumed — resumption skips verification.
-fn sid_ctx(crl_file: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let digest = hash(MessageDigest::sha256(), crl_file)?;
-    Ok([b"tlsterm/crl/", &digest[..16]].concat())
+    /// SHA-256 of the file: a changed file must change the session ID context, so that
+    /// sessions whose certificates may now be revoked are not resumed.
+    digest: [u8; 32],
 }
 
 impl Crls {
@@ -93,7 +76,7 @@ impl Crls {
             std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         Ok(Crls {
             list: parse(&data)?,
-            sid_ctx: sid_ctx(&data)?,
+            digest: boring::sha::sha256(&data),
         })
     }
 

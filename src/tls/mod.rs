@@ -230,6 +230,24 @@ struct Profile {
     min_version: Option<SslVersion>,
     /// Client-certificate policy overriding the listener's (set on the connection).
     verify: Option<(SslVerifyMode, Option<ClientStore>)>,
+    /// The session ID context of its connections: a digest of the names and the effective
+    /// client-certificate policy (mode, CA and CRL files). BoringSSL resumes a session only
+    /// under the context it was made in, and resumption skips client-certificate checks, so
+    /// a session must not carry over to a name or a reload with a different policy.
+    sid_ctx: [u8; 32],
+}
+
+/// See `Profile::sid_ctx`.
+fn session_context(names: &[String], mode: SslVerifyMode, store: Option<&ClientStore>) -> [u8; 32] {
+    let mut digest = boring::sha::Sha256::new();
+    digest.update(b"tlsterm session context 1\0");
+    for name in names {
+        digest.update(name.to_ascii_lowercase().as_bytes());
+        digest.update(b"\0");
+    }
+    digest.update(&mode.bits().to_be_bytes());
+    digest.update(store.map_or(&[0u8; 32], |store| &store.digest));
+    digest.finish()
 }
 
 pub struct Profiles {
@@ -242,24 +260,27 @@ pub struct Profiles {
 impl Profiles {
     fn build(listener: &ListenerConfig) -> anyhow::Result<Profiles> {
         let wire = |alpn: &[String]| alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        let client_store = match (&listener.client_ca, listener.client_auth) {
+            (Some(ca), ClientAuth::Optional | ClientAuth::Required) => Some(ClientStore::load(
+                ca.get_ref(),
+                listener
+                    .client_crl
+                    .as_ref()
+                    .map(|crl| crl.get_ref().as_path()),
+                listener.client_crl_check,
+            )?),
+            _ => None,
+        };
+        let listener_mode = verify_mode(listener.client_auth);
         let mut profiles = Profiles {
             names: NameTable::new(),
             list: vec![Profile {
                 alpn: wire(&listener.alpn),
                 min_version: None,
                 verify: None,
+                sid_ctx: session_context(&[], listener_mode, client_store.as_ref()),
             }],
-            client_store: match (&listener.client_ca, listener.client_auth) {
-                (Some(ca), ClientAuth::Optional | ClientAuth::Required) => Some(ClientStore::load(
-                    ca.get_ref(),
-                    listener
-                        .client_crl
-                        .as_ref()
-                        .map(|crl| crl.get_ref().as_path()),
-                    listener.client_crl_check,
-                )?),
-                _ => None,
-            },
+            client_store,
         };
         for (index, server_name) in listener.server_names.iter().enumerate() {
             // A name with its own CA or CRL settings but no client_auth follows the listener's.
@@ -292,10 +313,21 @@ impl Profiles {
                     ))
                 }
             };
+            let sid_ctx = match &verify {
+                Some((mode, store)) => {
+                    session_context(server_name.names.get_ref(), *mode, store.as_ref())
+                }
+                None => session_context(
+                    server_name.names.get_ref(),
+                    listener_mode,
+                    profiles.client_store.as_ref(),
+                ),
+            };
             profiles.list.push(Profile {
                 alpn: wire(server_name.alpn.as_deref().unwrap_or(&listener.alpn)),
                 min_version: server_name.min_version.map(ssl_version),
                 verify,
+                sid_ctx,
             });
             for name in server_name.names.get_ref() {
                 *profiles.names.entry(name) = index + 1;
@@ -388,9 +420,6 @@ fn configure(
     }
     if let (Some(ca), Some(client)) = (&listener.client_ca, &profiles.client_store) {
         builder.set_verify_cert_store(client.store.clone())?;
-        if let Some(sid_ctx) = &client.sid_ctx {
-            builder.set_session_id_context(sid_ctx)?;
-        }
         // The CA names sent in CertificateRequest, so clients pick the right certificate.
         builder.set_client_ca_list(X509Name::load_client_ca_file(ca.get_ref())?);
         builder.set_verify(verify_mode(listener.client_auth));
@@ -661,6 +690,17 @@ impl ServerTls {
             // BoringSSL fixes the version range and the client-certificate request after
             // this callback, so per-name settings still apply here.
             let profile = per_name.for_ssl(ssl);
+            // SAFETY: the connection is valid; BoringSSL copies the 32 bytes (its limit).
+            let sid_set = unsafe {
+                boring_sys::SSL_set_session_id_context(
+                    ssl.as_ptr(),
+                    profile.sid_ctx.as_ptr(),
+                    profile.sid_ctx.len(),
+                )
+            };
+            if sid_set != 1 {
+                return Err(SelectCertError::ERROR);
+            }
             if let Some(min) = profile.min_version {
                 ssl.set_min_proto_version(Some(min))
                     .map_err(|_| SelectCertError::ERROR)?;
@@ -670,9 +710,6 @@ impl ServerTls {
                 if let Some(client) = store {
                     ssl.set_verify_cert_store(client.store.clone())
                         .map_err(|_| SelectCertError::ERROR)?;
-                    if !client.apply_sid_ctx(ssl) {
-                        return Err(SelectCertError::ERROR);
-                    }
                 }
             }
             Ok(())
