@@ -250,7 +250,8 @@ pub async fn handle(
     let (buffer_size, idle_timeout) = (state.config.buffer_size, state.config.idle_timeout);
     let max_early_data = *state.config.max_early_data.get_ref();
     let outcome = if negotiated.early_data {
-        let mut gated = EarlyDataGate::new(&mut tls, max_early_data);
+        let confirm_by = tokio::time::Instant::from_std(started) + state.config.handshake_timeout;
+        let mut gated = EarlyDataGate::new(&mut tls, max_early_data, confirm_by);
         relay::relay(&mut gated, &mut backend, buffer_size, idle_timeout).await
     } else {
         relay::relay(&mut tls, &mut backend, buffer_size, idle_timeout).await

@@ -9,6 +9,7 @@
 //! so the held bytes are bounded too. Every connection that accepted early data goes
 //! through the gate, which also lets it end with a close_notify (see `poll_shutdown`).
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -16,6 +17,7 @@ use std::task::{Context, Poll};
 use boring::ssl::SslRef;
 use foreign_types::ForeignTypeRef;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
 use tokio_boring::SslStream;
 
 /// The most early data BoringSSL accepts on a connection (kMaxEarlyDataAccepted).
@@ -35,15 +37,31 @@ pub struct EarlyDataGate<'a, S> {
     /// Bytes read but not passed on yet, in order; delivered once confirmed.
     held: Vec<u8>,
     delivered: usize,
+    /// The handshake timeout still applies after BoringSSL returned early: a client that
+    /// sends early data but never its Finished is cut off, not kept until the idle timeout.
+    confirm_by: Pin<Box<Sleep>>,
 }
 
 impl<'a, S> EarlyDataGate<'a, S> {
-    pub fn new(stream: &'a mut SslStream<S>, max_early_data: usize) -> Self {
+    pub fn new(stream: &'a mut SslStream<S>, max_early_data: usize, confirm_by: Instant) -> Self {
         EarlyDataGate {
             stream,
             allowance: max_early_data,
             held: Vec::new(),
             delivered: 0,
+            confirm_by: Box::pin(tokio::time::sleep_until(confirm_by)),
+        }
+    }
+
+    /// An error once the deadline for the client's Finished has passed (the timer wakes
+    /// the task then).
+    fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        match self.confirm_by.as_mut().poll(cx) {
+            Poll::Ready(()) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not complete the handshake after its early data",
+            )),
+            Poll::Pending => Ok(()),
         }
     }
 }
@@ -70,6 +88,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataGate<'_, S> {
                 this.held = Vec::new();
                 return Pin::new(&mut *this.stream).poll_read(cx, buf);
             }
+            this.check_deadline(cx)?;
             // Never more than the caller can take, so what is allowed need not be held.
             let mut scratch = [0u8; 4096];
             let room = buf.remaining().min(scratch.len());
@@ -87,7 +106,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataGate<'_, S> {
             }
             let got = chunk.filled();
             if got.is_empty() {
-                // The client left before confirming: its held early data goes nowhere.
+                // The read may have confirmed the handshake and then met the end of the
+                // stream: what is held goes first. Unconfirmed, it goes nowhere.
+                if confirmed(this.stream.ssl()) && !this.held.is_empty() {
+                    continue;
+                }
                 return Poll::Ready(Ok(()));
             }
             // A read that completed the handshake returns data sent after it (1-RTT).
@@ -128,6 +151,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for EarlyDataGate<'_, S> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         while !confirmed(this.stream.ssl()) {
+            this.check_deadline(cx)?;
             let mut scratch = [0u8; 4096];
             let mut chunk = ReadBuf::new(&mut scratch);
             let polled = Pin::new(&mut *this.stream).poll_read(cx, &mut chunk)?;
