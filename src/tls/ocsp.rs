@@ -61,13 +61,26 @@ pub struct Validity {
     pub next_update: Option<SystemTime>,
 }
 
-fn basic_response(response: &[u8]) -> Result<BasicOcspResponse, OcspProblem> {
+/// The DER of the BasicOCSPResponse inside a successful OCSPResponse.
+fn basic_response_der(response: &[u8]) -> Result<Vec<u8>, OcspProblem> {
     let response = OcspResponse::from_der(response).map_err(|_| OcspProblem::Unparsable)?;
     if response.response_status != OcspResponseStatus::Successful {
         return Err(OcspProblem::NotSuccessful);
     }
     let bytes = response.response_bytes.ok_or(OcspProblem::NotSuccessful)?;
-    BasicOcspResponse::from_der(bytes.response.as_bytes()).map_err(|_| OcspProblem::Unparsable)
+    Ok(bytes.response.as_bytes().to_vec())
+}
+
+fn basic_response(response: &[u8]) -> Result<BasicOcspResponse, OcspProblem> {
+    BasicOcspResponse::from_der(&basic_response_der(response)?).map_err(|_| OcspProblem::Unparsable)
+}
+
+/// The bytes of tbsResponseData as the responder sent them (what it signed): re-encoding
+/// the parsed value could differ, e.g. where the responder encoded a DEFAULT value.
+fn signed_bytes(basic_der: &[u8]) -> Result<&[u8], OcspProblem> {
+    let mut reader = der::SliceReader::new(basic_der).map_err(|_| OcspProblem::Unparsable)?;
+    der::Header::decode(&mut reader).map_err(|_| OcspProblem::Unparsable)?;
+    der::Reader::tlv_bytes(&mut reader).map_err(|_| OcspProblem::Unparsable)
 }
 
 /// The digest of a signature algorithm OCSP responders use (RSA PKCS#1 v1.5 or ECDSA).
@@ -107,11 +120,9 @@ fn delegated_responder(cert: &x509_cert::Certificate, issuer: &X509Ref) -> Optio
 /// response) to which `issuer` delegated OCSP signing. A client checks this too: stapling
 /// a response it cannot verify only makes strict clients fail.
 pub fn verify_signature(response: &[u8], issuer: &X509Ref) -> Result<(), OcspProblem> {
-    let basic = basic_response(response)?;
-    let signed = basic
-        .tbs_response_data
-        .to_der()
-        .map_err(|_| OcspProblem::Unparsable)?;
+    let der = basic_response_der(response)?;
+    let basic = BasicOcspResponse::from_der(&der).map_err(|_| OcspProblem::Unparsable)?;
+    let signed = signed_bytes(&der)?;
     let digest =
         signature_digest(&basic.signature_algorithm.oid).ok_or(OcspProblem::BadSignature)?;
     let signature = basic
@@ -122,7 +133,7 @@ pub fn verify_signature(response: &[u8], issuer: &X509Ref) -> Result<(), OcspPro
         let check = || -> Result<bool, boring::error::ErrorStack> {
             let key = signer.public_key()?;
             let mut verifier = Verifier::new(digest, &key)?;
-            verifier.update(&signed)?;
+            verifier.update(signed)?;
             verifier.verify(signature)
         };
         check().unwrap_or(false)
@@ -168,15 +179,15 @@ pub fn validity(
         .to_bn()
         .map(|bn| bn.to_vec())
         .map_err(|_| OcspProblem::Unparsable)?;
+    // With the issuer known, the CertID must name it too: a serial alone is unique only
+    // per issuer.
     let single = basic
         .tbs_response_data
         .responses
         .iter()
+        .filter(|r| issuer.is_none_or(|issuer| names_issuer(&r.cert_id, issuer)))
         .find(|r| trim_zeros(r.cert_id.serial_number.as_bytes()) == trim_zeros(&serial))
         .ok_or(OcspProblem::WrongCertificate)?;
-    if !matches!(single.cert_status, CertStatus::Good(_)) {
-        return Err(OcspProblem::NotGood);
-    }
     let at =
         |time: &x509_ocsp::OcspGeneralizedTime| SystemTime::UNIX_EPOCH + time.0.to_unix_duration();
     let validity = Validity {
@@ -189,6 +200,11 @@ pub fn validity(
     if validity.next_update.is_some_and(|next| next <= now) {
         return Err(OcspProblem::Stale);
     }
+    // After the time checks: an old "revoked" or "unknown" must not withdraw a current
+    // good staple (the fetcher withdraws it on NotGood).
+    if !matches!(single.cert_status, CertStatus::Good(_)) {
+        return Err(OcspProblem::NotGood);
+    }
     Ok(validity)
 }
 
@@ -196,33 +212,49 @@ pub fn validity(
 const SHA1: x509_cert::spki::ObjectIdentifier =
     x509_cert::spki::ObjectIdentifier::new_unwrap("1.3.14.3.2.26");
 
+/// SHA-256, which responders may use in CertIDs too.
+const SHA256: x509_cert::spki::ObjectIdentifier =
+    x509_cert::spki::ObjectIdentifier::new_unwrap("2.16.840.1.101.3.4.2.1");
+
+fn parse_certificate(cert: &X509Ref) -> anyhow::Result<x509_cert::Certificate> {
+    Ok(x509_cert::Certificate::from_der(&cert.to_der()?)?)
+}
+
+/// The CertID hashes of `issuer` with `digest`: of its name, and of its public key.
+fn issuer_hashes(issuer: &X509Ref, digest: MessageDigest) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    let issuer = parse_certificate(issuer)?;
+    let tbs = &issuer.tbs_certificate;
+    let name = boring::hash::hash(digest, &tbs.subject.to_der()?)?;
+    let key = tbs.subject_public_key_info.subject_public_key.raw_bytes();
+    let key = boring::hash::hash(digest, key)?;
+    Ok((name.to_vec(), key.to_vec()))
+}
+
+/// Whether a CertID names `issuer` (SHA-1 or SHA-256 hashes of its name and key).
+fn names_issuer(id: &CertId, issuer: &X509Ref) -> bool {
+    let digest = match id.hash_algorithm.oid {
+        oid if oid == SHA1 => MessageDigest::sha1(),
+        oid if oid == SHA256 => MessageDigest::sha256(),
+        _ => return false,
+    };
+    issuer_hashes(issuer, digest).is_ok_and(|(name, key)| {
+        id.issuer_name_hash.as_bytes() == name && id.issuer_key_hash.as_bytes() == key
+    })
+}
+
 /// A DER OCSP request for `leaf`, issued by `issuer`: unsigned and without a nonce (RFC 5019),
 /// so responders may answer from their cache.
 pub fn request(leaf: &X509Ref, issuer: &X509Ref) -> anyhow::Result<Vec<u8>> {
     use der::asn1::{Null, OctetString};
-    use der::Encode;
-    let parse = |cert: &X509Ref| -> anyhow::Result<x509_cert::Certificate> {
-        Ok(x509_cert::Certificate::from_der(&cert.to_der()?)?)
-    };
-    let sha1 = |bytes: &[u8]| -> anyhow::Result<OctetString> {
-        let digest = boring::hash::hash(boring::hash::MessageDigest::sha1(), bytes)?;
-        Ok(OctetString::new(digest.to_vec())?)
-    };
-    let (leaf, issuer) = (parse(leaf)?, parse(issuer)?);
-    let issuer = &issuer.tbs_certificate;
+    let (name_hash, key_hash) = issuer_hashes(issuer, MessageDigest::sha1())?;
     let cert_id = CertId {
         hash_algorithm: x509_cert::spki::AlgorithmIdentifierOwned {
             oid: SHA1,
             parameters: Some(Null.into()),
         },
-        issuer_name_hash: sha1(&issuer.subject.to_der()?)?,
-        issuer_key_hash: sha1(
-            issuer
-                .subject_public_key_info
-                .subject_public_key
-                .raw_bytes(),
-        )?,
-        serial_number: leaf.tbs_certificate.serial_number,
+        issuer_name_hash: OctetString::new(name_hash)?,
+        issuer_key_hash: OctetString::new(key_hash)?,
+        serial_number: parse_certificate(leaf)?.tbs_certificate.serial_number,
     };
     let request = OcspRequest {
         tbs_request: TbsRequest {

@@ -11,8 +11,9 @@
 //! the fetched response and the schedule; a slot that no context uses any more is dropped.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, Once, Weak};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Once, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
@@ -29,6 +30,12 @@ const MAX_RESPONSE: u64 = 64 * 1024;
 /// Fetches in flight at once: thousands of certificates due together (at start) are not
 /// fetched one after another, and one hanging responder holds up at most one of them.
 const PARALLEL_FETCHES: usize = 8;
+
+/// Locks even a mutex poisoned by a panic elsewhere: what it guards (a schedule, the
+/// registry) stays consistent at every step, and the fetcher must go on.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The response being stapled.
 struct Current {
@@ -118,7 +125,7 @@ impl Slot {
     fn refresh(&self, settings: &OcspConfig) {
         let fetched = fetch(&self.url, &self.request, settings.timeout);
         crate::metrics::record_ocsp_fetch(if fetched.is_ok() { "ok" } else { "failed" });
-        let mut schedule = self.schedule.lock().unwrap();
+        let mut schedule = lock(&self.schedule);
         let taken = match fetched {
             Ok(response) => self
                 .take(response, settings.max_refresh, &self.url)
@@ -143,7 +150,7 @@ impl Slot {
 
     /// Stops stapling a response whose nextUpdate passed before a refresh succeeded.
     fn expire_if_stale(&self) {
-        let _schedule = self.schedule.lock().unwrap();
+        let _schedule = lock(&self.schedule);
         let current = self.current.load();
         if current
             .as_ref()
@@ -157,7 +164,7 @@ impl Slot {
 
     /// The next time the fetcher has something to do for this slot.
     fn next_event(&self) -> Instant {
-        let due = self.schedule.lock().unwrap().due;
+        let due = lock(&self.schedule).due;
         let expiry = self.current.load().as_ref().map(|c| {
             let left = c.expires.duration_since(SystemTime::now());
             Instant::now() + left.unwrap_or_default()
@@ -254,7 +261,7 @@ impl Registry {
 /// Applies `[ocsp]` (at start and on reload); it counts from each slot's next fetch.
 pub fn configure(settings: &OcspConfig) {
     REGISTRY.settings.store(Arc::new(settings.clone()));
-    REGISTRY.wake(&mut REGISTRY.state.lock().unwrap());
+    REGISTRY.wake(&mut lock(&REGISTRY.state));
 }
 
 /// The slot for the certificate `chain[0]`, issued by `chain[1]`. An unknown certificate
@@ -275,7 +282,7 @@ pub fn register(
     let url = responder_url(leaf)?;
     let request = ocsp::request(leaf, issuer)?;
     let slot = {
-        let mut state = REGISTRY.state.lock().unwrap();
+        let mut state = lock(&REGISTRY.state);
         let key = (url, request);
         match state.slots.get(&key).and_then(Weak::upgrade) {
             Some(slot) => slot,
@@ -299,7 +306,7 @@ pub fn register(
         }
     };
     if let Some(response) = file {
-        let _schedule = slot.schedule.lock().unwrap();
+        let _schedule = lock(&slot.schedule);
         let max_refresh = REGISTRY.settings.load().max_refresh;
         let _ = slot.take(response.to_vec(), max_refresh, "file");
     }
@@ -320,7 +327,7 @@ fn run() {
     loop {
         let settings = REGISTRY.settings.load_full();
         let slots: Vec<Arc<Slot>> = {
-            let mut state = REGISTRY.state.lock().unwrap();
+            let mut state = lock(&REGISTRY.state);
             state.news = false;
             state.slots.retain(|_, slot| slot.strong_count() > 0);
             state.slots.values().filter_map(Weak::upgrade).collect()
@@ -330,7 +337,7 @@ fn run() {
             .iter()
             .filter(|slot| {
                 slot.expire_if_stale();
-                slot.schedule.lock().unwrap().due <= now
+                lock(&slot.schedule).due <= now
             })
             .collect();
         let next = AtomicUsize::new(0);
@@ -338,7 +345,12 @@ fn run() {
             for _ in 0..PARALLEL_FETCHES.min(due.len()) {
                 scope.spawn(|| {
                     while let Some(slot) = due.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        slot.refresh(&settings);
+                        // A panic must not end fetching for every certificate.
+                        let refresh = AssertUnwindSafe(|| slot.refresh(&settings));
+                        if std::panic::catch_unwind(refresh).is_err() {
+                            tracing::error!(url = %slot.url, "OCSP refresh panicked; retried later");
+                            lock(&slot.schedule).due = Instant::now() + settings.min_refresh;
+                        }
                     }
                 });
             }
@@ -349,12 +361,12 @@ fn run() {
         }
         // Not held while asleep, so that slots a reload let go of can be dropped.
         drop(slots);
-        let state = REGISTRY.state.lock().unwrap();
+        let state = lock(&REGISTRY.state);
         let timeout = wake.saturating_duration_since(Instant::now());
         let _ = REGISTRY
             .changed
             .wait_timeout_while(state, timeout, |state| !state.news)
-            .unwrap();
+            .unwrap_or_else(PoisonError::into_inner);
     }
 }
 
