@@ -215,6 +215,13 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let sessions = Sessions::new(&config.session)?;
     crate::tls::ocsp_fetch::configure(&config.ocsp);
     let states = build_states(&config, builtin, &sessions)?;
+    let early_data = config.listeners.iter().any(|l| *l.early_data.get_ref());
+    if early_data && config.session.ticket_key_file.is_some() && config.session.redis_url.is_none()
+    {
+        // Shared ticket keys let other processes (or this one after a restart) resume these
+        // tickets, but the anti-replay memory is this process's own.
+        tracing::warn!("early_data with a ticket_key_file but no redis_url: a 0-RTT ClientHello is refused as a replay only by the process that saw it, and only until it restarts (max_early_data bounds what such a copy delivers)");
+    }
     let workers = config.worker_count();
     let shared = Arc::new(Shared {
         listeners: ArcSwap::from_pointee(states),
