@@ -232,7 +232,8 @@ pub async fn handle(
         Ok(backend) => backend,
         Err(err) => {
             tracing::warn!(%client, error = %err, "closing client: no backend");
-            // A clean close_notify: the client sees the connection end, not a reset.
+            // A close_notify, so the client sees the connection end rather than a reset
+            // (BoringSSL sends none while a 0-RTT handshake is still unconfirmed).
             let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
             log_end(
                 log_connections,

@@ -153,6 +153,26 @@ struct CertContext {
     ctx: SslContext,
     kind: KeyKind,
     fetched_ocsp: Option<Arc<ocsp_fetch::Slot>>,
+    file_ocsp: Option<FileStaple>,
+}
+
+/// An OCSP response from a file that passed its checks at load: stapled per connection
+/// until its nextUpdate (then no more, until a reload brings a fresh file).
+struct FileStaple {
+    der: Vec<u8>,
+    expires: Option<std::time::SystemTime>,
+}
+
+impl FileStaple {
+    fn staple(&self, ssl: &mut SslRef) {
+        if self
+            .expires
+            .is_none_or(|expires| std::time::SystemTime::now() < expires)
+        {
+            // Fails only if BoringSSL cannot allocate the copy: then no staple.
+            let _ = ssl.set_ocsp_status(&self.der);
+        }
+    }
 }
 
 /// SNI names mapped to values: exact names and "*.suffix" wildcards (one label deep).
@@ -582,28 +602,28 @@ fn select_alpn<'a>(preferences: &[Vec<u8>], client: &'a [u8]) -> Option<&'a [u8]
     })
 }
 
-/// Staples `response` on the certificate's context if it checks out.
-/// The issuer, when the chain has it next to the leaf, checks the response's signature.
-fn staple(builder: &mut SslContextBuilder, response: &[u8], chain: &[X509], names: &[String]) {
+/// The file response to staple, if it checks out (logged and counted either way). The
+/// issuer, when the chain has it next to the leaf, checks the response's signature.
+fn file_staple(response: &[u8], chain: &[X509], names: &[String]) -> Option<FileStaple> {
     let leaf = &chain[0];
     let issuer = chain
         .get(1)
         .filter(|issuer| issuer.issued(leaf).is_ok())
         .map(|issuer| &**issuer);
-    if let Err(problem) = ocsp::check(response, leaf, issuer, std::time::SystemTime::now()) {
-        tracing::warn!(certificate = ?names, problem = problem.label(), "OCSP response not stapled");
-        crate::metrics::record_ocsp(problem.label());
-        return;
+    match ocsp::validity(response, leaf, issuer, std::time::SystemTime::now()) {
+        Ok(validity) => {
+            crate::metrics::record_ocsp("stapled");
+            Some(FileStaple {
+                der: response.to_vec(),
+                expires: validity.next_update,
+            })
+        }
+        Err(problem) => {
+            tracing::warn!(certificate = ?names, problem = problem.label(), "OCSP response not stapled");
+            crate::metrics::record_ocsp(problem.label());
+            None
+        }
     }
-    // SAFETY: the builder's SSL_CTX is valid for the call; BoringSSL copies the bytes.
-    let stapled = unsafe {
-        boring_sys::SSL_CTX_set_ocsp_response(builder.as_ptr(), response.as_ptr(), response.len())
-    };
-    crate::metrics::record_ocsp(if stapled == 1 {
-        "stapled"
-    } else {
-        "rejected_by_boringssl"
-    });
 }
 
 /// Everything TLS of one listener; shared by all workers, replaced whole on reload.
@@ -638,9 +658,10 @@ impl ServerTls {
             for intermediate in intermediates {
                 builder.add_extra_chain_cert(intermediate.clone())?;
             }
-            if let (Some(response), None) = (&cert.ocsp, &cert.ocsp_fetch) {
-                staple(&mut builder, response, &cert.chain, &cert.names);
-            }
+            let file_ocsp = match (&cert.ocsp, &cert.ocsp_fetch) {
+                (Some(response), None) => file_staple(response, &cert.chain, &cert.names),
+                _ => None,
+            };
             builder.set_async_private_key_method(OffloadKeyMethod {
                 key: cert.key.clone(),
             });
@@ -648,6 +669,7 @@ impl ServerTls {
                 ctx: builder.build(),
                 kind: cert.key.kind(),
                 fetched_ocsp: cert.ocsp_fetch.clone(),
+                file_ocsp,
             });
             for name in &cert.names {
                 selector.names.entry(name).push(index);
@@ -679,8 +701,12 @@ impl ServerTls {
             ssl.set_ssl_context(&chosen.ctx)
                 .map_err(|_| SelectCertError::ERROR)?;
             // After the switch, which gives the connection the context's certificate settings.
-            if let (true, Some(slot)) = (wants_ocsp, &chosen.fetched_ocsp) {
-                slot.staple(ssl);
+            if wants_ocsp {
+                if let Some(slot) = &chosen.fetched_ocsp {
+                    slot.staple(ssl);
+                } else if let Some(file) = &chosen.file_ocsp {
+                    file.staple(ssl);
+                }
             }
             if early_data_refused {
                 // After the context switch, which resets the flag from the new context.
