@@ -57,10 +57,10 @@ pub type Digest = [u8; 16];
 
 /// What identifies a ClientHello: a digest of the first PSK identity and its binder in the
 /// `pre_shared_key` extension. BoringSSL resumes tickets (tlsterm's only PSKs) from the
-/// first identity alone, and its binder
-/// authenticates the whole ClientHello before the binder list; the other binders do not, so
-/// they are left out (an attacker could change them to make a copy look new). An extension
-/// that does not parse is digested whole: BoringSSL refuses it anyway.
+/// first identity alone, and its binder authenticates the whole ClientHello before the
+/// binder list; the other binders do not, so they are left out (an attacker could change
+/// them to make a copy look new). An extension that does not parse is digested whole:
+/// BoringSSL refuses it anyway.
 pub fn digest(pre_shared_key: &[u8]) -> Digest {
     let hash = match first_identity_and_binder(pre_shared_key) {
         Some((identity, binder)) => {
