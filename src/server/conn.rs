@@ -92,7 +92,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl Negotiated {
-    fn from_ssl(ssl: &SslRef) -> Negotiated {
+    fn from_ssl(ssl: &SslRef, early_data: bool) -> Negotiated {
         Negotiated {
             sni: ssl
                 .servername(boring::ssl::NameType::HOST_NAME)
@@ -105,7 +105,7 @@ impl Negotiated {
                 .unwrap_or_default(),
             resumed: ssl.session_reused(),
             client_cert: client_identity(ssl),
-            early_data: crate::tls::early_data_outcome(ssl) == Some("accepted"),
+            early_data,
         }
     }
 }
@@ -176,7 +176,7 @@ pub async fn handle(
     let result = tokio::time::timeout(state.config.handshake_timeout, handshake).await;
     drop(guard);
     let handshake_time = started.elapsed();
-    let mut tls = match result {
+    let (mut tls, early_data) = match result {
         Ok((Ok(tls), in_tls)) => {
             let ssl = tls.ssl();
             metrics::record_handshake(&HandshakeRecord {
@@ -191,10 +191,12 @@ pub async fn handle(
                 total: handshake_time,
                 in_tls,
             });
-            if let Some(outcome) = crate::tls::early_data_outcome(ssl) {
+            let early_data = crate::tls::early_data_outcome(ssl);
+            if let Some(outcome) = early_data {
                 metrics::record_early_data(outcome);
             }
-            tls
+            let accepted = early_data == Some("accepted");
+            (tls, accepted)
         }
         Ok((Err(err), _)) => {
             let reason = HandshakeFailure::classify(&format!("{err} {err:?}"));
@@ -226,7 +228,7 @@ pub async fn handle(
             return;
         }
     };
-    let negotiated = Negotiated::from_ssl(tls.ssl());
+    let negotiated = Negotiated::from_ssl(tls.ssl(), early_data);
 
     let mut backend = match open_backend(&state, client, local, &negotiated).await {
         Ok(backend) => backend,
