@@ -507,21 +507,36 @@ impl Inner {
     }
 }
 
-/// Keys the ticket's HMAC-SHA256 with `key`, the same way for sealing and for opening.
+/// Keys the ticket's AES-256-CBC (to seal or to open) and HMAC-SHA256 with `key`.
 ///
 /// # Safety
-/// `hmac` must be a valid HMAC_CTX owned by BoringSSL for the duration of the call.
-unsafe fn init_ticket_hmac(hmac: *mut ffi::HMAC_CTX, key: &tickets::TicketKey) -> bool {
-    // SAFETY: `hmac` is valid (the caller's contract); the key slice outlives the call and
-    // BoringSSL copies it.
+/// `cipher` and `hmac` must be valid contexts owned by BoringSSL for the duration of the
+/// call, and `iv` must point to 16 readable bytes.
+unsafe fn init_ticket_crypto(
+    cipher: *mut ffi::EVP_CIPHER_CTX,
+    hmac: *mut ffi::HMAC_CTX,
+    key: &tickets::TicketKey,
+    iv: *const u8,
+    seal: bool,
+) -> bool {
+    // SAFETY: the contexts and `iv` are valid (the caller's contract); the key slices
+    // outlive the calls and BoringSSL copies them.
     unsafe {
-        ffi::HMAC_Init_ex(
-            hmac,
-            key.hmac.as_ptr().cast(),
-            key.hmac.len(),
-            ffi::EVP_sha256(),
+        ffi::EVP_CipherInit_ex(
+            cipher,
+            ffi::EVP_aes_256_cbc(),
             std::ptr::null_mut(),
+            key.aes.as_ptr(),
+            iv,
+            c_int::from(seal),
         ) == 1
+            && ffi::HMAC_Init_ex(
+                hmac,
+                key.hmac.as_ptr().cast(),
+                key.hmac.len(),
+                ffi::EVP_sha256(),
+                std::ptr::null_mut(),
+            ) == 1
     }
 }
 
@@ -557,14 +572,7 @@ unsafe extern "C" fn ticket_key_callback(
             unsafe {
                 std::ptr::copy_nonoverlapping(key.name.as_ptr(), key_name, NAME_LEN);
                 if ffi::RAND_bytes(iv, IV_LEN) != 1
-                    || ffi::EVP_EncryptInit_ex(
-                        cipher,
-                        ffi::EVP_aes_256_cbc(),
-                        std::ptr::null_mut(),
-                        key.aes.as_ptr(),
-                        iv,
-                    ) != 1
-                    || !init_ticket_hmac(hmac, key)
+                    || !init_ticket_crypto(cipher, hmac, key, iv, true)
                 {
                     return -1;
                 }
@@ -585,15 +593,7 @@ unsafe extern "C" fn ticket_key_callback(
             };
             // SAFETY: as above; `iv` holds the ticket's 16-byte IV.
             unsafe {
-                if !init_ticket_hmac(hmac, key)
-                    || ffi::EVP_DecryptInit_ex(
-                        cipher,
-                        ffi::EVP_aes_256_cbc(),
-                        std::ptr::null_mut(),
-                        key.aes.as_ptr(),
-                        iv,
-                    ) != 1
-                {
+                if !init_ticket_crypto(cipher, hmac, key, iv, false) {
                     return -1;
                 }
             }
