@@ -163,18 +163,6 @@ struct FileStaple {
     expires: Option<std::time::SystemTime>,
 }
 
-impl FileStaple {
-    fn staple(&self, ssl: &mut SslRef) {
-        if self
-            .expires
-            .is_none_or(|expires| std::time::SystemTime::now() < expires)
-        {
-            // Fails only if BoringSSL cannot allocate the copy: then no staple.
-            let _ = ssl.set_ocsp_status(&self.der);
-        }
-    }
-}
-
 /// SNI names mapped to values: exact names and "*.suffix" wildcards (one label deep).
 struct NameTable<T> {
     exact: HashMap<String, T>,
@@ -705,7 +693,7 @@ impl ServerTls {
                 if let Some(slot) = &chosen.fetched_ocsp {
                     slot.staple(ssl);
                 } else if let Some(file) = &chosen.file_ocsp {
-                    file.staple(ssl);
+                    ocsp::staple_until(ssl, &file.der, file.expires);
                 }
             }
             if early_data_refused {

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use boring::asn1::Asn1Time;
 use boring::hash::MessageDigest;
 use boring::sign::Verifier;
+use boring::ssl::SslRef;
 use boring::x509::{X509Ref, X509};
 use der::{Decode, Encode};
 use x509_cert::ext::pkix::ExtendedKeyUsage;
@@ -51,6 +52,15 @@ impl OcspProblem {
 fn trim_zeros(bytes: &[u8]) -> &[u8] {
     let first = bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len());
     &bytes[first..]
+}
+
+/// Staples a checked response on a connection, unless `expires` has passed. Setting it
+/// fails only if BoringSSL cannot allocate the copy: the handshake then goes on without a
+/// staple, as it would without a response.
+pub fn staple_until(ssl: &mut SslRef, der: &[u8], expires: Option<SystemTime>) {
+    if expires.is_none_or(|expires| SystemTime::now() < expires) {
+        let _ = ssl.set_ocsp_status(der);
+    }
 }
 
 /// The validity window of a response that may be stapled.

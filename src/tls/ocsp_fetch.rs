@@ -70,11 +70,7 @@ impl Slot {
     /// connection's certificate settings (BoringSSL copies them from the context).
     pub fn staple(&self, ssl: &mut SslRef) {
         if let Some(current) = &*self.current.load() {
-            if SystemTime::now() < current.expires {
-                // Fails only if BoringSSL cannot allocate the copy: the handshake then
-                // goes on without a staple, as it would without a response.
-                let _ = ssl.set_ocsp_status(&current.der);
-            }
+            ocsp::staple_until(ssl, &current.der, Some(current.expires));
         }
     }
 
