@@ -81,10 +81,6 @@ fn basic_response_der(response: &[u8]) -> Result<Vec<u8>, OcspProblem> {
     Ok(bytes.response.as_bytes().to_vec())
 }
 
-fn basic_response(response: &[u8]) -> Result<BasicOcspResponse, OcspProblem> {
-    BasicOcspResponse::from_der(&basic_response_der(response)?).map_err(|_| OcspProblem::Unparsable)
-}
-
 /// The bytes of tbsResponseData as the responder sent them (what it signed): re-encoding
 /// the parsed value could differ, e.g. where the responder encoded a DEFAULT value.
 fn signed_bytes(basic_der: &[u8]) -> Result<&[u8], OcspProblem> {
@@ -126,13 +122,16 @@ fn delegated_responder(cert: &x509_cert::Certificate, issuer: &X509Ref) -> Optio
     (ocsp_signing && current && signed).then_some(cert)
 }
 
-/// Whether `response` is signed by `issuer`, or by a responder certificate (carried in the
-/// response) to which `issuer` delegated OCSP signing. A client checks this too: stapling
-/// a response it cannot verify only makes strict clients fail.
-pub fn verify_signature(response: &[u8], issuer: &X509Ref) -> Result<(), OcspProblem> {
-    let der = basic_response_der(response)?;
-    let basic = BasicOcspResponse::from_der(&der).map_err(|_| OcspProblem::Unparsable)?;
-    let signed = signed_bytes(&der)?;
+/// Whether a response (`basic`, parsed from `der`) is signed by `issuer`, or by a responder
+/// certificate (carried in the response) to which `issuer` delegated OCSP signing. A
+/// client checks this too: stapling a response it cannot verify only makes strict clients
+/// fail.
+fn verify_signature(
+    der: &[u8],
+    basic: &BasicOcspResponse,
+    issuer: &X509Ref,
+) -> Result<(), OcspProblem> {
+    let signed = signed_bytes(der)?;
     let digest =
         signature_digest(&basic.signature_algorithm.oid).ok_or(OcspProblem::BadSignature)?;
     let signature = basic
@@ -180,10 +179,11 @@ pub fn validity(
     issuer: Option<&X509Ref>,
     now: SystemTime,
 ) -> Result<Validity, OcspProblem> {
+    let der = basic_response_der(response)?;
+    let basic = BasicOcspResponse::from_der(&der).map_err(|_| OcspProblem::Unparsable)?;
     if let Some(issuer) = issuer {
-        verify_signature(response, issuer)?;
+        verify_signature(&der, &basic, issuer)?;
     }
-    let basic = basic_response(response)?;
     let serial = leaf
         .serial_number()
         .to_bn()
