@@ -18,12 +18,30 @@ pub const TLSTERM: &str = env!("CARGO_BIN_EXE_tlsterm");
 /// Upper bound for anything a test waits for; reaching it means the test failed.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
+/// A port for a tlsterm child to listen on. Taken below the kernel's ephemeral range, so
+/// that no outgoing connection or `bind(0)` listener of a parallel test can take it
+/// between this check and the child's bind (which made CI fail once), and handed out once
+/// per test process.
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let span = 10_000.min(ephemeral_low - 1024);
+    let low = ephemeral_low - span;
+    // Test binaries run one after another; a per-process start keeps a port that the
+    // previous one just closed out of the way too.
+    let start = std::process::id() % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (low + (start + n) % span) as u16;
+        if StdListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {low}..{ephemeral_low}");
 }
 
 pub fn run(cmd: &mut Command) -> std::process::Output {
