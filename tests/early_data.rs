@@ -17,7 +17,7 @@ const EARLY_REQUEST: &str = "GET /early HTTP/1.1\r\nHost: localhost\r\nConnectio
 const EARLY_DATA: &str = "tlsterm_early_data_total";
 
 /// One backend connection: whether its PROXY header carried the early-data TLV, and the
-/// first request line.
+/// first request line (or, if the connection ended before a whole request, what came).
 #[derive(Debug)]
 struct Seen {
     early_tlv: bool,
@@ -44,22 +44,24 @@ where
 }
 
 /// A backend that decodes the PROXY v2 header and the first request of each connection,
-/// reports them, answers and closes.
+/// reports them, answers and closes. A connection that tlsterm ends before a whole request
+/// is reported with what came.
 async fn recording_backend() -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
     backend(|mut stream, tx| async move {
         let mut received = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
             let n = stream.read(&mut chunk).await.unwrap_or(0);
-            if n == 0 {
-                return;
-            }
             received.extend_from_slice(&chunk[..n]);
             let Ok((header, used)) = proxy_protocol::decode(&received) else {
+                if n == 0 {
+                    return;
+                }
                 continue;
             };
             let body = &received[used..];
-            if body.windows(4).any(|w| w == b"\r\n\r\n") {
+            let complete = body.windows(4).any(|w| w == b"\r\n\r\n");
+            if complete || n == 0 {
                 let request = String::from_utf8_lossy(body);
                 let _ = tx.send(Seen {
                     early_tlv: header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA) == Some(&[1][..]),
@@ -81,8 +83,17 @@ async fn next_request(seen: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
         .unwrap()
 }
 
+/// What a relay passes on from the client.
+#[derive(Clone, Copy, PartialEq)]
+enum Relay {
+    Everything,
+    /// Only the client's first flight (see [`first_flight`]): the server never gets the
+    /// Finished that would confirm its early data.
+    FirstFlight,
+}
+
 /// A TCP relay for one connection to `target` that records what the client sent.
-async fn recording_proxy(target: u16) -> (u16, tokio::task::JoinHandle<Vec<u8>>) {
+async fn recording_proxy(target: u16, relay: Relay) -> (u16, tokio::task::JoinHandle<Vec<u8>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(async move {
@@ -95,6 +106,7 @@ async fn recording_proxy(target: u16) -> (u16, tokio::task::JoinHandle<Vec<u8>>)
             let _ = client_write.shutdown().await;
         });
         let mut recorded = Vec::new();
+        let mut forwarded = 0;
         let mut chunk = [0u8; 4096];
         loop {
             let n = client_read.read(&mut chunk).await.unwrap_or(0);
@@ -102,9 +114,18 @@ async fn recording_proxy(target: u16) -> (u16, tokio::task::JoinHandle<Vec<u8>>)
                 break;
             }
             recorded.extend_from_slice(&chunk[..n]);
-            if server_write.write_all(&chunk[..n]).await.is_err() {
+            let forward = match relay {
+                Relay::Everything => recorded.len(),
+                Relay::FirstFlight => first_flight(&recorded).len(),
+            };
+            if server_write
+                .write_all(&recorded[forwarded..forward])
+                .await
+                .is_err()
+            {
                 break;
             }
+            forwarded = forward;
         }
         let _ = server_write.shutdown().await;
         let _ = back.await;
@@ -175,7 +196,7 @@ impl Setup {
     /// Resumes with `session`, sending the early request as 0-RTT through a relay that
     /// records what the client sent; returns those bytes.
     async fn early_request_recorded(&self, session: &str) -> Vec<u8> {
-        let (relay_port, recorded) = recording_proxy(self.port).await;
+        let (relay_port, recorded) = recording_proxy(self.port, Relay::Everything).await;
         let request = self.file("request.txt");
         let early = ["-sess_in", session, "-early_data", &request];
         let out = client(relay_port, &early, "").await;
@@ -341,54 +362,64 @@ fn first_flight(recorded: &[u8]) -> &[u8] {
     &recorded[..at.min(recorded.len())]
 }
 
-/// A backend that reports, for each connection, whether its PROXY header has the
-/// early-data TLV and every byte after the header, once tlsterm closes the connection.
-async fn collecting_backend() -> (SocketAddr, mpsc::UnboundedReceiver<(bool, Vec<u8>)>) {
-    backend(|mut stream, tx| async move {
-        let mut received = Vec::new();
-        let _ = stream.read_to_end(&mut received).await;
-        if let Ok((header, used)) = proxy_protocol::decode(&received) {
-            let early = header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA).is_some();
-            let _ = tx.send((early, received[used..].to_vec()));
-        }
-    })
-    .await
-}
-
-/// `max_early_data` bounds what reaches the backend before the handshake completes. Shown
-/// with the one replay tlsterm cannot see alone: a copy sent to another process sharing the
-/// ticket keys but no Redis, whose early data is accepted (see docs/sessions.md).
+/// `max_early_data` bounds what reaches the backend before the handshake completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_data_past_max_early_data_waits_for_the_handshake() {
-    let keys = tempfile::tempdir().unwrap();
-    let key_file = keys.path().join("ticket.keys");
-    std::fs::write(&key_file, key_line(1)).unwrap();
-    let session = format!("ticket_key_file = {:?}", key_file.display().to_string());
     let limited = "true\nmax_early_data = 16\nhandshake_timeout = \"1s\"";
-    let (backend_a, mut seen) = recording_backend().await;
-    let a = Setup::start(backend_a, &session, limited);
-    let (backend_b, mut collected) = collecting_backend().await;
-    let b = Setup::start(backend_b, &session, limited);
+    let (backend, mut seen) = recording_backend().await;
+    let setup = Setup::start(backend, "", limited);
+    let ticket = setup.save_session(&mut seen).await;
 
     // A real client: the first 16 bytes pass early, the rest once the handshake completes.
-    let ticket = a.save_session(&mut seen).await;
-    let recorded = a.early_request_recorded(&ticket).await;
+    setup.early_request_recorded(&ticket).await;
     let got = next_request(&mut seen).await;
     assert!(
         got.early_tlv && got.request == "GET /early HTTP/1.1",
         "{got:?}"
     );
 
-    // The copy on B is never confirmed: B's backend gets 16 bytes, and the handshake
-    // timeout ends the connection (the attacker keeps it open without a Finished).
-    b.replay_then(first_flight(&recorded), false).await;
-    let (early, body) = tokio::time::timeout(DEADLINE, collected.recv())
-        .await
-        .expect("B's backend connection ends")
-        .unwrap();
-    assert!(early);
-    assert_eq!(String::from_utf8_lossy(&body), &EARLY_REQUEST[..16]);
-    assert_eq!(metric(b.admin, EARLY_DATA, "result=\"accepted\""), 1.0);
+    // A client whose Finished never arrives (the relay keeps it, and keeps the connection
+    // open), as with a copy replayed where the anti-replay memory cannot see it: the
+    // backend gets 16 bytes, and the handshake timeout ends the connection.
+    let (relay_port, _) = recording_proxy(setup.port, Relay::FirstFlight).await;
+    let request = setup.file("request.txt");
+    let early = ["-sess_in", ticket.as_str(), "-early_data", &request];
+    let early: Vec<String> = early.iter().map(|s| s.to_string()).collect();
+    let client = tokio::task::spawn_blocking(move || {
+        let early: Vec<&str> = early.iter().map(String::as_str).collect();
+        s_client(relay_port, &early, "")
+    });
+    let got = next_request(&mut seen).await;
+    assert!(got.early_tlv, "{got:?}");
+    assert_eq!(got.request, &EARLY_REQUEST[..16]);
+    let out = client.await.unwrap();
+    assert!(out.contains("Early data was accepted"), "{out}");
+    assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 2.0);
+}
+
+/// A process whose tickets may predate it (a shared key file) and that has no Redis cannot
+/// know what the process before it saw: it refuses 0-RTT for a whole window after start,
+/// and the client resumes with 1-RTT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_ticket_keys_without_redis_refuse_early_data_after_start() {
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("ticket.keys");
+    std::fs::write(&key_file, key_line(1)).unwrap();
+    let session = format!("ticket_key_file = {:?}", key_file.display().to_string());
+    let (backend, mut seen) = recording_backend().await;
+    let setup = Setup::start(backend, &session, "true");
+    let ticket = setup.save_session(&mut seen).await;
+
+    let request = setup.file("request.txt");
+    let early = ["-sess_in", &ticket, "-early_data", &request];
+    let out = client(setup.port, &early, GET_CLOSE).await;
+    assert!(out.contains("Reused, TLSv1.3"), "{out}");
+    assert!(out.contains("Early data was rejected"), "{out}");
+    let got = next_request(&mut seen).await;
+    assert!(!got.early_tlv && got.request == "GET / HTTP/1.1", "{got:?}");
+    let refused = "result=\"replay_window_after_start\"";
+    assert_eq!(metric(setup.admin, EARLY_DATA, refused), 1.0);
+    assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 0.0);
 }
 
 /// `tlsterm bench --mode resume --early-data` (rustls) sends its resumed requests as 0-RTT;

@@ -218,9 +218,9 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let early_data = config.listeners.iter().any(|l| *l.early_data.get_ref());
     if early_data && config.session.ticket_key_file.is_some() && config.session.redis_url.is_none()
     {
-        // Shared ticket keys let other processes (or this one after a restart) resume these
-        // tickets, but the anti-replay memory is this process's own.
-        tracing::warn!("early_data with a ticket_key_file but no redis_url: a 0-RTT ClientHello is refused as a replay only by the process that saw it, and only until it restarts (max_early_data bounds what such a copy delivers)");
+        // Shared ticket keys let other processes resume these tickets, but the anti-replay
+        // memory is this process's own.
+        tracing::warn!("early_data with a ticket_key_file but no redis_url: a 0-RTT ClientHello is refused as a replay only by the process that saw it (max_early_data bounds what a copy sent to another process delivers); 0-RTT stays off for the first {} s after start", crate::session::replay::WINDOW.as_secs());
     }
     let workers = config.worker_count();
     let shared = Arc::new(Shared {

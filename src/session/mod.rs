@@ -348,9 +348,16 @@ impl Sessions {
     /// them). The memory is shared by every listener and kept across reloads.
     pub fn check_early_data(&self, pre_shared_key: &[u8]) -> EarlyDataCheck {
         let digest = replay::digest(pre_shared_key);
-        let local = self.inner.replay.check(&digest, Instant::now());
+        let now = Instant::now();
+        let local = self.inner.replay.check(&digest, now);
         let redis = match (local, self.inner.redis.load_full()) {
             (Verdict::Fresh, Some(redis)) => redis,
+            (Verdict::Fresh, None)
+                if self.tickets_may_predate_process()
+                    && !self.inner.replay.remembers_a_full_window(now) =>
+            {
+                return EarlyDataCheck::Now(Verdict::JustStarted)
+            }
             _ => return EarlyDataCheck::Now(local),
         };
         let key = format!("0rtt:{}", tickets::hex(&digest));
@@ -358,6 +365,12 @@ impl Sessions {
             Ok(pending) => EarlyDataCheck::Redis(pending),
             Err(_) => EarlyDataCheck::Now(Verdict::Unchecked),
         }
+    }
+
+    /// Tickets sealed with keys from a file may have been issued by an earlier process.
+    fn tickets_may_predate_process(&self) -> bool {
+        let config = self.inner.config.lock().unwrap_or_else(|e| e.into_inner());
+        config.ticket_key_file.is_some()
     }
 
     /// Sessions in the in-process session-ID cache.

@@ -16,6 +16,11 @@
 //!
 //! The set is bounded: when it is full, early data is refused for everyone until the
 //! generation turns (a flood cannot make tlsterm forget a ClientHello).
+//!
+//! A new process remembers nothing. When its tickets may have been issued before it
+//! started (a shared `ticket_key_file`) and no Redis remembers for it, a ClientHello seen
+//! by the process it replaced could be replayed to it; so such a process refuses 0-RTT
+//! until its memory covers a whole [`WINDOW`] (see [`ReplayGuard::remembers_a_full_window`]).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +45,9 @@ pub enum Verdict {
     Full,
     /// The shared memory (Redis) did not answer in time: refused to stay safe.
     Unchecked,
+    /// Fresh here, but this process started less than [`WINDOW`] ago and its tickets may
+    /// predate it: the process before it may have seen the ClientHello.
+    JustStarted,
 }
 
 impl Verdict {
@@ -49,6 +57,7 @@ impl Verdict {
             Verdict::Replayed => "replayed",
             Verdict::Full => "replay_cache_full",
             Verdict::Unchecked => "replay_check_failed",
+            Verdict::JustStarted => "replay_window_after_start",
         }
     }
 }
@@ -113,6 +122,8 @@ pub struct ReplayGuard {
     generations: Mutex<Generations>,
     /// Digests across both generations.
     capacity: AtomicUsize,
+    /// When this memory began: it knows nothing of ClientHellos seen before.
+    created: Instant,
 }
 
 impl ReplayGuard {
@@ -124,7 +135,14 @@ impl ReplayGuard {
                 started: now,
             }),
             capacity: AtomicUsize::new(capacity),
+            created: now,
         }
+    }
+
+    /// Whether every ClientHello BoringSSL could still accept 0-RTT from was seen by this
+    /// memory, i.e. it has existed for a whole [`WINDOW`].
+    pub fn remembers_a_full_window(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.created) >= WINDOW
     }
 
     pub fn set_capacity(&self, capacity: usize) {
@@ -239,6 +257,15 @@ mod tests {
             guard.check(&digest(b"2"), start + WINDOW),
             Verdict::Replayed
         );
+    }
+
+    #[test]
+    fn a_new_memory_covers_a_full_window_only_after_one() {
+        let start = Instant::now();
+        let guard = ReplayGuard::new(10, start);
+        assert!(!guard.remembers_a_full_window(start));
+        assert!(!guard.remembers_a_full_window(start + WINDOW - Duration::from_millis(1)));
+        assert!(guard.remembers_a_full_window(start + WINDOW));
     }
 
     #[test]

@@ -529,8 +529,8 @@ fn early_data_check(hello: &ClientHello<'_>, sessions: &Sessions) -> Option<Earl
     Some(sessions.check_early_data(pre_shared_key))
 }
 
-/// Whether the verdict refuses 0-RTT: seen before (a replay), the memory full, or Redis
-/// silent. Counted here, as a replayed handshake may never complete.
+/// Whether the verdict refuses 0-RTT: seen before (a replay), the memory full, Redis
+/// silent, or a process too young to know what its predecessor saw. Counted here, as a replayed handshake may never complete.
 fn early_data_refused(verdict: Verdict) -> bool {
     if verdict == Verdict::Fresh {
         return false;
