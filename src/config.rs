@@ -72,7 +72,7 @@ impl Default for LogConfig {
 }
 
 /// The admin listener: `/metrics` and `/healthz` over plain HTTP.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     #[serde(default = "default_true")]
@@ -195,7 +195,9 @@ pub enum TlsVersion {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
-    pub address: SocketAddr,
+    /// Read through [`ListenerConfig::address`]; spanned to name its line in errors.
+    #[serde(rename = "address")]
+    pub address_spanned: Spanned<SocketAddr>,
     /// `host:port` of plaintext backends, tried round robin; "builtin" is the internal responder.
     pub backends: Spanned<Vec<String>>,
     #[serde(default = "default_proxy_protocol")]
@@ -268,6 +270,12 @@ pub struct ListenerConfig {
     /// Settings for particular SNI names, overriding the listener's.
     #[serde(default, rename = "server_name")]
     pub server_names: Vec<ServerNameConfig>,
+}
+
+impl ListenerConfig {
+    pub fn address(&self) -> SocketAddr {
+        *self.address_spanned.get_ref()
+    }
 }
 
 /// `[[listener.server_name]]`: what differs for connections whose SNI matches `names`.
@@ -531,6 +539,26 @@ fn check_backends(map: &SourceMap<'_>, backends: &Spanned<Vec<String>>) -> Resul
 }
 
 impl Config {
+    /// The keys that shape the process itself and so take effect only at a restart, among
+    /// those `new` changes.
+    pub fn restart_only_changes(&self, new: &Config) -> Vec<&'static str> {
+        let changed = [
+            ("workers", self.workers != new.workers),
+            ("pin_workers", self.pin_workers != new.pin_workers),
+            (
+                "max_connections",
+                self.max_connections != new.max_connections,
+            ),
+            ("drain_timeout", self.drain_timeout != new.drain_timeout),
+            ("log.level", self.log.level != new.log.level),
+            ("[admin]", self.admin != new.admin),
+        ];
+        changed
+            .into_iter()
+            .filter_map(|(key, changed)| changed.then_some(key))
+            .collect()
+    }
+
     /// Parses and checks a configuration text; `file` is only used in messages.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
         let mut config: Config = toml::from_str(text).map_err(|e| {
@@ -567,6 +595,17 @@ impl Config {
         }
         if self.listeners.is_empty() {
             return Err(map.plain("no [[listener]] configured"));
+        }
+        for (i, listener) in self.listeners.iter().enumerate() {
+            if self.listeners[..i]
+                .iter()
+                .any(|l| l.address() == listener.address())
+            {
+                return Err(map.error(
+                    &listener.address_spanned,
+                    "key `address`: another listener has the same address",
+                ));
+            }
         }
         if let Some(0) = self.engine.batch_size {
             return Err(map.plain("key `engine.batch_size`: must be at least 1"));
@@ -608,13 +647,13 @@ impl Config {
             if listener.min_version > listener.max_version {
                 return Err(map.plain(format!(
                     "listener {}: key `min_version` is above `max_version`",
-                    listener.address
+                    listener.address()
                 )));
             }
             if listener.max_connections == 0 || listener.buffer_size < 1024 {
                 return Err(map.plain(format!(
                     "listener {}: `max_connections` must be >= 1 and `buffer_size` >= 1024",
-                    listener.address
+                    listener.address()
                 )));
             }
             if *listener.early_data.get_ref() && listener.max_version < TlsVersion::Tls13 {
@@ -650,7 +689,7 @@ impl Config {
                 (None, ClientAuth::Optional | ClientAuth::Required) => {
                     return Err(map.plain(format!(
                         "listener {}: key `client_auth` needs `client_ca`",
-                        listener.address
+                        listener.address()
                     )))
                 }
                 (Some(ca), _) => {
@@ -726,6 +765,14 @@ mod tests {
         let err = Config::parse("t.toml", text).unwrap_err();
         assert_eq!(err.line, Some(6), "{err}");
         assert!(err.message.contains("frobnicate"), "{err}");
+    }
+
+    #[test]
+    fn a_listener_address_twice_names_the_second() {
+        let listener = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+        let err = Config::parse("t.toml", &listener.repeat(2)).unwrap_err();
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(err.message.contains("key `address`"), "{err}");
     }
 
     #[test]

@@ -505,6 +505,86 @@ async fn sighup_reloads_without_dropping_connections() {
     }
 }
 
+/// SIGHUP opens a listener added to the configuration and closes a removed one: the
+/// removed one accepts no more connections while a connection made through it goes on. A
+/// new listener whose port is taken refuses the reload as a whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_opens_and_closes_listeners() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = format!("[admin]\naddress = \"127.0.0.1:{}\"\n", free_port());
+    let listener = |port: u16| format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]");
+    let (a, b) = (free_port(), free_port());
+    let config = write_config(dir.path(), &header, &[listener(a)]);
+    let server = Server::start(&config);
+    let mut through_a = tls_connect(a, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    assert!(tokio::net::TcpStream::connect(("127.0.0.1", b))
+        .await
+        .is_err());
+
+    // B added, A removed.
+    write_config(dir.path(), &header, &[listener(b)]);
+    assert!(server.reload().contains("reloaded"));
+    server
+        .log
+        .wait_for(&format!("listener opened address=127.0.0.1:{b}"), 0);
+    let mut through_b = tls_connect(b, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .expect("the new listener accepts");
+    assert_eq!(
+        http_get(&mut through_b, "/bytes/100").await.unwrap().len(),
+        100
+    );
+    // Each worker closes its socket of A as it notices; then A refuses connections.
+    let refused = async {
+        let mut poll = tokio::time::interval(std::time::Duration::from_millis(10));
+        loop {
+            poll.tick().await;
+            if tokio::net::TcpStream::connect(("127.0.0.1", a))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, refused)
+        .await
+        .expect("the removed listener stops accepting");
+    assert_eq!(
+        http_get(&mut through_a, "/bytes/1000").await.unwrap().len(),
+        1000,
+        "a connection through the removed listener goes on"
+    );
+
+    // A new listener on a port that is taken: refused, and nothing changes.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    write_config(dir.path(), &header, &[listener(b), listener(taken_port)]);
+    let verdict = server.reload();
+    assert!(verdict.contains("reload refused"), "{verdict}");
+    assert!(
+        verdict.contains(&format!("cannot bind 127.0.0.1:{taken_port}")),
+        "{verdict}"
+    );
+    let mut again = tls_connect(b, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    assert_eq!(http_get(&mut again, "/bytes/10").await.unwrap().len(), 10);
+    assert_eq!(
+        http_get(&mut through_b, "/bytes/10").await.unwrap().len(),
+        10
+    );
+
+    // A process-wide key is not applied by a reload, and the log says so.
+    let header = format!("max_connections = 5\n{header}");
+    write_config(dir.path(), &header, &[listener(b)]);
+    assert!(server.reload().contains("reloaded"));
+    let warning = server.log.wait_for("take effect at the next restart", 0);
+    assert!(warning.contains("max_connections"), "{warning}");
+}
+
 #[test]
 fn bad_config_is_refused_with_its_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -158,7 +158,7 @@ pub async fn handle(
     log_connections: bool,
 ) {
     let started = Instant::now();
-    let local = stream.local_addr().unwrap_or(state.config.address);
+    let local = stream.local_addr().unwrap_or(state.config.address());
     let _ = stream.set_nodelay(true);
     let ssl = match state.tls.new_ssl() {
         Ok(ssl) => ssl,

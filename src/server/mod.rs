@@ -4,7 +4,9 @@
 //! SO_REUSEPORT socket per listener: the kernel spreads connections over the workers and
 //! a connection lives its whole life on one core. What workers share is read-mostly and
 //! swapped whole on reload (`arc_swap`): a connection keeps the state it started with, so
-//! a reload never touches established connections.
+//! a reload never touches established connections. A reload also opens listeners new to
+//! the configuration (sockets bound first, so a taken port refuses the reload) and closes
+//! removed ones: they stop accepting, and their connections go on.
 
 mod conn;
 mod worker;
@@ -15,6 +17,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 
 use crate::config::{Config, ListenerConfig, BUILTIN_BACKEND};
@@ -38,10 +41,26 @@ impl ListenerState {
     }
 }
 
-/// What the workers share and reload replaces.
+/// One configured listener: its state, replaced on reload, and whether it was removed
+/// from the configuration (its accept loops then end).
+pub struct Listener {
+    pub address: SocketAddr,
+    pub state: ArcSwap<ListenerState>,
+    pub closed: watch::Sender<bool>,
+}
+
+impl Listener {
+    fn new(state: Arc<ListenerState>) -> Arc<Listener> {
+        Arc::new(Listener {
+            address: state.config.address(),
+            state: ArcSwap::new(state),
+            closed: watch::Sender::new(false),
+        })
+    }
+}
+
+/// What the workers share.
 pub struct Shared {
-    /// Indexed like the listening sockets (by the listener's position at start).
-    pub listeners: ArcSwap<Vec<Arc<ListenerState>>>,
     pub log_connections: std::sync::atomic::AtomicBool,
     /// `max_connections` for the whole process (fixed at start).
     pub connection_limit: Arc<tokio::sync::Semaphore>,
@@ -49,7 +68,7 @@ pub struct Shared {
 
 fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec<CertifiedKey>> {
     if listener.certificates.is_empty() {
-        tracing::info!(address = %listener.address, "no certificate configured: using self-signed RSA-2048 and ECDSA P-256 certificates for localhost");
+        tracing::info!(address = %listener.address(), "no certificate configured: using self-signed RSA-2048 and ECDSA P-256 certificates for localhost");
         return CertifiedKey::self_signed_pair();
     }
     listener
@@ -121,7 +140,7 @@ pub fn build_states(
         .map(|listener| {
             let certs = load_certificates(listener)?;
             let tls = ServerTls::build(listener, certs, sessions, &config.session)
-                .with_context(|| format!("listener {}", listener.address))?;
+                .with_context(|| format!("listener {}", listener.address()))?;
             let pool = |backends: &[String]| -> anyhow::Result<Arc<BackendPool>> {
                 Ok(Arc::new(BackendPool::new(
                     resolve_backends(backends, builtin)?,
@@ -223,8 +242,8 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         tracing::warn!("early_data with a ticket_key_file but no redis_url: a 0-RTT ClientHello is refused as a replay only by the process that saw it (max_early_data bounds what a copy sent to another process delivers); 0-RTT stays off for the first {} s after start", crate::session::replay::WINDOW.as_secs());
     }
     let workers = config.worker_count();
+    let listeners: Vec<Arc<Listener>> = states.into_iter().map(Listener::new).collect();
     let shared = Arc::new(Shared {
-        listeners: ArcSwap::from_pointee(states),
         log_connections: config.log.connections.into(),
         connection_limit: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
     });
@@ -236,16 +255,18 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let (settings_tx, settings_rx) = watch::channel(OffloadSettings::from_config(&config.engine));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
+    let sockets = listeners
+        .iter()
+        .map(|l| bind_per_worker(l.address, workers))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut handles = Vec::new();
+    let mut commands = Vec::new();
     for index in 0..workers {
-        let sockets = config
-            .listeners
-            .iter()
-            .map(|l| bind_reuseport(l.address))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (command_tx, command_rx) = tokio::sync::mpsc::unbounded_channel();
+        commands.push(command_tx);
         let worker = worker::Worker {
             index,
-            sockets,
+            commands: command_rx,
             shared: shared.clone(),
             settings: settings_rx.clone(),
             shutdown: shutdown_rx.clone(),
@@ -258,14 +279,27 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
                 .spawn(move || worker.run())?,
         );
     }
+    for (listener, sockets) in listeners.iter().zip(sockets) {
+        open(listener, sockets, &commands);
+    }
     let addresses: Vec<String> = config
         .listeners
         .iter()
-        .map(|l| l.address.to_string())
+        .map(|l| l.address().to_string())
         .collect();
     let admin_address = config.admin.enabled.then_some(config.admin.address);
     tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, engine = ?config.engine.mode, kernel = tlsterm_engine::Kernel::detect().name(), "tlsterm serving");
 
+    let mut running = Running {
+        source,
+        started_with: config.clone(),
+        listeners,
+        workers: commands,
+        shared,
+        builtin,
+        sessions,
+        settings: settings_tx,
+    };
     runtime.block_on(async {
         if let Some(admin) = admin {
             tokio::spawn(admin);
@@ -275,7 +309,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         let mut trim = tokio::time::interval(std::time::Duration::from_secs(10));
         loop {
             tokio::select! {
-                _ = hangup.recv() => reload(&source, &config, &shared, builtin, &sessions, &settings_tx),
+                _ = hangup.recv() => running.reload(),
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,
                 _ = trim.tick() => release_freed_memory(),
@@ -303,60 +337,102 @@ fn release_freed_memory() {
     }
 }
 
-/// SIGHUP: re-read configuration and certificates; on any error keep serving the old ones.
-fn reload(
-    source: &ConfigSource,
-    running: &Config,
-    shared: &Shared,
-    builtin: Option<SocketAddr>,
-    sessions: &Sessions,
-    settings: &watch::Sender<OffloadSettings>,
+/// One listening socket for each worker.
+fn bind_per_worker(
+    address: SocketAddr,
+    workers: usize,
+) -> anyhow::Result<Vec<std::net::TcpListener>> {
+    (0..workers).map(|_| bind_reuseport(address)).collect()
+}
+
+/// Hands each worker its socket of `listener`; each starts accepting on it.
+fn open(
+    listener: &Arc<Listener>,
+    sockets: Vec<std::net::TcpListener>,
+    workers: &[UnboundedSender<worker::Command>],
 ) {
-    let attempt = || -> anyhow::Result<Vec<Arc<ListenerState>>> {
-        let new = source.load()?;
-        // Everything that can fail is built first; the `[session]` part is committed last.
-        let fresh = build_states(&new, builtin, sessions)?;
+    for (worker, socket) in workers.iter().zip(sockets) {
+        // A worker that has ended (only while stopping) needs no socket.
+        let _ = worker.send(worker::Command::Open {
+            listener: listener.clone(),
+            socket,
+        });
+    }
+}
+
+/// What the main thread keeps while serving, to apply reloads.
+struct Running {
+    source: ConfigSource,
+    started_with: Config,
+    listeners: Vec<Arc<Listener>>,
+    /// Each worker's command channel.
+    workers: Vec<UnboundedSender<worker::Command>>,
+    shared: Arc<Shared>,
+    builtin: Option<SocketAddr>,
+    sessions: Sessions,
+    settings: watch::Sender<OffloadSettings>,
+}
+
+impl Running {
+    /// SIGHUP: re-read configuration and certificates, open new listeners and close
+    /// removed ones; on any error keep serving the old ones.
+    fn reload(&mut self) {
+        match self.try_reload() {
+            Ok(()) => {
+                release_freed_memory();
+                tracing::info!("reloaded configuration and certificates");
+            }
+            Err(err) => tracing::error!(
+                error = format!("{err:#}"),
+                "reload refused; the previous configuration keeps serving"
+            ),
+        }
+    }
+
+    fn try_reload(&mut self) -> anyhow::Result<()> {
+        let new = self.source.load()?;
+        // Everything that can fail is done first (contexts built, new sockets bound); the
+        // `[session]` part is committed last of those.
+        let fresh = build_states(&new, self.builtin, &self.sessions)?;
+        let mut opened = Vec::new();
+        for state in &fresh {
+            let address = state.config.address();
+            if !self.listeners.iter().any(|l| l.address == address) {
+                let sockets = bind_per_worker(address, self.workers.len())?;
+                opened.push((Listener::new(state.clone()), sockets));
+            }
+        }
         crate::tls::ocsp_fetch::configure(&new.ocsp);
-        sessions.reload(&new.session)?;
-        // Sockets are bound at start: map new listener settings onto them by address.
-        let current = shared.listeners.load();
-        let mut next = Vec::with_capacity(current.len());
-        for (old, socket_config) in current.iter().zip(&running.listeners) {
-            match fresh
-                .iter()
-                .find(|s| s.config.address == socket_config.address)
-            {
-                Some(state) => next.push(state.clone()),
+        self.sessions.reload(&new.session)?;
+
+        self.listeners.retain(|listener| {
+            match fresh.iter().find(|s| s.config.address() == listener.address) {
+                Some(state) => {
+                    listener.state.store(state.clone());
+                    true
+                }
                 None => {
-                    tracing::warn!(address = %socket_config.address, "listener removed from the configuration: keeps serving until restart");
-                    next.push(old.clone());
+                    listener.closed.send_replace(true);
+                    tracing::info!(address = %listener.address, "listener closed: it accepts no more connections; open ones go on");
+                    false
                 }
             }
+        });
+        for (listener, sockets) in opened {
+            open(&listener, sockets, &self.workers);
+            tracing::info!(address = %listener.address, "listener opened");
+            self.listeners.push(listener);
         }
-        for state in &fresh {
-            if !running
-                .listeners
-                .iter()
-                .any(|l| l.address == state.config.address)
-            {
-                tracing::warn!(address = %state.config.address, "new listener needs a restart to open");
-            }
-        }
-        shared
+        self.shared
             .log_connections
             .store(new.log.connections, std::sync::atomic::Ordering::Relaxed);
-        let _ = settings.send(OffloadSettings::from_config(&new.engine));
-        Ok(next)
-    };
-    match attempt() {
-        Ok(next) => {
-            shared.listeners.store(Arc::new(next));
-            release_freed_memory();
-            tracing::info!("reloaded configuration and certificates");
+        let _ = self
+            .settings
+            .send(OffloadSettings::from_config(&new.engine));
+        let unapplied = self.started_with.restart_only_changes(&new);
+        if !unapplied.is_empty() {
+            tracing::warn!(keys = ?unapplied, "changed keys take effect at the next restart");
         }
-        Err(err) => tracing::error!(
-            error = format!("{err:#}"),
-            "reload refused; the previous configuration keeps serving"
-        ),
+        Ok(())
     }
 }

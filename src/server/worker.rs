@@ -1,19 +1,30 @@
-//! One worker: a thread, a single-threaded runtime, one listening socket per listener.
+//! One worker: a thread, a single-threaded runtime, one listening socket per listener,
+//! handed to it by the main thread at start and when a reload opens a listener.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::LocalSet;
 
-use super::{conn, Shared};
+use super::{conn, Listener, Shared};
 use crate::offload::{self, OffloadSettings};
+
+/// What the main thread asks of a worker.
+pub enum Command {
+    /// Accept connections for `listener` on `socket` (this worker's SO_REUSEPORT socket),
+    /// until the listener is closed or the server stops.
+    Open {
+        listener: Arc<Listener>,
+        socket: std::net::TcpListener,
+    },
+}
 
 pub struct Worker {
     pub index: usize,
-    pub sockets: Vec<std::net::TcpListener>,
+    pub commands: mpsc::UnboundedReceiver<Command>,
     pub shared: Arc<Shared>,
     pub settings: watch::Receiver<OffloadSettings>,
     pub shutdown: watch::Receiver<bool>,
@@ -37,7 +48,7 @@ impl Worker {
         local.block_on(&runtime, self.serve());
     }
 
-    async fn serve(self) {
+    async fn serve(mut self) {
         let mut settings = self.settings.clone();
         offload::install_worker_queue(*settings.borrow_and_update());
         tokio::task::spawn_local(async move {
@@ -46,23 +57,37 @@ impl Worker {
             }
         });
 
-        let listeners = self.shared.listeners.load();
+        // Per listener (closed ones included: their connections go on until they end).
         let mut limits = Vec::new();
-        for (slot, socket) in self.sockets.into_iter().enumerate() {
-            let listener = TcpListener::from_std(socket).expect("listener socket");
-            let limit = Arc::new(Semaphore::new(listeners[slot].config.max_connections));
-            limits.push((limit.clone(), listeners[slot].config.max_connections));
-            tokio::task::spawn_local(accept_loop(
-                slot,
-                listener,
-                limit,
-                self.shared.clone(),
-                self.shutdown.clone(),
-            ));
-        }
-
         let mut shutdown = self.shutdown.clone();
-        let _ = shutdown.wait_for(|stop| *stop).await;
+        loop {
+            let command = tokio::select! {
+                command = self.commands.recv() => command,
+                _ = shutdown.wait_for(|stop| *stop) => break,
+            };
+            let Some(Command::Open { listener, socket }) = command else {
+                // The main thread is gone: it only returns after stopping us.
+                let _ = shutdown.wait_for(|stop| *stop).await;
+                break;
+            };
+            let max_connections = listener.state.load().config.max_connections;
+            let limit = Arc::new(Semaphore::new(max_connections));
+            limits.push((limit.clone(), max_connections));
+            match TcpListener::from_std(socket) {
+                Ok(socket) => {
+                    tokio::task::spawn_local(accept_loop(
+                        listener,
+                        socket,
+                        limit,
+                        self.shared.clone(),
+                        self.shutdown.clone(),
+                    ));
+                }
+                Err(err) => {
+                    tracing::error!(worker = self.index, address = %listener.address, error = %err, "cannot accept on listener")
+                }
+            }
+        }
         // Accept loops have stopped; wait until every permit is back (all connections closed).
         let drained = async {
             for (limit, total) in &limits {
@@ -81,23 +106,32 @@ impl Worker {
     }
 }
 
+/// Accepts connections for `listener` until it is closed or the server stops; dropping
+/// `socket` then closes this worker's listening socket.
 async fn accept_loop(
-    slot: usize,
-    listener: TcpListener,
+    listener: Arc<Listener>,
+    socket: TcpListener,
     limit: Arc<Semaphore>,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut closed = listener.closed.subscribe();
+    let mut stop = async move || {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => (),
+            _ = closed.wait_for(|closed| *closed) => (),
+        }
+    };
     loop {
         // At the limit, stop accepting (the kernel's backlog holds new clients) until a
         // connection closes, rather than accepting and failing.
         let permit = tokio::select! {
             permit = limit.clone().acquire_owned() => permit.expect("semaphore never closed"),
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            _ = stop() => return,
         };
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            accepted = socket.accept() => accepted,
+            _ = stop() => return,
         };
         // The process-wide limit, shared by every worker and listener. It is taken after
         // accept: a worker waiting in accept() on its own SO_REUSEPORT socket must not hold
@@ -105,11 +139,11 @@ async fn accept_loop(
         // holds at most this one accepted connection, untouched, until a permit frees.
         let global = tokio::select! {
             permit = shared.connection_limit.clone().acquire_owned() => permit.expect("semaphore never closed"),
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            _ = stop() => return,
         };
         match accepted {
             Ok((stream, client)) => {
-                let state = shared.listeners.load()[slot].clone();
+                let state = listener.state.load_full();
                 let log = shared.log_connections.load(Ordering::Relaxed);
                 crate::metrics::record_accept();
                 tokio::task::spawn_local(async move {
