@@ -220,6 +220,7 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
             out.push_str(&format!("{title:<15}{labels:<width$} {}\n", rate(count)));
         }
     }
+    render_workers(&mut out, &view, now);
 
     let histograms: [(&str, &str, &str, bool); 7] = [
         (
@@ -280,6 +281,43 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
     out
 }
 
+/// One row per worker: how the kernel spread the connections, and each core's handshakes
+/// per CPU-second (counts are of `view`, the open connections of `now`).
+fn render_workers(out: &mut String, view: &Snapshot, now: &Snapshot) {
+    let mut workers: Vec<(usize, String)> = view
+        .series("tlsterm_worker_connections_accepted_total")
+        .into_iter()
+        .filter_map(|(labels, _)| {
+            let index = labels.strip_prefix("worker=\"")?.strip_suffix('"')?;
+            Some((index.parse().ok()?, labels))
+        })
+        .collect();
+    if workers.is_empty() {
+        return;
+    }
+    workers.sort();
+    out.push_str(&format!(
+        "\n{:<8}{:>12}{:>8}{:>12}{:>12}{:>10}{:>16}\n",
+        "worker", "accepted", "open", "handshakes", "engine ops", "cpu s", "handshakes/cpu-s"
+    ));
+    for (index, labels) in workers {
+        let value = |metric: &str| view.value(metric, &labels);
+        let handshakes = value("tlsterm_worker_handshakes_total");
+        let cpu = value("tlsterm_worker_cpu_seconds_total");
+        let per_cpu = if cpu > 0.0 {
+            format!("{:.0}", handshakes / cpu)
+        } else {
+            "-".to_string()
+        };
+        out.push_str(&format!(
+            "{index:<8}{:>12.0}{:>8.0}{handshakes:>12.0}{:>12.0}{cpu:>10.2}{per_cpu:>16}\n",
+            value("tlsterm_worker_connections_accepted_total"),
+            now.value("tlsterm_worker_connections_active", &labels),
+            value("tlsterm_worker_engine_operations_total"),
+        ));
+    }
+}
+
 pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
     let mut previous = fetch(args.admin)?;
     if !args.watch {
@@ -328,6 +366,38 @@ tlsterm_engine_batch_seconds_count 6
         assert!(
             text.contains(&format!("|{:<40}|", "@".repeat(40))),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn one_row_per_worker_in_worker_order() {
+        let mut text = String::new();
+        for worker in [10, 2] {
+            let handshakes = 100 * worker;
+            text.push_str(&format!(
+                "tlsterm_worker_connections_accepted_total{{worker=\"{worker}\"}} 7\n\
+                 tlsterm_worker_connections_active{{worker=\"{worker}\"}} 3\n\
+                 tlsterm_worker_handshakes_total{{worker=\"{worker}\"}} {handshakes}\n\
+                 tlsterm_worker_engine_operations_total{{worker=\"{worker}\"}} 5\n\
+                 tlsterm_worker_cpu_seconds_total{{worker=\"{worker}\"}} 0.5\n"
+            ));
+        }
+        let rendered = render(&parse(&text).unwrap(), None);
+        let rows: Vec<Vec<&str>> = rendered
+            .lines()
+            .skip_while(|l| !l.starts_with("worker"))
+            .skip(1)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[0],
+            ["2", "7", "3", "200", "5", "0.50", "400"],
+            "{rendered}"
+        );
+        assert_eq!(
+            rows[1],
+            ["10", "7", "3", "1000", "5", "0.50", "2000"],
+            "{rendered}"
         );
     }
 

@@ -152,6 +152,86 @@ async fn metrics_count_exactly_the_traffic() {
     drop(server);
 }
 
+/// Per-worker series: one per worker, adding up to the process totals; CPU time sampled;
+/// `tlsterm stats` shows a row per worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_worker_series_add_up_to_the_totals() {
+    let (_dir, server, port) = start_listener("builtin", "");
+    let admin = admin_address(&server.config).unwrap();
+    const CONNECTIONS: usize = 12;
+    for _ in 0..CONNECTIONS {
+        let (mut tls, _) = connect_tls12(port, None).await;
+        http_get(&mut tls, "/").await.unwrap();
+    }
+
+    let scrape = scrape(admin);
+    for worker in ["0", "1"] {
+        for metric in [
+            "tlsterm_worker_connections_active",
+            "tlsterm_worker_handshakes_total",
+        ] {
+            assert!(
+                scrape
+                    .samples
+                    .iter()
+                    .any(|s| s.metric == metric && s.labels.get("worker") == Some(worker)),
+                "{metric} of worker {worker}"
+            );
+        }
+    }
+    for (per_worker, total) in [
+        (
+            "tlsterm_worker_connections_accepted_total",
+            "tlsterm_connections_accepted_total",
+        ),
+        (
+            "tlsterm_worker_handshakes_total",
+            "tlsterm_handshakes_total",
+        ),
+        (
+            "tlsterm_worker_engine_operations_total",
+            "tlsterm_engine_operations_total",
+        ),
+    ] {
+        assert_eq!(
+            value(&scrape, per_worker, None),
+            value(&scrape, total, None),
+            "{per_worker}"
+        );
+    }
+    assert_eq!(
+        value(&scrape, "tlsterm_worker_handshakes_total", None),
+        CONNECTIONS as f64
+    );
+
+    // CPU time is sampled every second: it shows up without any more traffic.
+    let cpu = async {
+        loop {
+            if metric(admin, "tlsterm_worker_cpu_seconds_total", "") > 0.0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(DEADLINE, cpu)
+        .await
+        .expect("worker CPU time is sampled");
+
+    let stats =
+        run(std::process::Command::new(TLSTERM).args(["stats", "--admin", &admin.to_string()]));
+    let text = String::from_utf8_lossy(&stats.stdout);
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("worker"))
+        .skip(1)
+        .take(2)
+        .collect();
+    assert!(
+        rows[0].starts_with("0 ") && rows[1].starts_with("1 "),
+        "{text}"
+    );
+}
+
 #[test]
 fn admin_rejects_bad_requests_with_4xx_and_keeps_serving() {
     let (_dir, server, port) = start_listener("builtin", "");

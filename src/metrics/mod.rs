@@ -1,5 +1,7 @@
-//! Process-wide metrics (all workers aggregated), exposed in the Prometheus text format
-//! by the admin listener (`admin.rs`) and rendered by `tlsterm stats`.
+//! Process-wide metrics (all workers aggregated), plus a few per worker (`worker_*`, to
+//! see how the kernel spreads connections over the cores and how busy each one is),
+//! exposed in the Prometheus text format by the admin listener (`admin.rs`) and rendered
+//! by `tlsterm stats`.
 //!
 //! The histograms split a handshake the way seed 000 did with bpftrace: total time, time
 //! spent inside BoringSSL (the handshake future's polls), and time waiting on the
@@ -8,15 +10,17 @@
 
 pub mod admin;
 
+use std::cell::{Cell, OnceCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus::{
-    exponential_buckets, register_histogram_vec_with_registry, register_histogram_with_registry,
-    register_int_counter_vec_with_registry, register_int_counter_with_registry,
-    register_int_gauge_with_registry, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Registry, TextEncoder,
+    exponential_buckets, register_counter_vec_with_registry, register_histogram_vec_with_registry,
+    register_histogram_with_registry, register_int_counter_vec_with_registry,
+    register_int_counter_with_registry, register_int_gauge_vec_with_registry,
+    register_int_gauge_with_registry, Counter, CounterVec, Histogram, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
 };
 
 use crate::offload::KeyKind;
@@ -154,6 +158,11 @@ pub struct Metrics {
     queue_wait: Histogram,
     batch_time: Histogram,
     batch_lanes: Histogram,
+    worker_accepted: IntCounterVec,
+    worker_active: IntGaugeVec,
+    worker_handshakes: IntCounterVec,
+    worker_engine_ops: IntCounterVec,
+    worker_cpu: CounterVec,
 }
 
 fn latency_buckets() -> Vec<f64> {
@@ -221,9 +230,74 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             r
         )
         .expect("metric"),
+        worker_accepted: counter_vec!(r, "worker_connections_accepted_total", "Connections accepted, by worker", &["worker"]),
+        worker_active: register_int_gauge_vec_with_registry!("worker_connections_active", "Connections open now, by worker", &["worker"], r).expect("metric"),
+        worker_handshakes: counter_vec!(r, "worker_handshakes_total", "Completed handshakes, by worker", &["worker"]),
+        worker_engine_ops: counter_vec!(r, "worker_engine_operations_total", "Private-key operations (batch and inline), by worker", &["worker"]),
+        worker_cpu: register_counter_vec_with_registry!("worker_cpu_seconds_total", "CPU time of each worker thread (sampled every second)", &["worker"], r).expect("metric"),
         registry,
     }
 });
+
+/// One worker's series, resolved once when the worker starts.
+struct WorkerMetrics {
+    accepted: IntCounter,
+    active: IntGauge,
+    handshakes: IntCounter,
+    engine_ops: IntCounter,
+    cpu: Counter,
+    /// Thread CPU seconds already added to `cpu`.
+    cpu_counted: Cell<f64>,
+}
+
+thread_local! {
+    /// Set on worker threads only.
+    static WORKER: OnceCell<WorkerMetrics> = const { OnceCell::new() };
+}
+
+/// Called by worker `index` on its own thread before it serves.
+pub fn register_worker(index: usize) {
+    let m = &*METRICS;
+    let label = [index.to_string()];
+    WORKER.with(|worker| {
+        let _ = worker.set(WorkerMetrics {
+            accepted: m.worker_accepted.with_label_values(&label),
+            active: m.worker_active.with_label_values(&label),
+            handshakes: m.worker_handshakes.with_label_values(&label),
+            engine_ops: m.worker_engine_ops.with_label_values(&label),
+            cpu: m.worker_cpu.with_label_values(&label),
+            cpu_counted: Cell::new(0.0),
+        });
+    });
+}
+
+fn on_worker(record: impl FnOnce(&WorkerMetrics)) {
+    WORKER.with(|worker| {
+        if let Some(worker) = worker.get() {
+            record(worker);
+        }
+    });
+}
+
+/// Adds the CPU time this worker thread used since the last call.
+pub fn sample_worker_cpu() {
+    if !enabled() {
+        return;
+    }
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer to a local.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return;
+    }
+    let seconds = now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9;
+    on_worker(|w| {
+        w.cpu.inc_by((seconds - w.cpu_counted.get()).max(0.0));
+        w.cpu_counted.set(seconds);
+    });
+}
 
 /// Recording switch: off when the admin listener is disabled (nobody could read the
 /// metrics). Set once at start, so gauges stay consistent.
@@ -252,6 +326,7 @@ pub fn record_inline_op(kind: KeyKind, _elapsed: Duration) {
         .engine_ops
         .with_label_values(&[kind.label(), "inline"])
         .inc();
+    on_worker(|w| w.engine_ops.inc());
 }
 
 pub fn record_queue_wait(wait: Duration) {
@@ -276,6 +351,7 @@ pub fn record_batch(kind: KeyKind, ops: usize, elapsed: Duration) {
         .engine_ops
         .with_label_values(&[kind.label(), "batch"])
         .inc_by(ops as u64);
+    on_worker(|w| w.engine_ops.inc_by(ops as u64));
     METRICS.batch_lanes.observe(ops as f64);
     METRICS.batch_time.observe(elapsed.as_secs_f64());
 }
@@ -316,6 +392,7 @@ pub fn record_handshake(h: &HandshakeRecord<'_>) {
     m.handshakes
         .with_label_values(&[if h.resumed { "resumed" } else { "full" }])
         .inc();
+    on_worker(|w| w.handshakes.inc());
     m.tls_versions.with_label_values(&[h.version]).inc();
     m.tls_ciphers.with_label_values(&[h.cipher]).inc();
     if let Some(group) = h.group {
@@ -373,6 +450,10 @@ pub fn record_accept() {
     }
     METRICS.connections_accepted.inc();
     METRICS.connections_active.inc();
+    on_worker(|w| {
+        w.accepted.inc();
+        w.active.inc();
+    });
 }
 
 pub fn record_connection_end() {
@@ -380,6 +461,7 @@ pub fn record_connection_end() {
         return;
     }
     METRICS.connections_active.dec();
+    on_worker(|w| w.active.dec());
 }
 
 pub fn record_backend_connect(elapsed: Duration, ok: bool) {

@@ -49,6 +49,14 @@ impl Worker {
     }
 
     async fn serve(mut self) {
+        crate::metrics::register_worker(self.index);
+        tokio::task::spawn_local(async {
+            let mut every_second = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                every_second.tick().await;
+                crate::metrics::sample_worker_cpu();
+            }
+        });
         let mut settings = self.settings.clone();
         offload::install_worker_queue(*settings.borrow_and_update());
         tokio::task::spawn_local(async move {
