@@ -7,6 +7,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -250,7 +251,7 @@ pub struct ListenerConfig {
     pub client_ca: Option<Spanned<PathBuf>>,
     /// CRLs (PEM, one or more; or one DER) that client certificates are checked against;
     /// re-read on reload. A CRL past its nextUpdate makes its CA's clients fail.
-    pub client_crl: Option<Spanned<PathBuf>>,
+    pub client_crl: Option<CrlFile>,
     /// Which certificates the CRLs are checked for: the client's own ("leaf"), or every
     /// certificate of its chain ("chain": each issuer then needs a CRL, roots included).
     #[serde(default = "default_crl_check")]
@@ -272,6 +273,29 @@ pub struct ListenerConfig {
     pub server_names: Vec<ServerNameConfig>,
 }
 
+/// A `client_crl` file: its path, and its CRLs as read when the configuration was
+/// validated (so a reload reads and parses a large CRL file once).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "Spanned<PathBuf>")]
+pub struct CrlFile {
+    pub path: Spanned<PathBuf>,
+    crls: Option<Arc<crate::tls::crl::Crls>>,
+}
+
+impl From<Spanned<PathBuf>> for CrlFile {
+    fn from(path: Spanned<PathBuf>) -> CrlFile {
+        CrlFile { path, crls: None }
+    }
+}
+
+impl CrlFile {
+    pub fn crls(&self) -> &crate::tls::crl::Crls {
+        self.crls
+            .as_deref()
+            .expect("a validated configuration has read its CRL files")
+    }
+}
+
 impl ListenerConfig {
     pub fn address(&self) -> SocketAddr {
         *self.address_spanned.get_ref()
@@ -289,7 +313,7 @@ pub struct ServerNameConfig {
     pub min_version: Option<TlsVersion>,
     pub client_auth: Option<ClientAuth>,
     pub client_ca: Option<Spanned<PathBuf>>,
-    pub client_crl: Option<Spanned<PathBuf>>,
+    pub client_crl: Option<CrlFile>,
     pub client_crl_check: Option<CrlCheck>,
     /// `[[listener.server_name.certificate]]`: certificates kept with the rest of this
     /// name's settings. Their `names` default to this block's names (not their SAN). At
@@ -508,18 +532,20 @@ fn resolve_file(
 }
 
 /// Resolves `client_crl` and parses it, so that a broken CRL is an error with a line.
+/// Checks a `client_crl` and reads its CRLs (errors name its line).
 fn check_crl(
     map: &SourceMap<'_>,
-    crl: &mut Option<Spanned<PathBuf>>,
+    crl: &mut Option<CrlFile>,
     has_ca: bool,
 ) -> Result<(), ConfigError> {
     let Some(crl) = crl else { return Ok(()) };
     if !has_ca {
-        return Err(map.error(crl, "key `client_crl` needs `client_ca`"));
+        return Err(map.error(&crl.path, "key `client_crl` needs `client_ca`"));
     }
-    resolve_file(map, crl, "client_crl")?;
-    crate::tls::crl::Crls::load(crl.get_ref())
-        .map_err(|e| map.error(crl, format!("key `client_crl`: {e:#}")))?;
+    resolve_file(map, &mut crl.path, "client_crl")?;
+    let crls = crate::tls::crl::Crls::load(crl.path.get_ref())
+        .map_err(|e| map.error(&crl.path, format!("key `client_crl`: {e:#}")))?;
+    crl.crls = Some(Arc::new(crls));
     Ok(())
 }
 

@@ -796,6 +796,29 @@ async fn client_certificates_are_checked_against_the_crl() {
         metrics.contains("tlsterm_handshake_failures_total{reason=\"client_crl_expired\"} 1"),
         "{metrics}"
     );
+
+    // A fresh CRL of the same CA beside the expired one: BoringSSL uses the fresh one, and
+    // the expired one is not warned about.
+    std::fs::rename(d.join("revoked.pem"), d.join("expired.pem")).unwrap();
+    publish_crl(d, None, "fresh.pem", &["-crldays", "1"]);
+    let both = [d.join("expired.pem"), d.join("fresh.pem")]
+        .map(|file| std::fs::read_to_string(file).unwrap())
+        .concat();
+    std::fs::write(d.join("revoked.pem"), both).unwrap();
+    let before = server.log.len();
+    assert!(server.reload().contains("reloaded"));
+    assert!(
+        !server
+            .log
+            .text()
+            .lines()
+            .skip(before)
+            .any(|l| l.contains("CRL has expired")),
+        "{}",
+        server.log.text()
+    );
+    let (header, _) = header_for(&backend, port, cert_args("carol")).await;
+    assert_eq!(client_cn(&header), "carol");
 }
 
 /// A `client_crl` that is not a CRL is a configuration error naming the key and its line.

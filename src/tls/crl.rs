@@ -14,7 +14,7 @@ use boring::x509::verify::X509VerifyFlags;
 use boring::x509::X509;
 use foreign_types::ForeignTypeRef;
 
-use crate::config::CrlCheck;
+use crate::config::{CrlCheck, CrlFile};
 
 /// What client certificates are verified against.
 #[derive(Clone)]
@@ -27,7 +27,7 @@ pub struct ClientStore {
 }
 
 impl ClientStore {
-    pub fn load(ca: &Path, crl: Option<&Path>, check: CrlCheck) -> anyhow::Result<ClientStore> {
+    pub fn load(ca: &Path, crl: Option<&CrlFile>, check: CrlCheck) -> anyhow::Result<ClientStore> {
         let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
         let cas = X509::stack_from_pem(&pem).context("cannot parse client_ca PEM")?;
         anyhow::ensure!(!cas.is_empty(), "client_ca holds no certificate");
@@ -37,9 +37,9 @@ impl ClientStore {
         }
         let mut digest = boring::sha::Sha256::new();
         digest.update(&pem);
-        if let Some(path) = crl {
-            let crls = Crls::load(path)?;
-            crls.install(&mut store, check, path)?;
+        if let Some(crl) = crl {
+            let crls = crl.crls();
+            crls.install(&mut store, check, crl.path.get_ref())?;
             digest.update(&crls.digest);
             digest.update(&[check as u8]);
         }
@@ -51,7 +51,16 @@ impl ClientStore {
 }
 
 /// One parsed CRL; we hold one reference and free it on drop.
+#[derive(Debug)]
 struct Crl(NonNull<boring_sys::X509_CRL>);
+
+// SAFETY: BoringSSL computes a CRL's cached extension data while decoding it, and its
+// one later change (sorting the revoked entries on first lookup) takes BoringSSL's own
+// lock; its reference count is atomic. So reading it and adding it to stores is safe from
+// any thread, which is how verifications on every worker share the CRLs of a store.
+unsafe impl Send for Crl {}
+// SAFETY: as for Send: shared access only reads.
+unsafe impl Sync for Crl {}
 
 impl Drop for Crl {
     fn drop(&mut self) {
@@ -62,6 +71,7 @@ impl Drop for Crl {
 }
 
 /// The CRLs of one `client_crl` file.
+#[derive(Debug)]
 pub struct Crls {
     list: Vec<Crl>,
     /// SHA-256 of the file: a changed file must change the session ID context, so that
@@ -81,15 +91,31 @@ impl Crls {
     }
 
     /// Adds the CRLs to `store` and turns revocation checking on; warns about CRLs whose
-    /// validity period excludes now, since BoringSSL then refuses every client certificate.
+    /// validity period excludes now when no current CRL of the same issuer is beside them,
+    /// since BoringSSL then refuses every client certificate that issuer signed.
     fn install(
         &self,
         store: &mut X509StoreBuilderRef,
         check: CrlCheck,
         path: &Path,
     ) -> anyhow::Result<()> {
+        let validity: Vec<Validity> = self.list.iter().map(Crl::validity).collect();
         for (index, crl) in self.list.iter().enumerate() {
-            warn_if_out_of_date(crl, index + 1, path);
+            let replaced = || {
+                self.list.iter().zip(&validity).any(|(other, validity)| {
+                    *validity == Validity::Current && other.same_issuer(crl)
+                })
+            };
+            match validity[index] {
+                Validity::Current => {}
+                _ if replaced() => {}
+                Validity::Expired => {
+                    tracing::warn!(file = %path.display(), crl = index + 1, "client_crl: CRL has expired (nextUpdate is past) and no current CRL of its issuer is in the file: every client certificate that issuer signed is refused until a fresh CRL is loaded (SIGHUP)")
+                }
+                Validity::NotYetValid => {
+                    tracing::warn!(file = %path.display(), crl = index + 1, "client_crl: CRL is not yet valid (lastUpdate is in the future) and no current CRL of its issuer is in the file: every client certificate that issuer signed is refused")
+                }
+            }
             // SAFETY: both pointers are valid; the store takes its own reference to the CRL.
             let added = unsafe { boring_sys::X509_STORE_add_crl(store.as_ptr(), crl.0.as_ptr()) };
             if added != 1 {
@@ -154,26 +180,46 @@ fn parse_der(data: &[u8]) -> anyhow::Result<Crl> {
     Ok(crl)
 }
 
-fn warn_if_out_of_date(crl: &Crl, number: usize, path: &Path) {
-    let crl = crl.0.as_ptr();
-    // -1: past, 1: future, 0: unreadable.
-    let compare = |time: *const boring_sys::ASN1_TIME| {
-        // SAFETY: a non-null time from the CRL lives as long as the CRL; this only reads it.
-        (!time.is_null()).then(|| unsafe { boring_sys::X509_cmp_current_time(time) })
-    };
-    // SAFETY: `crl` is valid; the getters return pointers into it, or null.
-    let (last, next) = unsafe {
-        (
-            boring_sys::X509_CRL_get0_lastUpdate(crl),
-            boring_sys::X509_CRL_get0_nextUpdate(crl),
-        )
-    };
-    let (last, next) = (compare(last), compare(next));
-    if next == Some(-1) {
-        tracing::warn!(file = %path.display(), crl = number, "client_crl: CRL has expired (nextUpdate is past): every client certificate it covers is refused until a fresh CRL is loaded (SIGHUP)");
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Validity {
+    Current,
+    /// nextUpdate is past.
+    Expired,
+    /// lastUpdate is in the future.
+    NotYetValid,
+}
+
+impl Crl {
+    fn validity(&self) -> Validity {
+        let crl = self.0.as_ptr();
+        // -1: past, 1: future, 0: unreadable.
+        let compare = |time: *const boring_sys::ASN1_TIME| {
+            // SAFETY: a non-null time from the CRL lives as long as the CRL; this only reads it.
+            (!time.is_null()).then(|| unsafe { boring_sys::X509_cmp_current_time(time) })
+        };
+        // SAFETY: `crl` is valid; the getters return pointers into it, or null.
+        let (last, next) = unsafe {
+            (
+                boring_sys::X509_CRL_get0_lastUpdate(crl),
+                boring_sys::X509_CRL_get0_nextUpdate(crl),
+            )
+        };
+        match (compare(last), compare(next)) {
+            (_, Some(-1)) => Validity::Expired,
+            (Some(1), _) => Validity::NotYetValid,
+            _ => Validity::Current,
+        }
     }
-    if last == Some(1) {
-        tracing::warn!(file = %path.display(), crl = number, "client_crl: CRL is not yet valid (lastUpdate is in the future): every client certificate it covers is refused");
+
+    fn same_issuer(&self, other: &Crl) -> bool {
+        // SAFETY: both CRLs are valid; their issuer names live as long as they do and are
+        // only read.
+        unsafe {
+            boring_sys::X509_NAME_cmp(
+                boring_sys::X509_CRL_get_issuer(self.0.as_ptr()),
+                boring_sys::X509_CRL_get_issuer(other.0.as_ptr()),
+            ) == 0
+        }
     }
 }
 

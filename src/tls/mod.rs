@@ -271,10 +271,7 @@ impl Profiles {
         let client_store = match (&listener.client_ca, listener.client_auth) {
             (Some(ca), ClientAuth::Optional | ClientAuth::Required) => Some(ClientStore::load(
                 ca.get_ref(),
-                listener
-                    .client_crl
-                    .as_ref()
-                    .map(|crl| crl.get_ref().as_path()),
+                listener.client_crl.as_ref(),
                 listener.client_crl_check,
             )?),
             _ => None,
@@ -314,7 +311,6 @@ impl Profiles {
                     let check = server_name
                         .client_crl_check
                         .unwrap_or(listener.client_crl_check);
-                    let crl = crl.map(|crl| crl.get_ref().as_path());
                     Some((
                         verify_mode(auth),
                         Some(ClientStore::load(ca.get_ref(), crl, check)?),
