@@ -270,6 +270,71 @@ async fn tickets_from_a_shared_key_file_resume_on_another_process() {
     assert!(client.resumes(a.port, &old).await);
 }
 
+/// `redis_ticket_keys`: processes sharing a Redis resume each other's tickets without a key
+/// file, and a restarted process finds the keys in Redis. A process whose Redis is down at
+/// start serves with keys of its own, and takes the shared ones once Redis is back, its own
+/// still decrypting.
+#[tokio::test]
+async fn ticket_keys_shared_through_redis() {
+    let s = setup();
+    let redis = Redis::start();
+    let shared = "ticket keys in use: shared through Redis";
+    let session = format!(
+        "redis_ticket_keys = true\nredis_url = {:?}\ncache = false",
+        redis.url()
+    );
+    let a = s.start("a", &session);
+    a.server.log.wait_for(shared, 0);
+    let b = s.start("b", &session);
+    b.server.log.wait_for(shared, 0);
+    for version in [SslVersion::TLS1_3, SslVersion::TLS1_2] {
+        let client = Client::new(version);
+        let session = client.fresh(a.port).await;
+        assert!(
+            client.resumes(b.port, &session).await,
+            "{version:?}: B resumes A's ticket"
+        );
+    }
+    let client = Client::new(SslVersion::TLS1_3);
+    let from_b = client.fresh(b.port).await;
+
+    // A restart: the keys are in Redis, not in the process.
+    drop(a);
+    let a = s.start("a", &session);
+    a.server.log.wait_for(shared, 0);
+    assert!(client.resumes(a.port, &from_b).await);
+    let syncs = "op=\"ticket_keys\",result=\"ok\"";
+    assert!(a.metric("tlsterm_session_redis_operations_total", syncs) >= 1.0);
+
+    // Redis down at start (a short rotation makes the retries quick).
+    let mut down = Redis::start();
+    let port = down.port;
+    down.kill();
+    let session = format!(
+        "redis_ticket_keys = true\nredis_url = {:?}\ncache = false\nticket_rotation = \"4s\"\nticket_grace = \"40s\"",
+        down.url()
+    );
+    let c = s.start("c", &session);
+    c.server
+        .log
+        .wait_for("cannot read the shared session ticket keys", 0);
+    let own = client.fresh(c.port).await;
+    assert!(client.resumes(c.port, &own).await, "c's own keys work");
+    let _up = Redis::start_on(port);
+    c.server.log.wait_for(shared, 0);
+    assert!(
+        client.resumes(c.port, &own).await,
+        "the own key still decrypts"
+    );
+    let now_shared = client.fresh(c.port).await;
+    assert_ne!(
+        ticket_key_name(&now_shared),
+        ticket_key_name(&own),
+        "{}",
+        c.server.log.text()
+    );
+}
+
 /// In-memory keys: after a rotation, a ticket under the previous key is still accepted
 /// during the grace period, and refused (full handshake) after it.
 #[tokio::test]

@@ -585,6 +585,14 @@ async fn sighup_opens_and_closes_listeners() {
     assert!(warning.contains("max_connections"), "{warning}");
 }
 
+/// The commented reference configuration stays a valid configuration.
+#[test]
+fn example_config_is_valid() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/tlsterm.example.toml");
+    let out = run(Command::new(TLSTERM).args(["serve", "--check", "-c", example]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration OK"));
+}
+
 #[test]
 fn bad_config_is_refused_with_its_line() {
     let dir = tempfile::tempdir().unwrap();

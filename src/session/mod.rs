@@ -42,6 +42,9 @@ use redis::{Outcome, RedisStore};
 use replay::{ReplayGuard, Verdict};
 use tickets::{KeySource, Lookup, TicketKeys};
 
+/// With `redis_ticket_keys`, how many epochs of keys a ticket can outlive its own by.
+const MAX_SHARED_EPOCHS: u32 = 1000;
+
 /// `[session]` in the configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -73,6 +76,10 @@ pub struct SessionConfig {
     pub redis_timeout: Duration,
     /// Prefix of the Redis keys (followed by the session ID in hex).
     pub redis_prefix: String,
+    /// Share the ticket keys of the fleet through Redis (`redis_url`): one key per
+    /// `ticket_rotation` epoch of the wall clock, created by the first process that needs
+    /// it, kept for `ticket_grace` after its epoch. Instead of `ticket_key_file`.
+    pub redis_ticket_keys: bool,
     /// TLS 1.3 early data: how many ClientHellos the anti-replay memory holds (about
     /// 60 bytes each). When full, 0-RTT is refused until older entries expire.
     pub early_data_replay_entries: usize,
@@ -92,6 +99,7 @@ impl Default for SessionConfig {
             redis_url: None,
             redis_timeout: Duration::from_millis(20),
             redis_prefix: "tlsterm:session:".into(),
+            redis_ticket_keys: false,
             early_data_replay_entries: 100_000,
         }
     }
@@ -111,16 +119,30 @@ impl SessionConfig {
             !self.redis_timeout.is_zero(),
             "[session] redis_timeout must be more than 0"
         );
+        if self.redis_ticket_keys {
+            anyhow::ensure!(
+                self.redis_url.is_some(),
+                "[session] redis_ticket_keys needs redis_url"
+            );
+            anyhow::ensure!(
+                self.ticket_key_file.is_none(),
+                "[session] redis_ticket_keys and ticket_key_file exclude each other"
+            );
+            // Every process reads the keys of all epochs that may still decrypt.
+            anyhow::ensure!(
+                self.ticket_grace <= self.ticket_rotation * MAX_SHARED_EPOCHS,
+                "[session] with redis_ticket_keys, ticket_grace may be at most {MAX_SHARED_EPOCHS} times ticket_rotation"
+            );
+        }
         Ok(())
     }
 
     fn key_source(&self) -> KeySource {
+        let (rotation, grace) = (self.ticket_rotation, self.ticket_grace);
         match &self.ticket_key_file {
             Some(path) => KeySource::File(path.clone()),
-            None => KeySource::Memory {
-                rotation: self.ticket_rotation,
-                grace: self.ticket_grace,
-            },
+            None if self.redis_ticket_keys => KeySource::Redis { rotation, grace },
+            None => KeySource::Memory { rotation, grace },
         }
     }
 
@@ -179,7 +201,7 @@ static METRICS: LazyLock<SessionMetrics> = LazyLock::new(|| {
         .expect("metric registers"),
         redis: register_int_counter_vec_with_registry!(
             "session_redis_operations_total",
-            "Redis operations by command (get, set: the session-ID cache; claim: 0-RTT anti-replay) and outcome",
+            "Redis operations by command (get, set: the session-ID cache; claim: 0-RTT anti-replay; ticket_keys: shared ticket keys) and outcome",
             &["op", "result"],
             r
         )
@@ -209,6 +231,16 @@ struct Inner {
     /// Seconds; read by the store callback.
     lifetime: AtomicU64,
     replay: Arc<ReplayGuard>,
+    /// The task keeping the ticket keys shared through Redis (`redis_ticket_keys`).
+    key_sync: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(sync) = self.key_sync.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            sync.abort();
+        }
+    }
 }
 
 /// Process-wide resumption state; survives reloads so that clients keep resuming.
@@ -233,7 +265,7 @@ impl Sessions {
         };
         TICKET_KEYS.store(Some(tickets.clone()));
         LazyLock::force(&METRICS);
-        Ok(Sessions {
+        let sessions = Sessions {
             inner: Arc::new(Inner {
                 config: Mutex::new(config.clone()),
                 tickets,
@@ -244,8 +276,62 @@ impl Sessions {
                     config.early_data_replay_entries,
                     Instant::now(),
                 )),
+                key_sync: Mutex::new(None),
             }),
-        })
+        };
+        sessions.restart_key_sync(config);
+        Ok(sessions)
+    }
+
+    /// Stops the Redis ticket-key task, and starts a new one if `config` shares keys
+    /// through Redis (so a reload applies a new Redis, prefix, rotation or grace).
+    fn restart_key_sync(&self, config: &SessionConfig) {
+        let mut sync = self
+            .inner
+            .key_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = sync.take() {
+            old.abort();
+        }
+        let (Some(redis), true) = (self.inner.redis.load_full(), config.redis_ticket_keys) else {
+            return;
+        };
+        let tickets = self.inner.tickets.clone();
+        let mut installed: Option<Vec<u64>> = None;
+        let mut failing = false;
+        *sync = Some(redis.sync_ticket_keys(
+            config.ticket_rotation,
+            config.ticket_grace,
+            move |outcome| {
+                METRICS
+                    .redis
+                    .with_label_values(&["ticket_keys", outcome.label()])
+                    .inc();
+                let keys = match outcome {
+                    Outcome::Done(keys) => keys,
+                    _ => {
+                        if !std::mem::replace(&mut failing, true) {
+                            tracing::warn!(result = outcome.label(), "cannot read the shared session ticket keys from Redis; the keys in use stay (retrying)");
+                        }
+                        return;
+                    }
+                };
+                failing = false;
+                let epochs: Vec<u64> = keys.iter().map(|k| k.epoch).collect();
+                let unix_now = std::time::SystemTime::now()
+                    .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default();
+                match tickets.install_shared(keys, Instant::now(), unix_now) {
+                    Ok(()) if installed.as_ref() != Some(&epochs) => {
+                        tracing::info!(epochs = ?epochs, "ticket keys in use: shared through Redis");
+                        installed = Some(epochs);
+                    }
+                    Ok(()) => {}
+                    Err(err) => tracing::warn!(error = %err, "shared session ticket keys not installed"),
+                }
+            },
+        ));
     }
 
     /// Applies a reloaded `[session]` section: re-reads the ticket key file (an error refuses
@@ -293,6 +379,7 @@ impl Sessions {
         inner.replay.set_capacity(config.early_data_replay_entries);
         *inner.config.lock().unwrap_or_else(|e| e.into_inner()) = config.clone();
         TICKET_KEYS.store(Some(inner.tickets.clone()));
+        self.restart_key_sync(config);
         Ok(())
     }
 
@@ -622,6 +709,22 @@ unsafe extern "C" fn ticket_key_callback(
 mod tests {
     use super::*;
     use boring::ssl::{SslAcceptor, SslConnector, SslMethod, SslVerifyMode};
+
+    #[test]
+    fn redis_ticket_keys_need_redis_and_no_key_file() {
+        let parse = |text: &str| toml::from_str::<SessionConfig>(text).unwrap().validate();
+        let redis = "redis_ticket_keys = true\nredis_url = \"redis://127.0.0.1/\"\n";
+        assert!(parse(redis).is_ok());
+        let err = parse("redis_ticket_keys = true\n").unwrap_err();
+        assert!(err.to_string().contains("needs redis_url"), "{err}");
+        let err = parse(&format!("{redis}ticket_key_file = \"k\"\n")).unwrap_err();
+        assert!(err.to_string().contains("exclude each other"), "{err}");
+        let err = parse(&format!(
+            "{redis}ticket_rotation = \"1s\"\nticket_grace = \"1h\"\n"
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("at most 1000 times"), "{err}");
+    }
 
     #[test]
     fn config_defaults_and_durations() {

@@ -1,4 +1,5 @@
-//! The Redis session store: serialized TLS 1.2 sessions by ID, shared by a fleet.
+//! The Redis session store: serialized TLS 1.2 sessions by ID, 0-RTT claims and, with
+//! `redis_ticket_keys`, the ticket keys, shared by a fleet.
 //!
 //! Every Redis operation runs on a dedicated thread ("session-redis") with its own tokio
 //! runtime, never on a worker: a worker hands the operation over (`Handle::spawn`, which does
@@ -8,12 +9,15 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::runtime::Handle;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
+use zeroize::Zeroize;
+
+use super::tickets::{shared_epochs, SharedKey, TicketKey, KEY_FILE_ENTRY_LEN};
 
 /// Operations in flight at once; beyond this, lookups miss and stores are dropped.
 const MAX_IN_FLIGHT: usize = 4096;
@@ -194,5 +198,78 @@ impl RedisStore {
                 Err(_) => Outcome::Timeout,
             });
         });
+    }
+
+    /// Keeps the fleet's ticket keys until aborted: now and then (a quarter of `rotation`,
+    /// at most a minute; sooner after a failure) creates the keys of the current and next
+    /// epochs unless a process already has (SET NX, with random bytes), reads the keys of
+    /// every epoch that may still decrypt, and reports them.
+    pub fn sync_ticket_keys(
+        &self,
+        rotation: Duration,
+        grace: Duration,
+        mut report: impl FnMut(Outcome<Vec<SharedKey>>) + Send + 'static,
+    ) -> AbortHandle {
+        let prefix = format!("{}ticket_key:{}:", self.prefix, rotation.as_secs().max(1));
+        let mut connection = self.connection.clone();
+        let timeout = self.timeout.max(Duration::from_secs(1));
+        let refresh = (rotation / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let task = self.handle.spawn(async move {
+            loop {
+                let unix_now = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let epochs = shared_epochs(unix_now, rotation, grace);
+                let (next, r) = (*epochs.end(), rotation.as_secs().max(1));
+                let mut pipe = redis::pipe();
+                for epoch in [next - 1, next] {
+                    // The key lives until it no longer decrypts, plus a rotation of margin.
+                    let expires = Duration::from_secs((epoch + 2) * r) + grace;
+                    let ttl = expires.saturating_sub(unix_now).as_millis().max(1) as u64;
+                    let mut fresh = [0u8; KEY_FILE_ENTRY_LEN];
+                    boring::rand::rand_bytes(&mut fresh).expect("the RNG works");
+                    let mut set = redis::cmd("SET");
+                    set.arg(format!("{prefix}{epoch}"))
+                        .arg(&fresh[..])
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl);
+                    pipe.add_command(set).ignore();
+                    fresh.zeroize();
+                }
+                let names: Vec<String> = epochs.clone().map(|e| format!("{prefix}{e}")).collect();
+                pipe.cmd("MGET").arg(names);
+                let request = pipe.query_async::<(Vec<Option<Vec<u8>>>,)>(&mut connection);
+                let outcome = match tokio::time::timeout(timeout, request).await {
+                    Ok(Ok((mut values,))) => {
+                        let mut keys = Vec::new();
+                        for (epoch, value) in epochs.zip(values.iter()) {
+                            let Some(value) = value else { continue };
+                            match <&[u8; KEY_FILE_ENTRY_LEN]>::try_from(value.as_slice()) {
+                                Ok(bytes) => keys.push(SharedKey {
+                                    epoch,
+                                    key: TicketKey::from_bytes(bytes),
+                                }),
+                                Err(_) => tracing::warn!(key = %format!("{prefix}{epoch}"), "Redis holds a ticket key that is not 80 bytes: ignored"),
+                            }
+                        }
+                        values.iter_mut().flatten().for_each(|v| v.zeroize());
+                        Outcome::Done(keys)
+                    }
+                    Ok(Err(err)) => {
+                        tracing::debug!(error = %err, "redis ticket key sync failed");
+                        Outcome::Error
+                    }
+                    Err(_) => Outcome::Timeout,
+                };
+                let pause = match outcome {
+                    Outcome::Done(_) => refresh,
+                    _ => refresh.min(Duration::from_secs(5)),
+                };
+                report(outcome);
+                tokio::time::sleep(pause).await;
+            }
+        });
+        task.abort_handle()
     }
 }

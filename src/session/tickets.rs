@@ -11,6 +11,11 @@
 //!   other's tickets.
 //! * none: keys are generated in memory; the encrypting key is replaced every
 //!   `ticket_rotation` and a replaced key still decrypts for `ticket_grace`.
+//! * Redis (`redis_ticket_keys`): one key per epoch of `ticket_rotation` on the wall clock,
+//!   created by whichever process of the fleet comes first and read by all (see
+//!   `Sessions`); the key of epoch e encrypts during [e, e+1) and decrypts until e+1 plus
+//!   `ticket_grace`. Until the first keys arrive, and whenever the next epoch's key has not,
+//!   the process rotates in-memory keys of its own.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -72,7 +77,7 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RingKey {
     pub key: TicketKey,
     /// After this instant the key no longer encrypts (in-memory keys only).
@@ -152,6 +157,27 @@ impl KeyRing {
 pub enum KeySource {
     File(PathBuf),
     Memory { rotation: Duration, grace: Duration },
+    Redis { rotation: Duration, grace: Duration },
+}
+
+/// A key shared through Redis and the epoch (unix time / rotation) it encrypts in.
+pub struct SharedKey {
+    pub epoch: u64,
+    pub key: TicketKey,
+}
+
+/// The epochs whose shared keys a process needs at `unix_now`: those that may still
+/// decrypt (the current one, and older ones within `grace` of their end), and the next
+/// one, fetched early so that every process has it when it starts encrypting.
+pub fn shared_epochs(
+    unix_now: Duration,
+    rotation: Duration,
+    grace: Duration,
+) -> std::ops::RangeInclusive<u64> {
+    let rotation = rotation.as_secs().max(1);
+    let current = unix_now.as_secs() / rotation;
+    let back = grace.as_secs().div_ceil(rotation);
+    current.saturating_sub(back)..=current + 1
 }
 
 /// Parses a key file: one base64 key of 80 bytes per line; blank lines and lines starting with
@@ -207,10 +233,12 @@ impl TicketKeys {
     pub fn new(source: KeySource, now: Instant) -> anyhow::Result<TicketKeys> {
         let ring = match &source {
             KeySource::File(path) => KeyRing::from_file_keys(read_key_file(path)?),
-            KeySource::Memory { rotation, grace } => KeyRing {
-                keys: vec![fresh_key(now, *rotation, *grace)],
-                encrypt: 0,
-            },
+            KeySource::Memory { rotation, grace } | KeySource::Redis { rotation, grace } => {
+                KeyRing {
+                    keys: vec![fresh_key(now, *rotation, *grace)],
+                    encrypt: 0,
+                }
+            }
         };
         Ok(TicketKeys {
             ring: ArcSwap::from_pointee(ring),
@@ -232,11 +260,14 @@ impl TicketKeys {
         }
     }
 
-    /// Replaces the in-memory encrypting key (if due) and forgets keys past their grace.
+    /// Replaces the encrypting key (if due): with the next shared key when there is one,
+    /// else with a fresh in-memory key; forgets keys past their grace.
     fn rotate(&self, now: Instant) -> Arc<KeyRing> {
         let source = self.source.lock().unwrap_or_else(|e| e.into_inner());
         let ring = self.ring.load_full();
-        let KeySource::Memory { rotation, grace } = *source else {
+        let (KeySource::Memory { rotation, grace } | KeySource::Redis { rotation, grace }) =
+            *source
+        else {
             return ring;
         };
         // Another thread may have rotated while this one waited for the lock.
@@ -247,15 +278,25 @@ impl TicketKeys {
         {
             return ring;
         }
+        // Shared keys are in epoch order: the next epoch's key, fetched early, follows.
+        if let Some(next) = ring.keys.get(ring.encrypt + 1) {
+            if next.encrypt_until.is_some_and(|until| now < until) {
+                let next = Arc::new(KeyRing {
+                    keys: ring.keys.clone(),
+                    encrypt: ring.encrypt + 1,
+                });
+                self.ring.store(next.clone());
+                return next;
+            }
+        }
+        if matches!(*source, KeySource::Redis { .. }) {
+            tracing::warn!("no shared session ticket key from Redis for this epoch yet: tickets are encrypted with a key of this process only until it arrives");
+        }
         let mut keys: Vec<RingKey> = ring
             .keys
             .iter()
             .filter(|k| k.decrypt_until.is_none_or(|until| now < until))
-            .map(|k| RingKey {
-                key: k.key.clone(),
-                encrypt_until: k.encrypt_until,
-                decrypt_until: k.decrypt_until,
-            })
+            .cloned()
             .collect();
         keys.push(fresh_key(now, rotation, grace));
         let next = Arc::new(KeyRing {
@@ -279,18 +320,10 @@ impl TicketKeys {
                 tracing::info!(file = %path.display(), keys = count, "session ticket keys loaded");
             }
             KeySource::Memory { rotation, grace } => {
-                if let KeySource::File(_) = *current {
-                    // Leaving a key file: its keys keep decrypting for the grace period.
-                    let old = self.ring.load_full();
-                    let mut keys: Vec<RingKey> = old
-                        .keys
-                        .iter()
-                        .map(|k| RingKey {
-                            key: k.key.clone(),
-                            encrypt_until: Some(now),
-                            decrypt_until: Some(now + *grace),
-                        })
-                        .collect();
+                if !matches!(*current, KeySource::Memory { .. }) {
+                    // Leaving a key file or Redis: those keys keep decrypting for the grace
+                    // period, and a key of this process encrypts.
+                    let mut keys = retired(&self.ring.load(), now, *grace);
                     keys.push(fresh_key(now, *rotation, *grace));
                     self.ring.store(Arc::new(KeyRing {
                         encrypt: keys.len() - 1,
@@ -299,8 +332,77 @@ impl TicketKeys {
                 }
                 // Same mode: new rotation/grace apply from the next rotation on.
             }
+            // The current keys serve until the shared ones arrive (`install_shared`).
+            KeySource::Redis { .. } => {}
         }
         *current = source;
+        Ok(())
+    }
+
+    /// Installs the keys fetched from Redis (`shared`, any order). Keys of the ring that are
+    /// not among them (this process's own, a key file's, shared ones gone from Redis) stop
+    /// encrypting and keep decrypting for at most `grace`. `unix_now` is the wall clock at
+    /// `now`: epochs are wall-clock times, common to the fleet.
+    pub fn install_shared(
+        &self,
+        mut shared: Vec<SharedKey>,
+        now: Instant,
+        unix_now: Duration,
+    ) -> anyhow::Result<()> {
+        let source = self.source.lock().unwrap_or_else(|e| e.into_inner());
+        let KeySource::Redis { rotation, grace } = *source else {
+            anyhow::bail!("ticket keys are not taken from Redis now");
+        };
+        anyhow::ensure!(!shared.is_empty(), "no shared ticket key");
+        shared.sort_by_key(|k| k.epoch);
+        let r = rotation.as_secs().max(1);
+        // The instant of a wall-clock time (in seconds since the epoch).
+        let at = |unix: u64| {
+            let unix = Duration::from_secs(unix);
+            match unix.checked_sub(unix_now) {
+                Some(ahead) => now + ahead,
+                None => now.checked_sub(unix_now - unix).unwrap_or(now),
+            }
+        };
+        let current = self.ring.load();
+        let names: Vec<[u8; 16]> = shared.iter().map(|k| k.key.name).collect();
+        let own: Vec<RingKey> = current
+            .keys
+            .iter()
+            .filter(|k| !names.contains(&k.key.name))
+            .cloned()
+            .collect();
+        let mut keys = retired(
+            &KeyRing {
+                keys: own,
+                encrypt: 0,
+            },
+            now,
+            grace,
+        );
+        let first_shared = keys.len();
+        keys.extend(shared.into_iter().map(|k| RingKey {
+            key: k.key.clone(),
+            encrypt_until: Some(at((k.epoch + 1) * r)),
+            decrypt_until: Some(at((k.epoch + 1) * r) + grace),
+        }));
+        keys.retain(|k| k.decrypt_until.is_none_or(|until| now < until));
+        // The key of the current epoch encrypts; failing that, the newest key that still
+        // may (an epoch missing in Redis), else this process's own (a fresh one comes with
+        // the next ticket).
+        let shared_from = first_shared.min(keys.len());
+        let encrypt = (shared_from..keys.len())
+            .find(|&i| {
+                let until = keys[i].encrypt_until.expect("shared keys have an end");
+                now < until && now + rotation >= until
+            })
+            .or_else(|| {
+                keys.iter()
+                    .rposition(|k| k.encrypt_until.is_none_or(|u| now < u))
+            })
+            .unwrap_or(keys.len().saturating_sub(1));
+        anyhow::ensure!(!keys.is_empty(), "every shared ticket key has expired");
+        self.ring.store(Arc::new(KeyRing { keys, encrypt }));
         Ok(())
     }
 
@@ -310,6 +412,22 @@ impl TicketKeys {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+}
+
+/// The keys of `ring`, retired: they encrypt no more, and decrypt for at most `grace`.
+fn retired(ring: &KeyRing, now: Instant, grace: Duration) -> Vec<RingKey> {
+    ring.keys
+        .iter()
+        .map(|k| RingKey {
+            key: k.key.clone(),
+            encrypt_until: Some(k.encrypt_until.map_or(now, |until| until.min(now))),
+            decrypt_until: Some(
+                k.decrypt_until
+                    .map_or(now + grace, |until| until.min(now + grace)),
+            ),
+        })
+        .filter(|k| k.decrypt_until.is_some_and(|until| now < until))
+        .collect()
 }
 
 fn fresh_key(now: Instant, rotation: Duration, grace: Duration) -> RingKey {
@@ -384,6 +502,100 @@ mod tests {
         let ring = keys.ring_for_encrypt(t);
         assert!(ring.keys.iter().all(|k| k.key.name != first));
         assert_eq!(ring.keys.len(), 2);
+    }
+
+    fn shared(epoch: u64, tag: u8) -> SharedKey {
+        SharedKey {
+            epoch,
+            key: TicketKey::from_bytes(&[tag; KEY_FILE_ENTRY_LEN]),
+        }
+    }
+
+    #[test]
+    fn shared_epochs_cover_the_grace_and_the_next_epoch() {
+        let hour = Duration::from_secs(3600);
+        let at = Duration::from_secs(10 * 3600 + 5);
+        assert_eq!(shared_epochs(at, hour, hour), 9..=11);
+        assert_eq!(shared_epochs(at, hour, hour / 2), 9..=11);
+        assert_eq!(shared_epochs(at, hour, Duration::ZERO), 10..=11);
+        assert_eq!(shared_epochs(Duration::ZERO, hour, 3 * hour), 0..=1);
+    }
+
+    #[test]
+    fn shared_keys_encrypt_in_their_epoch_and_the_next_one_takes_over() {
+        let rotation = Duration::from_secs(100);
+        let grace = Duration::from_secs(50);
+        let start = Instant::now();
+        let keys = TicketKeys::new(KeySource::Redis { rotation, grace }, start).unwrap();
+        let own = keys.ring().encrypting().key.name;
+        // The wall clock is 20 s into epoch 10 (1000..1100 s).
+        let unix = Duration::from_secs(1020);
+        keys.install_shared(
+            vec![shared(11, 2), shared(9, 1), shared(10, 3)],
+            start,
+            unix,
+        )
+        .unwrap();
+        let ring = keys.ring_for_encrypt(start);
+        assert_eq!(ring.encrypting().key.name, [3; 16], "epoch 10 encrypts");
+        assert!(
+            matches!(ring.lookup(&[1; 16], start), Lookup::Old(_)),
+            "epoch 9 decrypts"
+        );
+        assert!(
+            matches!(ring.lookup(&[2; 16], start), Lookup::Old(_)),
+            "epoch 11 is known early"
+        );
+        assert!(
+            matches!(ring.lookup(&own, start), Lookup::Old(_)),
+            "the process's own key decrypts"
+        );
+
+        // 30 s later (0:50 past epoch 9's end): epoch 9 and the own key (retired with the
+        // grace) are past their grace.
+        let t = start + Duration::from_secs(30);
+        assert_eq!(keys.ring().lookup(&[1; 16], t), Lookup::Unknown);
+        assert_eq!(
+            keys.ring().lookup(&own, t + Duration::from_secs(20)),
+            Lookup::Unknown
+        );
+
+        // At 1100 s epoch 11 encrypts, without asking Redis.
+        let t = start + Duration::from_secs(80);
+        let ring = keys.ring_for_encrypt(t);
+        assert_eq!(ring.encrypting().key.name, [2; 16]);
+        assert!(matches!(ring.lookup(&[3; 16], t), Lookup::Old(_)));
+
+        // At 1200 s nothing newer came: the process encrypts with a key of its own, and
+        // epoch 11's key still decrypts for its grace.
+        let t = start + Duration::from_secs(180);
+        let ring = keys.ring_for_encrypt(t);
+        let fresh = ring.encrypting().key.name;
+        assert!(![[1; 16], [2; 16], [3; 16], own].contains(&fresh));
+        assert!(matches!(ring.lookup(&[2; 16], t), Lookup::Old(_)));
+
+        // When Redis answers again, the shared key encrypts and the own one retires.
+        let unix = Duration::from_secs(1200);
+        keys.install_shared(vec![shared(12, 4), shared(11, 2)], t, unix)
+            .unwrap();
+        let ring = keys.ring_for_encrypt(t);
+        assert_eq!(ring.encrypting().key.name, [4; 16]);
+        assert!(matches!(ring.lookup(&fresh, t), Lookup::Old(_)));
+    }
+
+    #[test]
+    fn shared_keys_are_refused_unless_the_source_is_redis() {
+        let now = Instant::now();
+        let source = KeySource::Memory {
+            rotation: Duration::from_secs(10),
+            grace: Duration::from_secs(10),
+        };
+        let keys = TicketKeys::new(source, now).unwrap();
+        let before = keys.ring().encrypting().key.name;
+        assert!(keys
+            .install_shared(vec![shared(1, 1)], now, Duration::from_secs(15))
+            .is_err());
+        assert_eq!(keys.ring().encrypting().key.name, before);
     }
 
     #[test]

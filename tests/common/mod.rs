@@ -468,7 +468,11 @@ pub struct Redis {
 
 impl Redis {
     pub fn start() -> Redis {
-        let port = free_port();
+        Redis::start_on(free_port())
+    }
+
+    /// A Redis on `port` (e.g. again where one was killed).
+    pub fn start_on(port: u16) -> Redis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
