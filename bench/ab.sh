@@ -36,12 +36,17 @@ for variant in "$@"; do
     early_data=false
     [[ $spec == *metrics=off* ]] && metrics=false
     client_flags[$name]=
+    session=
     if [[ $spec == *early_data* ]]; then
         early_data=true
         client_flags[$name]=--early-data
+        # The load generator is one client network: let it fill the whole 0-RTT replay
+        # memory (binaries from before this key existed refuse it).
+        session=$'[session]\nearly_data_replay_client_share = 1.0'
     fi
     cat > "$WORK/$name.toml" <<CONF
 workers = 1
+$session
 [admin]
 enabled = $metrics
 address = "127.0.0.1:9718"

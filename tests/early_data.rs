@@ -422,6 +422,28 @@ async fn shared_ticket_keys_without_redis_refuse_early_data_after_start() {
     assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 0.0);
 }
 
+/// One client network fills at most 1/100 of the anti-replay memory per generation, so a
+/// flood of (possibly forged) ClientHellos from one source cannot turn 0-RTT off for all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_fills_at_most_its_share_of_the_replay_memory() {
+    let (backend, mut seen) = recording_backend().await;
+    let setup = Setup::start(backend, "early_data_replay_entries = 200", "true");
+    let session = setup.save_session(&mut seen).await;
+    let request = setup.file("request.txt");
+    let early = ["-sess_in", &session, "-early_data", &request];
+    for _ in 0..2 {
+        let out = client(setup.port, &early, "").await;
+        assert!(out.contains("Early data was accepted"), "{out}");
+        assert!(next_request(&mut seen).await.early_tlv);
+    }
+    let out = client(setup.port, &early, GET_CLOSE).await;
+    assert!(out.contains("Early data was rejected"), "{out}");
+    let got = next_request(&mut seen).await;
+    assert!(!got.early_tlv && got.request == "GET / HTTP/1.1", "{got:?}");
+    let quota = "result=\"replay_client_quota\"";
+    assert_eq!(metric(setup.admin, EARLY_DATA, quota), 1.0);
+}
+
 /// `tlsterm bench --mode resume --early-data` (rustls) sends its resumed requests as 0-RTT;
 /// none of them is taken for a replay.
 #[test]

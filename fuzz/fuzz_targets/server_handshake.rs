@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let chunk = (chunk as usize).max(1);
     let fixture = fixture();
-    let ssl = fixture.tls.new_ssl().expect("new SSL");
+    let ssl = fixture.tls.new_ssl(std::net::Ipv4Addr::LOCALHOST.into()).expect("new SSL");
     fixture.runtime.block_on(async {
         let (mut client, server) = tokio::io::duplex(1 << 20);
         let feed = async move {

@@ -160,7 +160,7 @@ pub async fn handle(
     let started = Instant::now();
     let local = stream.local_addr().unwrap_or(state.config.address());
     let _ = stream.set_nodelay(true);
-    let ssl = match state.tls.new_ssl() {
+    let ssl = match state.tls.new_ssl(client.ip()) {
         Ok(ssl) => ssl,
         Err(err) => {
             tracing::error!(error = %err, "cannot create a TLS connection object");

@@ -19,6 +19,7 @@ mod redis;
 pub mod replay;
 pub mod tickets;
 
+use std::net::IpAddr;
 use std::os::raw::c_int;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +84,9 @@ pub struct SessionConfig {
     /// TLS 1.3 early data: how many ClientHellos the anti-replay memory holds (about
     /// 60 bytes each). When full, 0-RTT is refused until older entries expire.
     pub early_data_replay_entries: usize,
+    /// The fraction of that memory one client network (IPv4 address, IPv6 /56) may fill
+    /// in a window; beyond it, its 0-RTT is refused (1-RTT goes on).
+    pub early_data_replay_client_share: f64,
 }
 
 impl Default for SessionConfig {
@@ -101,6 +105,7 @@ impl Default for SessionConfig {
             redis_prefix: "tlsterm:session:".into(),
             redis_ticket_keys: false,
             early_data_replay_entries: 100_000,
+            early_data_replay_client_share: 0.01,
         }
     }
 }
@@ -118,6 +123,10 @@ impl SessionConfig {
         anyhow::ensure!(
             !self.redis_timeout.is_zero(),
             "[session] redis_timeout must be more than 0"
+        );
+        anyhow::ensure!(
+            self.early_data_replay_client_share > 0.0 && self.early_data_replay_client_share <= 1.0,
+            "[session] early_data_replay_client_share must be above 0 and at most 1"
         );
         if self.redis_ticket_keys {
             anyhow::ensure!(
@@ -274,6 +283,7 @@ impl Sessions {
                 lifetime: AtomicU64::new(config.lifetime.as_secs()),
                 replay: Arc::new(ReplayGuard::new(
                     config.early_data_replay_entries,
+                    config.early_data_replay_client_share,
                     Instant::now(),
                 )),
                 key_sync: Mutex::new(None),
@@ -376,7 +386,10 @@ impl Sessions {
         inner
             .lifetime
             .store(config.lifetime.as_secs(), Ordering::Relaxed);
-        inner.replay.set_capacity(config.early_data_replay_entries);
+        inner.replay.set_capacity(
+            config.early_data_replay_entries,
+            config.early_data_replay_client_share,
+        );
         *inner.config.lock().unwrap_or_else(|e| e.into_inner()) = config.clone();
         TICKET_KEYS.store(Some(inner.tickets.clone()));
         self.restart_key_sync(config);
@@ -433,10 +446,10 @@ impl Sessions {
     /// extension: against this process's memory, then, with `redis_url` set, against every
     /// process sharing the Redis (ticket keys shared by a fleet let a copy go to any of
     /// them). The memory is shared by every listener and kept across reloads.
-    pub fn check_early_data(&self, pre_shared_key: &[u8]) -> EarlyDataCheck {
+    pub fn check_early_data(&self, pre_shared_key: &[u8], client: IpAddr) -> EarlyDataCheck {
         let digest = replay::digest(pre_shared_key);
         let now = Instant::now();
-        let local = self.inner.replay.check(&digest, now);
+        let local = self.inner.replay.check(&digest, client, now);
         let redis = match (local, self.inner.redis.load_full()) {
             (Verdict::Fresh, Some(redis)) => redis,
             (Verdict::Fresh, None)

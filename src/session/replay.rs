@@ -15,14 +15,19 @@
 //! digest is remembered for at least `WINDOW`.
 //!
 //! The set is bounded: when it is full, early data is refused for everyone until the
-//! generation turns (a flood cannot make tlsterm forget a ClientHello).
+//! generation turns (a flood cannot make tlsterm forget a ClientHello). Digests are
+//! recorded before BoringSSL checks the binder, so forged ClientHellos count too; each
+//! client network (an IPv4 address, an IPv6 /56) may therefore fill only a share of a
+//! generation (`early_data_replay_client_share`, 1% by default), and one source alone
+//! cannot turn 0-RTT off for everyone.
 //!
 //! A new process remembers nothing. When its tickets may have been issued before it
 //! started (a shared `ticket_key_file`) and no Redis remembers for it, a ClientHello seen
 //! by the process it replaced could be replayed to it; so such a process refuses 0-RTT
 //! until its memory covers a whole [`WINDOW`] (see [`ReplayGuard::remembers_a_full_window`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -43,6 +48,8 @@ pub enum Verdict {
     Replayed,
     /// The memory is full: refused to stay safe.
     Full,
+    /// This client network has used its share of the memory for now.
+    ClientQuota,
     /// The shared memory (Redis) did not answer in time: refused to stay safe.
     Unchecked,
     /// Fresh here, but this process started less than [`WINDOW`] ago and its tickets may
@@ -56,6 +63,7 @@ impl Verdict {
             Verdict::Fresh => "fresh",
             Verdict::Replayed => "replayed",
             Verdict::Full => "replay_cache_full",
+            Verdict::ClientQuota => "replay_client_quota",
             Verdict::Unchecked => "replay_check_failed",
             Verdict::JustStarted => "replay_window_after_start",
         }
@@ -113,7 +121,21 @@ fn first_identity_and_binder(ext: &[u8]) -> Option<(&[u8], &[u8])> {
 struct Generations {
     current: HashSet<Digest>,
     previous: HashSet<Digest>,
+    /// Digests added to `current`, by client network.
+    per_client: HashMap<u128, usize>,
     started: Instant,
+}
+
+fn per_client(capacity: usize, share: f64) -> usize {
+    ((capacity as f64 * share) as usize).max(1)
+}
+
+/// A client's network: the IPv4 address, or the /56 of an IPv6 address (one site).
+fn client_network(client: IpAddr) -> u128 {
+    match client {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().to_bits(),
+        IpAddr::V6(v6) => v6.to_bits() & !(u128::MAX >> 56),
+    }
 }
 
 /// The process-wide memory of early-data ClientHellos, shared by all workers and kept
@@ -122,19 +144,25 @@ pub struct ReplayGuard {
     generations: Mutex<Generations>,
     /// Digests across both generations.
     capacity: AtomicUsize,
+    /// Digests one client network may add to a generation.
+    per_client: AtomicUsize,
     /// When this memory began: it knows nothing of ClientHellos seen before.
     created: Instant,
 }
 
 impl ReplayGuard {
-    pub fn new(capacity: usize, now: Instant) -> ReplayGuard {
+    /// A memory of `capacity` digests, of which one client network may add `client_share`
+    /// (a fraction) to each generation.
+    pub fn new(capacity: usize, client_share: f64, now: Instant) -> ReplayGuard {
         ReplayGuard {
             generations: Mutex::new(Generations {
                 current: HashSet::new(),
                 previous: HashSet::new(),
+                per_client: HashMap::new(),
                 started: now,
             }),
             capacity: AtomicUsize::new(capacity),
+            per_client: AtomicUsize::new(per_client(capacity, client_share)),
             created: now,
         }
     }
@@ -145,12 +173,14 @@ impl ReplayGuard {
         now.saturating_duration_since(self.created) >= WINDOW
     }
 
-    pub fn set_capacity(&self, capacity: usize) {
+    pub fn set_capacity(&self, capacity: usize, client_share: f64) {
         self.capacity.store(capacity, Ordering::Relaxed);
+        self.per_client
+            .store(per_client(capacity, client_share), Ordering::Relaxed);
     }
 
-    /// Records the [`digest`] of a ClientHello that offers early data.
-    pub fn check(&self, digest: &Digest, now: Instant) -> Verdict {
+    /// Records the [`digest`] of a ClientHello that offers early data, from `client`.
+    pub fn check(&self, digest: &Digest, client: IpAddr, now: Instant) -> Verdict {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
         let age = now.saturating_duration_since(g.started);
         if age >= WINDOW {
@@ -160,14 +190,21 @@ impl ReplayGuard {
                 std::mem::take(&mut g.current)
             };
             g.current.clear();
+            g.per_client.clear();
             g.started = now;
         }
         if g.current.contains(digest) || g.previous.contains(digest) {
             return Verdict::Replayed;
         }
-        if g.current.len() + g.previous.len() >= self.capacity.load(Ordering::Relaxed) {
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        if g.current.len() + g.previous.len() >= capacity {
             return Verdict::Full;
         }
+        let used = g.per_client.entry(client_network(client)).or_default();
+        if *used >= self.per_client.load(Ordering::Relaxed) {
+            return Verdict::ClientQuota;
+        }
+        *used += 1;
         g.current.insert(*digest);
         Verdict::Fresh
     }
@@ -187,20 +224,41 @@ impl ReplayGuard {
 mod tests {
     use super::*;
 
+    const HOME: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    /// A client address not used before (so no client share is reached).
+    fn anyone() -> IpAddr {
+        use std::sync::atomic::AtomicU32;
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        IpAddr::V4((0x0a00_0000 + NEXT.fetch_add(1, Ordering::Relaxed)).into())
+    }
+
     #[test]
     fn a_client_hello_is_fresh_once_within_the_window() {
         let start = Instant::now();
-        let guard = ReplayGuard::new(100, start);
-        assert_eq!(guard.check(&digest(b"binder-a"), start), Verdict::Fresh);
-        assert_eq!(guard.check(&digest(b"binder-b"), start), Verdict::Fresh);
-        assert_eq!(guard.check(&digest(b"binder-a"), start), Verdict::Replayed);
+        let guard = ReplayGuard::new(100, 1.0, start);
+        assert_eq!(
+            guard.check(&digest(b"binder-a"), anyone(), start),
+            Verdict::Fresh
+        );
+        assert_eq!(
+            guard.check(&digest(b"binder-b"), anyone(), start),
+            Verdict::Fresh
+        );
+        assert_eq!(
+            guard.check(&digest(b"binder-a"), anyone(), start),
+            Verdict::Replayed
+        );
         // Still remembered one window later (now in the previous generation)...
         let later = start + WINDOW;
-        assert_eq!(guard.check(&digest(b"binder-a"), later), Verdict::Replayed);
+        assert_eq!(
+            guard.check(&digest(b"binder-a"), anyone(), later),
+            Verdict::Replayed
+        );
         // ...and forgotten after two, when BoringSSL's age check refuses such a copy.
         let much_later = later + WINDOW;
         assert_eq!(
-            guard.check(&digest(b"binder-a"), much_later),
+            guard.check(&digest(b"binder-a"), anyone(), much_later),
             Verdict::Fresh
         );
         assert_eq!(guard.len(), 1);
@@ -242,19 +300,61 @@ mod tests {
     }
 
     #[test]
+    fn one_client_network_fills_at_most_its_share() {
+        let start = Instant::now();
+        let guard = ReplayGuard::new(200, 0.01, start);
+        let site =
+            |last: u16| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, last));
+        assert_eq!(guard.check(&digest(b"1"), site(1), start), Verdict::Fresh);
+        assert_eq!(guard.check(&digest(b"2"), site(2), start), Verdict::Fresh);
+        // A third from the same /56, though from another address: refused, and not recorded.
+        assert_eq!(
+            guard.check(&digest(b"3"), site(3), start),
+            Verdict::ClientQuota
+        );
+        assert_eq!(guard.len(), 2);
+        // Another network still gets in.
+        assert_eq!(guard.check(&digest(b"3"), HOME, start), Verdict::Fresh);
+        let other_site = IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 0x100, 0, 0, 0, 1));
+        assert_eq!(
+            guard.check(&digest(b"4"), other_site, start),
+            Verdict::Fresh
+        );
+        // A replay is still a replay, quota or not.
+        assert_eq!(
+            guard.check(&digest(b"1"), site(1), start),
+            Verdict::Replayed
+        );
+        // The share is per generation.
+        assert_eq!(
+            guard.check(&digest(b"5"), site(5), start + WINDOW),
+            Verdict::Fresh
+        );
+    }
+
+    #[test]
     fn a_full_memory_refuses_instead_of_forgetting() {
         let start = Instant::now();
-        let guard = ReplayGuard::new(2, start);
-        assert_eq!(guard.check(&digest(b"1"), start), Verdict::Fresh);
-        assert_eq!(guard.check(&digest(b"2"), start), Verdict::Fresh);
-        assert_eq!(guard.check(&digest(b"3"), start), Verdict::Full);
-        assert_eq!(guard.check(&digest(b"1"), start), Verdict::Replayed);
-        // A turned generation keeps the old digests: still full.
-        assert_eq!(guard.check(&digest(b"3"), start + WINDOW), Verdict::Full);
-        guard.set_capacity(3);
-        assert_eq!(guard.check(&digest(b"3"), start + WINDOW), Verdict::Fresh);
+        let guard = ReplayGuard::new(2, 1.0, start);
+        assert_eq!(guard.check(&digest(b"1"), anyone(), start), Verdict::Fresh);
+        assert_eq!(guard.check(&digest(b"2"), anyone(), start), Verdict::Fresh);
+        assert_eq!(guard.check(&digest(b"3"), anyone(), start), Verdict::Full);
         assert_eq!(
-            guard.check(&digest(b"2"), start + WINDOW),
+            guard.check(&digest(b"1"), anyone(), start),
+            Verdict::Replayed
+        );
+        // A turned generation keeps the old digests: still full.
+        assert_eq!(
+            guard.check(&digest(b"3"), anyone(), start + WINDOW),
+            Verdict::Full
+        );
+        guard.set_capacity(3, 1.0);
+        assert_eq!(
+            guard.check(&digest(b"3"), anyone(), start + WINDOW),
+            Verdict::Fresh
+        );
+        assert_eq!(
+            guard.check(&digest(b"2"), anyone(), start + WINDOW),
             Verdict::Replayed
         );
     }
@@ -262,7 +362,7 @@ mod tests {
     #[test]
     fn a_new_memory_covers_a_full_window_only_after_one() {
         let start = Instant::now();
-        let guard = ReplayGuard::new(10, start);
+        let guard = ReplayGuard::new(10, 1.0, start);
         assert!(!guard.remembers_a_full_window(start));
         assert!(!guard.remembers_a_full_window(start + WINDOW - Duration::from_millis(1)));
         assert!(guard.remembers_a_full_window(start + WINDOW));
@@ -271,11 +371,15 @@ mod tests {
     #[test]
     fn after_a_long_pause_everything_is_forgotten() {
         let start = Instant::now();
-        let guard = ReplayGuard::new(10, start);
-        guard.check(&digest(b"old"), start);
-        guard.check(&digest(b"new"), start + WINDOW + Duration::from_secs(1));
+        let guard = ReplayGuard::new(10, 1.0, start);
+        guard.check(&digest(b"old"), anyone(), start);
+        guard.check(
+            &digest(b"new"),
+            anyone(),
+            start + WINDOW + Duration::from_secs(1),
+        );
         assert_eq!(guard.len(), 2);
-        guard.check(&digest(b"x"), start + 4 * WINDOW);
+        guard.check(&digest(b"x"), anyone(), start + 4 * WINDOW);
         assert_eq!(guard.len(), 1);
     }
 }

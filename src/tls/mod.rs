@@ -18,9 +18,11 @@ pub mod ocsp_fetch;
 pub mod selfsigned;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::Context as _;
+use boring::ex_data::Index;
 use boring::nid::Nid;
 use boring::pkey::PKey;
 use boring::ssl::{
@@ -517,16 +519,23 @@ fn client_prefers_chacha(hello: &ClientHello<'_>) -> bool {
         .is_some_and(|id| id == CHACHA20_POLY1305_SHA256)
 }
 
+/// The client's address on each connection (set by [`ServerTls::new_ssl`]).
+static CLIENT_ADDRESS: LazyLock<Index<Ssl, IpAddr>> =
+    LazyLock::new(|| Ssl::new_ex_index().expect("an SSL ex_data index"));
+
 /// The anti-replay check for a ClientHello that offers 0-RTT with a PSK (without a PSK
 /// there is no resumption, and BoringSSL refuses the early data itself).
 fn early_data_check(hello: &ClientHello<'_>, sessions: &Sessions) -> Option<EarlyDataCheck> {
     hello.get_extension(ExtensionType::EARLY_DATA)?;
     let pre_shared_key = hello.get_extension(ExtensionType::PRE_SHARED_KEY)?;
-    Some(sessions.check_early_data(pre_shared_key))
+    let client = hello.ssl().ex_data(*CLIENT_ADDRESS).copied();
+    let client = client.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    Some(sessions.check_early_data(pre_shared_key, client))
 }
 
-/// Whether the verdict refuses 0-RTT: seen before (a replay), the memory full, Redis
-/// silent, or a process too young to know what its predecessor saw. Counted here, as a replayed handshake may never complete.
+/// Whether the verdict refuses 0-RTT: seen before (a replay), the memory or the client's
+/// share of it full, Redis silent, or a process too young to know what its predecessor
+/// saw. Counted here, as a replayed handshake may never complete.
 fn early_data_refused(verdict: Verdict) -> bool {
     if verdict == Verdict::Fresh {
         return false;
@@ -752,8 +761,11 @@ impl ServerTls {
         self.profiles.index(sni)
     }
 
-    pub fn new_ssl(&self) -> anyhow::Result<Ssl> {
-        Ok(Ssl::new(&self.base)?)
+    /// A connection object for a client at `client`.
+    pub fn new_ssl(&self, client: IpAddr) -> anyhow::Result<Ssl> {
+        let mut ssl = Ssl::new(&self.base)?;
+        ssl.set_ex_data(*CLIENT_ADDRESS, client);
+        Ok(ssl)
     }
 }
 
