@@ -289,10 +289,14 @@ impl From<Spanned<PathBuf>> for CrlFile {
 }
 
 impl CrlFile {
-    pub fn crls(&self) -> &crate::tls::crl::Crls {
-        self.crls
-            .as_deref()
-            .expect("a validated configuration has read its CRL files")
+    /// The CRLs read when the configuration was validated.
+    pub fn crls(&self) -> anyhow::Result<&crate::tls::crl::Crls> {
+        self.crls.as_deref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "client_crl {} was not read (configuration not validated)",
+                self.path.get_ref().display()
+            )
+        })
     }
 }
 
@@ -564,10 +568,20 @@ fn check_backends(map: &SourceMap<'_>, backends: &Spanned<Vec<String>>) -> Resul
     Ok(())
 }
 
-impl Config {
-    /// The keys that shape the process itself and so take effect only at a restart, among
-    /// those `new` changes.
-    pub fn restart_only_changes(&self, new: &Config) -> Vec<&'static str> {
+/// The settings that shape the process itself: applied at start only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessSettings {
+    workers: Option<usize>,
+    pin_workers: bool,
+    max_connections: usize,
+    drain_timeout: Duration,
+    log_level: String,
+    admin: AdminConfig,
+}
+
+impl ProcessSettings {
+    /// The keys whose values differ in `new` (a reload cannot apply them).
+    pub fn changed_keys(&self, new: &ProcessSettings) -> Vec<&'static str> {
         let changed = [
             ("workers", self.workers != new.workers),
             ("pin_workers", self.pin_workers != new.pin_workers),
@@ -576,13 +590,26 @@ impl Config {
                 self.max_connections != new.max_connections,
             ),
             ("drain_timeout", self.drain_timeout != new.drain_timeout),
-            ("log.level", self.log.level != new.log.level),
+            ("log.level", self.log_level != new.log_level),
             ("[admin]", self.admin != new.admin),
         ];
         changed
             .into_iter()
             .filter_map(|(key, changed)| changed.then_some(key))
             .collect()
+    }
+}
+
+impl Config {
+    pub fn process_settings(&self) -> ProcessSettings {
+        ProcessSettings {
+            workers: self.workers,
+            pin_workers: self.pin_workers,
+            max_connections: self.max_connections,
+            drain_timeout: self.drain_timeout,
+            log_level: self.log.level.clone(),
+            admin: self.admin.clone(),
+        }
     }
 
     /// Parses and checks a configuration text; `file` is only used in messages.

@@ -20,7 +20,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 
-use crate::config::{Config, ListenerConfig, BUILTIN_BACKEND};
+use crate::config::{Config, ListenerConfig, ProcessSettings, BUILTIN_BACKEND};
 use crate::offload::OffloadSettings;
 use crate::proxy::pool::BackendPool;
 use crate::session::Sessions;
@@ -45,6 +45,8 @@ impl ListenerState {
 /// from the configuration (its accept loops then end).
 pub struct Listener {
     pub address: SocketAddr,
+    /// Its per-worker connection limit, fixed when it opened.
+    pub max_connections: usize,
     pub state: ArcSwap<ListenerState>,
     pub closed: watch::Sender<bool>,
 }
@@ -53,6 +55,7 @@ impl Listener {
     fn new(state: Arc<ListenerState>) -> Arc<Listener> {
         Arc::new(Listener {
             address: state.config.address(),
+            max_connections: state.config.max_connections,
             state: ArcSwap::new(state),
             closed: watch::Sender::new(false),
         })
@@ -232,6 +235,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         None
     };
     let sessions = Sessions::new(&config.session)?;
+    sessions.start_background();
     crate::tls::ocsp_fetch::configure(&config.ocsp);
     let states = build_states(&config, builtin, &sessions)?;
     let early_data = config.listeners.iter().any(|l| *l.early_data.get_ref());
@@ -292,7 +296,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
 
     let mut running = Running {
         source,
-        started_with: config.clone(),
+        started_with: config.process_settings(),
         listeners,
         workers: commands,
         shared,
@@ -363,7 +367,7 @@ fn open(
 /// What the main thread keeps while serving, to apply reloads.
 struct Running {
     source: ConfigSource,
-    started_with: Config,
+    started_with: ProcessSettings,
     listeners: Vec<Arc<Listener>>,
     /// Each worker's command channel.
     workers: Vec<UnboundedSender<worker::Command>>,
@@ -405,9 +409,16 @@ impl Running {
         crate::tls::ocsp_fetch::configure(&new.ocsp);
         self.sessions.reload(&new.session)?;
 
+        let mut unapplied = self.started_with.changed_keys(&new.process_settings());
         self.listeners.retain(|listener| {
             match fresh.iter().find(|s| s.config.address() == listener.address) {
                 Some(state) => {
+                    let limit = "[[listener]] max_connections";
+                    if state.config.max_connections != listener.max_connections
+                        && !unapplied.contains(&limit)
+                    {
+                        unapplied.push(limit);
+                    }
                     listener.state.store(state.clone());
                     true
                 }
@@ -429,7 +440,6 @@ impl Running {
         let _ = self
             .settings
             .send(OffloadSettings::from_config(&new.engine));
-        let unapplied = self.started_with.restart_only_changes(&new);
         if !unapplied.is_empty() {
             tracing::warn!(keys = ?unapplied, "changed keys take effect at the next restart");
         }

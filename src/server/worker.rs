@@ -78,7 +78,7 @@ impl Worker {
                 let _ = shutdown.wait_for(|stop| *stop).await;
                 break;
             };
-            let max_connections = listener.state.load().config.max_connections;
+            let max_connections = listener.max_connections;
             let limit = Arc::new(Semaphore::new(max_connections));
             limits.push((limit.clone(), max_connections));
             match TcpListener::from_std(socket) {

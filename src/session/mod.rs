@@ -137,6 +137,10 @@ impl SessionConfig {
                 self.ticket_key_file.is_none(),
                 "[session] redis_ticket_keys and ticket_key_file exclude each other"
             );
+            anyhow::ensure!(
+                self.ticket_rotation.subsec_nanos() == 0 && self.ticket_rotation.as_secs() >= 1,
+                "[session] with redis_ticket_keys, ticket_rotation must be whole seconds"
+            );
             // Every process reads the keys of all epochs that may still decrypt.
             anyhow::ensure!(
                 self.ticket_grace <= self.ticket_rotation * MAX_SHARED_EPOCHS,
@@ -289,8 +293,20 @@ impl Sessions {
                 key_sync: Mutex::new(None),
             }),
         };
-        sessions.restart_key_sync(config);
         Ok(sessions)
+    }
+
+    /// Starts the background work of a serving process: with `redis_ticket_keys`, the task
+    /// that keeps the fleet's ticket keys (it writes to Redis, so `serve --check` does not
+    /// start it).
+    pub fn start_background(&self) {
+        let config = self
+            .inner
+            .config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.restart_key_sync(&config);
     }
 
     /// Stops the Redis ticket-key task, and starts a new one if `config` shares keys
@@ -308,11 +324,13 @@ impl Sessions {
             return;
         };
         let tickets = self.inner.tickets.clone();
-        let mut installed: Option<Vec<u64>> = None;
+        let (rotation, grace) = (config.ticket_rotation, config.ticket_grace);
+        // Epoch and key name of the shared keys last installed.
+        let mut installed: Vec<(u64, [u8; 16])> = Vec::new();
         let mut failing = false;
         *sync = Some(redis.sync_ticket_keys(
-            config.ticket_rotation,
-            config.ticket_grace,
+            rotation,
+            grace,
             move |outcome| {
                 METRICS
                     .redis
@@ -328,14 +346,26 @@ impl Sessions {
                     }
                 };
                 failing = false;
-                let epochs: Vec<u64> = keys.iter().map(|k| k.epoch).collect();
+                let mut seen: Vec<(u64, [u8; 16])> =
+                    keys.iter().map(|k| (k.epoch, k.key.name)).collect();
+                seen.sort_unstable();
                 let unix_now = std::time::SystemTime::now()
                     .duration_since(std::time::SystemTime::UNIX_EPOCH)
                     .unwrap_or_default();
-                match tickets.install_shared(keys, Instant::now(), unix_now) {
-                    Ok(()) if installed.as_ref() != Some(&epochs) => {
+                match tickets.install_shared(keys, (rotation, grace), Instant::now(), unix_now) {
+                    Ok(()) if installed != seen => {
+                        let replaced = seen.iter().filter(|(epoch, name)| {
+                            installed.iter().any(|(e, n)| e == epoch && n != name)
+                        });
+                        for (epoch, _) in replaced {
+                            // Redis lost a key (flush, failover without persistence) and a
+                            // process made another: tickets under the lost one no longer
+                            // resume anywhere but where it is still known.
+                            tracing::warn!(epoch, "the shared ticket key of this epoch changed in Redis");
+                        }
+                        let epochs: Vec<u64> = seen.iter().map(|(epoch, _)| *epoch).collect();
                         tracing::info!(epochs = ?epochs, "ticket keys in use: shared through Redis");
-                        installed = Some(epochs);
+                        installed = seen;
                     }
                     Ok(()) => {}
                     Err(err) => tracing::warn!(error = %err, "shared session ticket keys not installed"),
@@ -350,16 +380,15 @@ impl Sessions {
     pub fn reload(&self, config: &SessionConfig) -> anyhow::Result<()> {
         config.validate()?;
         let inner = &self.inner;
-        let redis_changed = {
+        let (redis_changed, key_sync_changed) = {
             let current = inner.config.lock().unwrap_or_else(|e| e.into_inner());
+            let redis =
+                |c: &SessionConfig| (c.redis_url.clone(), c.redis_prefix.clone(), c.redis_timeout);
+            let sync = |c: &SessionConfig| (c.redis_ticket_keys, c.ticket_rotation, c.ticket_grace);
+            let redis_changed = redis(&current) != redis(config);
             (
-                &current.redis_url,
-                &current.redis_prefix,
-                current.redis_timeout,
-            ) != (
-                &config.redis_url,
-                &config.redis_prefix,
-                config.redis_timeout,
+                redis_changed,
+                redis_changed || sync(&current) != sync(config),
             )
         };
         let redis = match (&config.redis_url, redis_changed) {
@@ -392,7 +421,9 @@ impl Sessions {
         );
         *inner.config.lock().unwrap_or_else(|e| e.into_inner()) = config.clone();
         TICKET_KEYS.store(Some(inner.tickets.clone()));
-        self.restart_key_sync(config);
+        if key_sync_changed {
+            self.restart_key_sync(config);
+        }
         Ok(())
     }
 
@@ -453,8 +484,8 @@ impl Sessions {
         let redis = match (local, self.inner.redis.load_full()) {
             (Verdict::Fresh, Some(redis)) => redis,
             (Verdict::Fresh, None)
-                if self.tickets_may_predate_process()
-                    && !self.inner.replay.remembers_a_full_window(now) =>
+                if !self.inner.replay.remembers_a_full_window(now)
+                    && self.tickets_may_predate_process() =>
             {
                 return EarlyDataCheck::Now(Verdict::JustStarted)
             }

@@ -63,12 +63,30 @@ fn runtime() -> anyhow::Result<Handle> {
     Ok(HANDLE.get_or_init(|| handle).clone())
 }
 
+/// A connection (made on first use, remade after failures) whose requests fail after
+/// `timeout`.
+fn connect(
+    handle: &Handle,
+    client: &redis::Client,
+    timeout: Duration,
+) -> redis::RedisResult<ConnectionManager> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout.max(Duration::from_millis(200))))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_secs(1));
+    let _entered = handle.enter();
+    ConnectionManager::new_lazy_with_config(client.clone(), config)
+}
+
 /// A lookup in flight: the serialized session, if Redis has it.
 pub type PendingGet = JoinHandle<Outcome<Option<Vec<u8>>>>;
 /// A claim in flight: whether this process was first.
 pub type PendingClaim = JoinHandle<Outcome<bool>>;
 
 pub struct RedisStore {
+    client: redis::Client,
     prefix: String,
     timeout: Duration,
     handle: Handle,
@@ -90,18 +108,10 @@ impl RedisStore {
         let client =
             redis::Client::open(url).with_context(|| format!("invalid redis_url `{url}`"))?;
         let handle = runtime()?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout.max(Duration::from_millis(200))))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_secs(1));
-        let connection = {
-            let _entered = handle.enter();
-            ConnectionManager::new_lazy_with_config(client, config)
-                .with_context(|| format!("cannot set up Redis at `{url}`"))?
-        };
+        let connection = connect(&handle, &client, timeout)
+            .with_context(|| format!("cannot set up Redis at `{url}`"))?;
         Ok(RedisStore {
+            client,
             prefix: prefix.to_string(),
             timeout,
             handle,
@@ -211,8 +221,17 @@ impl RedisStore {
         mut report: impl FnMut(Outcome<Vec<SharedKey>>) + Send + 'static,
     ) -> AbortHandle {
         let prefix = format!("{}ticket_key:{}:", self.prefix, rotation.as_secs().max(1));
-        let mut connection = self.connection.clone();
+        // Its own connection: handshakes' requests must fail after `redis_timeout`, this
+        // one (off the handshake path, reading up to a thousand keys) may take longer.
         let timeout = self.timeout.max(Duration::from_secs(1));
+        let mut connection = match connect(&self.handle, &self.client, timeout) {
+            Ok(connection) => connection,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot set up the Redis connection for ticket keys");
+                report(Outcome::Error);
+                return self.handle.spawn(async {}).abort_handle();
+            }
+        };
         let refresh = (rotation / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let task = self.handle.spawn(async move {
             loop {

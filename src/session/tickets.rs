@@ -5,7 +5,7 @@
 //! every worker thread) reads it without taking a lock; rotation and reloads publish a new
 //! ring.
 //!
-//! Two sources of keys:
+//! Three sources of keys:
 //! * a key file (`ticket_key_file`): base64 lines of 80 bytes each, the last line encrypts and
 //!   every line decrypts; re-read on SIGHUP. Several machines with the same file resume each
 //!   other's tickets.
@@ -80,9 +80,9 @@ pub fn hex(bytes: &[u8]) -> String {
 #[derive(Debug, Clone)]
 pub struct RingKey {
     pub key: TicketKey,
-    /// After this instant the key no longer encrypts (in-memory keys only).
+    /// After this instant the key no longer encrypts (none: keys from a file).
     pub encrypt_until: Option<Instant>,
-    /// After this instant the key no longer decrypts (in-memory keys only).
+    /// After this instant the key no longer decrypts (none: keys from a file).
     pub decrypt_until: Option<Instant>,
 }
 
@@ -316,7 +316,22 @@ impl TicketKeys {
             KeySource::File(path) => {
                 let keys = read_key_file(path)?;
                 let count = keys.len();
-                self.ring.store(Arc::new(KeyRing::from_file_keys(keys)));
+                let mut ring = KeyRing::from_file_keys(keys);
+                if let KeySource::Memory { grace, .. } | KeySource::Redis { grace, .. } = *current {
+                    // Coming to a key file: the keys used so far decrypt for the grace
+                    // period. (Lines removed from a file are dropped at once: that is how
+                    // an operator withdraws a key.)
+                    let mut keys = retired(&self.ring.load(), now, grace);
+                    keys.retain(|k| ring.keys.iter().all(|f| f.key.name != k.key.name));
+                    let first_file = keys.len();
+                    keys.append(&mut ring.keys);
+                    ring = KeyRing {
+                        encrypt: keys.len() - 1,
+                        keys,
+                    };
+                    debug_assert!(first_file < ring.keys.len());
+                }
+                self.ring.store(Arc::new(ring));
                 tracing::info!(file = %path.display(), keys = count, "session ticket keys loaded");
             }
             KeySource::Memory { rotation, grace } => {
@@ -339,13 +354,16 @@ impl TicketKeys {
         Ok(())
     }
 
-    /// Installs the keys fetched from Redis (`shared`, any order). Keys of the ring that are
-    /// not among them (this process's own, a key file's, shared ones gone from Redis) stop
-    /// encrypting and keep decrypting for at most `grace`. `unix_now` is the wall clock at
-    /// `now`: epochs are wall-clock times, common to the fleet.
+    /// Installs the keys fetched from Redis (`shared`, any order) for epochs of
+    /// `(rotation, grace)`. Keys of the ring that are not among them (this process's own, a
+    /// key file's, shared ones gone from Redis) stop encrypting and keep decrypting for at
+    /// most `grace`. `unix_now` is the wall clock at `now`: epochs are wall-clock times,
+    /// common to the fleet. A batch fetched for other settings (a reload raced it) is
+    /// refused.
     pub fn install_shared(
         &self,
         mut shared: Vec<SharedKey>,
+        fetched_for: (Duration, Duration),
         now: Instant,
         unix_now: Duration,
     ) -> anyhow::Result<()> {
@@ -353,6 +371,10 @@ impl TicketKeys {
         let KeySource::Redis { rotation, grace } = *source else {
             anyhow::bail!("ticket keys are not taken from Redis now");
         };
+        anyhow::ensure!(
+            fetched_for == (rotation, grace),
+            "keys fetched for another rotation or grace"
+        );
         anyhow::ensure!(!shared.is_empty(), "no shared ticket key");
         shared.sort_by_key(|k| k.epoch);
         let r = rotation.as_secs().max(1);
@@ -380,17 +402,21 @@ impl TicketKeys {
             now,
             grace,
         );
-        let first_shared = keys.len();
-        keys.extend(shared.into_iter().map(|k| RingKey {
-            key: k.key.clone(),
-            encrypt_until: Some(at((k.epoch + 1) * r)),
-            decrypt_until: Some(at((k.epoch + 1) * r) + grace),
-        }));
-        keys.retain(|k| k.decrypt_until.is_none_or(|until| now < until));
+        // `retired` keeps only keys that still decrypt; so must the shared ones.
+        let shared_from = keys.len();
+        keys.extend(
+            shared
+                .into_iter()
+                .map(|k| RingKey {
+                    key: k.key.clone(),
+                    encrypt_until: Some(at((k.epoch + 1) * r)),
+                    decrypt_until: Some(at((k.epoch + 1) * r) + grace),
+                })
+                .filter(|k| k.decrypt_until.is_some_and(|until| now < until)),
+        );
         // The key of the current epoch encrypts; failing that, the newest key that still
         // may (an epoch missing in Redis), else this process's own (a fresh one comes with
         // the next ticket).
-        let shared_from = first_shared.min(keys.len());
         let encrypt = (shared_from..keys.len())
             .find(|&i| {
                 let until = keys[i].encrypt_until.expect("shared keys have an end");
@@ -530,12 +556,14 @@ mod tests {
         let own = keys.ring().encrypting().key.name;
         // The wall clock is 20 s into epoch 10 (1000..1100 s).
         let unix = Duration::from_secs(1020);
-        keys.install_shared(
-            vec![shared(11, 2), shared(9, 1), shared(10, 3)],
-            start,
-            unix,
-        )
-        .unwrap();
+        let batch = vec![shared(11, 2), shared(9, 1), shared(10, 3)];
+        keys.install_shared(batch, (rotation, grace), start, unix)
+            .unwrap();
+        // A batch fetched for other settings (a reload raced the fetch) is refused.
+        let stale = vec![shared(1020, 7)];
+        assert!(keys
+            .install_shared(stale, (Duration::from_secs(1), grace), start, unix)
+            .is_err());
         let ring = keys.ring_for_encrypt(start);
         assert_eq!(ring.encrypting().key.name, [3; 16], "epoch 10 encrypts");
         assert!(
@@ -576,8 +604,13 @@ mod tests {
 
         // When Redis answers again, the shared key encrypts and the own one retires.
         let unix = Duration::from_secs(1200);
-        keys.install_shared(vec![shared(12, 4), shared(11, 2)], t, unix)
-            .unwrap();
+        keys.install_shared(
+            vec![shared(12, 4), shared(11, 2)],
+            (rotation, grace),
+            t,
+            unix,
+        )
+        .unwrap();
         let ring = keys.ring_for_encrypt(t);
         assert_eq!(ring.encrypting().key.name, [4; 16]);
         assert!(matches!(ring.lookup(&fresh, t), Lookup::Old(_)));
@@ -586,16 +619,34 @@ mod tests {
     #[test]
     fn shared_keys_are_refused_unless_the_source_is_redis() {
         let now = Instant::now();
-        let source = KeySource::Memory {
-            rotation: Duration::from_secs(10),
-            grace: Duration::from_secs(10),
-        };
-        let keys = TicketKeys::new(source, now).unwrap();
+        let (rotation, grace) = (Duration::from_secs(10), Duration::from_secs(10));
+        let keys = TicketKeys::new(KeySource::Memory { rotation, grace }, now).unwrap();
         let before = keys.ring().encrypting().key.name;
         assert!(keys
-            .install_shared(vec![shared(1, 1)], now, Duration::from_secs(15))
+            .install_shared(
+                vec![shared(1, 1)],
+                (rotation, grace),
+                now,
+                Duration::from_secs(15)
+            )
             .is_err());
         assert_eq!(keys.ring().encrypting().key.name, before);
+    }
+
+    #[test]
+    fn keys_in_use_keep_decrypting_when_a_key_file_takes_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        std::fs::write(&path, line(&[7u8; 80])).unwrap();
+        let now = Instant::now();
+        let (rotation, grace) = (Duration::from_secs(10), Duration::from_secs(5));
+        let keys = TicketKeys::new(KeySource::Memory { rotation, grace }, now).unwrap();
+        let own = keys.ring().encrypting().key.name;
+        keys.reconfigure(KeySource::File(path), now).unwrap();
+        let ring = keys.ring_for_encrypt(now);
+        assert_eq!(ring.encrypting().key.name, [7u8; 16]);
+        assert!(matches!(ring.lookup(&own, now), Lookup::Old(_)));
+        assert_eq!(ring.lookup(&own, now + grace), Lookup::Unknown);
     }
 
     #[test]

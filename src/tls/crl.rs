@@ -38,7 +38,7 @@ impl ClientStore {
         let mut digest = boring::sha::Sha256::new();
         digest.update(&pem);
         if let Some(crl) = crl {
-            let crls = crl.crls();
+            let crls = crl.crls()?;
             crls.install(&mut store, check, crl.path.get_ref())?;
             digest.update(&crls.digest);
             digest.update(&[check as u8]);
@@ -56,7 +56,8 @@ struct Crl(NonNull<boring_sys::X509_CRL>);
 
 // SAFETY: BoringSSL computes a CRL's cached extension data while decoding it, and its
 // one later change (sorting the revoked entries on first lookup) takes BoringSSL's own
-// lock; its reference count is atomic. So reading it and adding it to stores is safe from
+// lock (g_crl_sort_lock in x_crl.cc, checked in boring-sys 5.4); its reference count is
+// atomic. So reading it and adding it to stores is safe from
 // any thread, which is how verifications on every worker share the CRLs of a store.
 unsafe impl Send for Crl {}
 // SAFETY: as for Send: shared access only reads.

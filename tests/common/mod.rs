@@ -29,11 +29,17 @@ pub fn free_port() -> u16 {
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse().ok())
         .unwrap_or(32768);
-    let span = 10_000.min(ephemeral_low - 1024);
+    let span = 10_000.min(ephemeral_low.saturating_sub(1024));
+    if span < 1000 {
+        // No room below the ephemeral range: take one from the kernel.
+        let listener = StdListener::bind("127.0.0.1:0").unwrap();
+        return listener.local_addr().unwrap().port();
+    }
     let low = ephemeral_low - span;
-    // Test binaries run one after another; a per-process start keeps a port that the
-    // previous one just closed out of the way too.
-    let start = std::process::id() % span;
+    // Test binaries run one after another; a start that depends on the process keeps a
+    // port the previous one just closed out of the way, and scattering it (rather than
+    // pid % span) keeps processes with neighbouring pids apart.
+    let start = (std::process::id().wrapping_mul(7919)) % span;
     for _ in 0..span {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let port = (low + (start + n) % span) as u16;
