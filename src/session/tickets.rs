@@ -30,11 +30,13 @@ pub const KEY_FILE_ENTRY_LEN: usize = 80;
 
 /// One ticket key. Tickets are AES-256-CBC encrypted and HMAC-SHA256 authenticated (the
 /// format BoringSSL writes: name, IV, ciphertext, MAC); the name tells which key made them.
+/// The secret halves are boxed: key rings are rebuilt and their vectors grow, and moving a
+/// key then copies only pointers, so no unzeroized copy of a secret is left behind.
 #[derive(Clone)]
 pub struct TicketKey {
     pub name: [u8; 16],
-    pub hmac: [u8; 32],
-    pub aes: [u8; 32],
+    pub hmac: Box<[u8; 32]>,
+    pub aes: Box<[u8; 32]>,
 }
 
 impl TicketKey {
@@ -50,8 +52,8 @@ impl TicketKey {
     pub fn from_bytes(bytes: &[u8; KEY_FILE_ENTRY_LEN]) -> TicketKey {
         let mut key = TicketKey {
             name: [0; 16],
-            hmac: [0; 32],
-            aes: [0; 32],
+            hmac: Box::new([0; 32]),
+            aes: Box::new([0; 32]),
         };
         key.name.copy_from_slice(&bytes[..16]);
         key.hmac.copy_from_slice(&bytes[16..48]);
@@ -62,8 +64,8 @@ impl TicketKey {
 
 impl Drop for TicketKey {
     fn drop(&mut self) {
-        self.hmac.zeroize();
-        self.aes.zeroize();
+        self.hmac[..].zeroize();
+        self.aes[..].zeroize();
     }
 }
 
@@ -481,8 +483,8 @@ mod tests {
         let keys = parse_key_file(Path::new("k"), &text).unwrap();
         assert_eq!(keys.len(), 2);
         assert_eq!(keys[0].name, [1u8; 16]);
-        assert_eq!(keys[0].hmac, [1u8; 32]);
-        assert_eq!(keys[1].aes, [2u8; 32]);
+        assert_eq!(*keys[0].hmac, [1u8; 32]);
+        assert_eq!(*keys[1].aes, [2u8; 32]);
         let ring = KeyRing::from_file_keys(keys);
         let now = Instant::now();
         assert_eq!(ring.encrypting().key.name, [9u8; 16]);
