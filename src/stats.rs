@@ -297,7 +297,7 @@ fn render_workers(out: &mut String, view: &Snapshot, now: &Snapshot) {
     }
     workers.sort();
     out.push_str(&format!(
-        "\n{:<8}{:>12}{:>8}{:>12}{:>12}{:>10}{:>16}\n",
+        "\n{:<8}{:>12}{:>8}{:>12}{:>12}{:>10}{:>18}\n",
         "worker", "accepted", "open", "handshakes", "engine ops", "cpu s", "handshakes/cpu-s"
     ));
     for (index, labels) in workers {
@@ -310,7 +310,7 @@ fn render_workers(out: &mut String, view: &Snapshot, now: &Snapshot) {
             "-".to_string()
         };
         out.push_str(&format!(
-            "{index:<8}{:>12.0}{:>8.0}{handshakes:>12.0}{:>12.0}{cpu:>10.2}{per_cpu:>16}\n",
+            "{index:<8}{:>12.0}{:>8.0}{handshakes:>12.0}{:>12.0}{cpu:>10.2}{per_cpu:>18}\n",
             value("tlsterm_worker_connections_accepted_total"),
             now.value("tlsterm_worker_connections_active", &labels),
             value("tlsterm_worker_engine_operations_total"),
