@@ -761,6 +761,19 @@ async fn client_certificates_are_checked_against_the_crl() {
     publish_crl(d, Some("bob"), "revoked.pem", &["-crldays", "1"]);
     assert!(server.reload().contains("reloaded"));
     assert!(refused_by_s_client("bob", "localhost"));
+    // The same CRL in DER is read as well (the file name does not matter).
+    run(Command::new("openssl").args([
+        "crl",
+        "-in",
+        &p("revoked.pem"),
+        "-outform",
+        "DER",
+        "-out",
+        &p("revoked.der"),
+    ]));
+    std::fs::rename(d.join("revoked.der"), d.join("revoked.pem")).unwrap();
+    assert!(server.reload().contains("reloaded"));
+    assert!(refused_by_s_client("bob", "localhost"), "revoked, DER CRL");
     assert!(
         bob.refused(port, Some(&session)).await,
         "resumed after revocation"
