@@ -660,6 +660,14 @@ impl Config {
                 ));
             }
         }
+        // `[session]` files, like every other path, are relative to this file.
+        let session = &mut self.session;
+        for path in [&mut session.ticket_key_file, &mut session.redis_ca_file]
+            .into_iter()
+            .flatten()
+        {
+            *path = map.resolve(path);
+        }
         if let Some(0) = self.engine.batch_size {
             return Err(map.plain("key `engine.batch_size`: must be at least 1"));
         }

@@ -333,6 +333,43 @@ async fn ticket_keys_shared_through_redis() {
     assert!(client.resumes(d.port, &now_shared).await);
 }
 
+/// `rediss://`: the fleet's ticket keys travel over TLS, checked against `redis_ca_file`;
+/// a process that does not trust the server's certificate gets no keys from it.
+#[tokio::test]
+async fn ticket_keys_shared_through_redis_over_tls() {
+    let s = setup();
+    let ca_dir = s.dir.join("redis-ca");
+    std::fs::create_dir(&ca_dir).unwrap();
+    let redis = Redis::start_tls(&ca_dir);
+    let shared = "ticket keys in use: shared through Redis";
+    let session = format!(
+        "redis_ticket_keys = true\nredis_url = {:?}\nredis_ca_file = \"redis-ca/ca.pem\"\ncache = false",
+        redis.url()
+    );
+    let a = s.start("a", &session);
+    a.server.log.wait_for(shared, 0);
+    let b = s.start("b", &session);
+    b.server.log.wait_for(shared, 0);
+    let client = Client::new(SslVersion::TLS1_3);
+    let ticket = client.fresh(a.port).await;
+    assert!(
+        client.resumes(b.port, &ticket).await,
+        "B resumes A's ticket"
+    );
+
+    // The system's roots do not include the test CA: no keys, and a warning.
+    let untrusting = format!(
+        "redis_ticket_keys = true\nredis_url = {:?}\ncache = false",
+        redis.url()
+    );
+    let c = s.start("c", &untrusting);
+    c.server
+        .log
+        .wait_for("cannot read the shared session ticket keys", 0);
+    assert!(!c.server.log.contains(shared));
+    assert!(!client.resumes(c.port, &ticket).await);
+}
+
 /// In-memory keys: after a rotation, a ticket under the previous key is still accepted
 /// during the grace period, and refused (full handshake) after it.
 #[tokio::test]

@@ -71,7 +71,11 @@ pub struct SessionConfig {
     /// Serialized sessions plus bookkeeping, in bytes.
     pub cache_max_bytes: usize,
     /// e.g. "redis://127.0.0.1:6379/0": a session-ID cache shared by several processes.
+    /// "rediss://" connects with TLS (rustls).
     pub redis_url: Option<String>,
+    /// With "rediss://": PEM CA certificates the Redis server's certificate must chain to
+    /// (default: the system's roots).
+    pub redis_ca_file: Option<PathBuf>,
     /// The longest a handshake waits for Redis before it goes on as a full handshake.
     #[serde(with = "humantime_serde")]
     pub redis_timeout: Duration,
@@ -101,6 +105,7 @@ impl Default for SessionConfig {
             cache_max_entries: 20_000,
             cache_max_bytes: 32 << 20,
             redis_url: None,
+            redis_ca_file: None,
             redis_timeout: Duration::from_millis(20),
             redis_prefix: "tlsterm:session:".into(),
             redis_ticket_keys: false,
@@ -127,6 +132,14 @@ impl SessionConfig {
         anyhow::ensure!(
             self.early_data_replay_client_share > 0.0 && self.early_data_replay_client_share <= 1.0,
             "[session] early_data_replay_client_share must be above 0 and at most 1"
+        );
+        let tls = self
+            .redis_url
+            .as_deref()
+            .is_some_and(|url| url.starts_with("rediss://"));
+        anyhow::ensure!(
+            self.redis_ca_file.is_none() || tls,
+            "[session] redis_ca_file needs a rediss:// redis_url"
         );
         if self.redis_ticket_keys {
             anyhow::ensure!(
@@ -157,6 +170,20 @@ impl SessionConfig {
             None if self.redis_ticket_keys => KeySource::Redis { rotation, grace },
             None => KeySource::Memory { rotation, grace },
         }
+    }
+
+    /// The Redis store `redis_url` names, if any (it connects on first use).
+    fn redis_store(&self) -> anyhow::Result<Option<Arc<RedisStore>>> {
+        let Some(url) = &self.redis_url else {
+            return Ok(None);
+        };
+        let store = RedisStore::new(
+            url,
+            self.redis_ca_file.as_deref(),
+            &self.redis_prefix,
+            self.redis_timeout,
+        )?;
+        Ok(Some(Arc::new(store)))
     }
 
     fn cache_bounds(&self) -> (usize, usize) {
@@ -268,14 +295,7 @@ impl Sessions {
         config.validate()?;
         let tickets = Arc::new(TicketKeys::new(config.key_source(), Instant::now())?);
         let (entries, bytes) = config.cache_bounds();
-        let redis = match &config.redis_url {
-            Some(url) => Some(Arc::new(RedisStore::new(
-                url,
-                &config.redis_prefix,
-                config.redis_timeout,
-            )?)),
-            None => None,
-        };
+        let redis = config.redis_store()?;
         TICKET_KEYS.store(Some(tickets.clone()));
         LazyLock::force(&METRICS);
         let sessions = Sessions {
@@ -382,8 +402,16 @@ impl Sessions {
         let inner = &self.inner;
         let (redis_changed, key_sync_changed) = {
             let current = inner.config.lock().unwrap_or_else(|e| e.into_inner());
-            let redis =
-                |c: &SessionConfig| (c.redis_url.clone(), c.redis_prefix.clone(), c.redis_timeout);
+            let redis = |c: &SessionConfig| {
+                let SessionConfig {
+                    redis_url,
+                    redis_ca_file,
+                    redis_prefix,
+                    redis_timeout,
+                    ..
+                } = c.clone();
+                (redis_url, redis_ca_file, redis_prefix, redis_timeout)
+            };
             let sync = |c: &SessionConfig| (c.redis_ticket_keys, c.ticket_rotation, c.ticket_grace);
             let redis_changed = redis(&current) != redis(config);
             (
@@ -391,14 +419,9 @@ impl Sessions {
                 redis_changed || sync(&current) != sync(config),
             )
         };
-        let redis = match (&config.redis_url, redis_changed) {
-            (Some(url), true) => Some(Some(Arc::new(RedisStore::new(
-                url,
-                &config.redis_prefix,
-                config.redis_timeout,
-            )?))),
-            (None, true) => Some(None),
-            (_, false) => None,
+        let redis = match redis_changed {
+            true => Some(config.redis_store()?),
+            false => None,
         };
         inner
             .tickets
@@ -768,6 +791,15 @@ mod tests {
         ))
         .unwrap_err();
         assert!(err.to_string().contains("at most 1000 times"), "{err}");
+    }
+
+    #[test]
+    fn redis_ca_file_needs_a_tls_url() {
+        let parse = |text: &str| toml::from_str::<SessionConfig>(text).unwrap().validate();
+        let ca = "redis_ca_file = \"ca.pem\"\n";
+        let err = parse(&format!("{ca}redis_url = \"redis://127.0.0.1/\"\n")).unwrap_err();
+        assert!(err.to_string().contains("needs a rediss://"), "{err}");
+        assert!(parse(&format!("{ca}redis_url = \"rediss://127.0.0.1/\"\n")).is_ok());
     }
 
     #[test]

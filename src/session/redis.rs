@@ -7,6 +7,7 @@
 //! so a slow or dead Redis delays only the handshakes that asked it, and at most by
 //! `redis_timeout`, after which they go on as full handshakes.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -103,10 +104,28 @@ impl Drop for InFlight {
 }
 
 impl RedisStore {
-    /// Connects lazily: a Redis that is down at start is not an error, only misses.
-    pub fn new(url: &str, prefix: &str, timeout: Duration) -> anyhow::Result<RedisStore> {
-        let client =
-            redis::Client::open(url).with_context(|| format!("invalid redis_url `{url}`"))?;
+    /// Connects lazily: a Redis that is down at start is not an error, only misses. With
+    /// a "rediss://" URL, `ca` (PEM) holds the roots its certificate must chain to (else
+    /// the system's roots).
+    pub fn new(
+        url: &str,
+        ca: Option<&Path>,
+        prefix: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<RedisStore> {
+        let client = match ca {
+            Some(ca) => {
+                let roots = std::fs::read(ca)
+                    .with_context(|| format!("cannot read redis_ca_file {}", ca.display()))?;
+                let certificates = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(roots),
+                };
+                redis::Client::build_with_tls(url, certificates)
+            }
+            None => redis::Client::open(url),
+        };
+        let client = client.with_context(|| format!("invalid redis_url `{url}`"))?;
         let handle = runtime()?;
         let connection = connect(&handle, &client, timeout)
             .with_context(|| format!("cannot set up Redis at `{url}`"))?;

@@ -470,6 +470,8 @@ pub fn key_line(tag: u8) -> String {
 pub struct Redis {
     child: Child,
     pub port: u16,
+    /// Serves TLS only (`rediss://`), with `<dir>/redis.pem`, issued by `<dir>/ca.pem`.
+    tls: bool,
 }
 
 impl Redis {
@@ -479,18 +481,49 @@ impl Redis {
 
     /// A Redis on `port` (e.g. again where one was killed).
     pub fn start_on(port: u16) -> Redis {
+        Redis::spawn(port, &["--port", &port.to_string()], false)
+    }
+
+    /// A Redis that speaks TLS only, with a certificate for 127.0.0.1 issued by a CA made
+    /// in `dir` (`<dir>/ca.pem`).
+    pub fn start_tls(dir: &Path) -> Redis {
+        make_ca(dir, "Test Redis CA");
+        make_leaf(dir, "redis", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1");
+        let p = |name: &str| dir.join(name).display().to_string();
+        let port = free_port();
+        let tls = [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &p("redis.pem"),
+            "--tls-key-file",
+            &p("redis.key"),
+            "--tls-auth-clients",
+            "no",
+        ];
+        Redis::spawn(port, &tls, true)
+    }
+
+    fn spawn(port: u16, listen: &[&str], tls: bool) -> Redis {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
+            .args(listen)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server runs (apt-get install redis-server; scripts/setup.sh)");
-        let redis = Redis { child, port };
+        let redis = Redis { child, port, tls };
         // Ready when it answers PING.
         let deadline = Instant::now() + DEADLINE;
         loop {
-            if redis.ping() {
+            // Over TLS, listening is enough: the test's own client speaks plaintext only.
+            let ready = match tls {
+                true => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+                false => redis.ping(),
+            };
+            if ready {
                 return redis;
             }
             assert!(
@@ -502,7 +535,8 @@ impl Redis {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
