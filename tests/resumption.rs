@@ -1,6 +1,6 @@
 //! Session resumption end to end (issue 6): tickets shared through a key file, in-memory key
-//! rotation with a grace period, session IDs shared through a real Redis, Redis dying under
-//! load, the session cache bound. The client is BoringSSL in-process, with its own session
+//! rotation with a grace period, session IDs and ticket keys shared through a real Redis
+//! (plain and TLS), Redis dying under load, the session cache bound. The client is BoringSSL in-process, with its own session
 //! capture (the common `tls_connect` does not resume).
 
 mod common;
@@ -159,6 +159,18 @@ impl Setup {
     }
 }
 
+/// What a process logs once it uses the ticket keys it read from Redis.
+const SHARED_KEYS: &str = "ticket keys in use: shared through Redis";
+
+impl Setup {
+    /// Starts a process with `redis_ticket_keys` and waits until it uses the shared keys.
+    fn start_sharing_keys(&self, name: &str, session: &str) -> Instance {
+        let instance = self.start(name, session);
+        instance.server.log.wait_for(SHARED_KEYS, 0);
+        instance
+    }
+}
+
 impl Instance {
     /// Sum of the samples of `name` whose labels contain `labels` (e.g. `result="redis"`).
     fn metric(&self, name: &str, labels: &str) -> f64 {
@@ -278,15 +290,12 @@ async fn tickets_from_a_shared_key_file_resume_on_another_process() {
 async fn ticket_keys_shared_through_redis() {
     let s = setup();
     let redis = Redis::start();
-    let shared = "ticket keys in use: shared through Redis";
     let session = format!(
         "redis_ticket_keys = true\nredis_url = {:?}\ncache = false",
         redis.url()
     );
-    let a = s.start("a", &session);
-    a.server.log.wait_for(shared, 0);
-    let b = s.start("b", &session);
-    b.server.log.wait_for(shared, 0);
+    let a = s.start_sharing_keys("a", &session);
+    let b = s.start_sharing_keys("b", &session);
     for version in [SslVersion::TLS1_3, SslVersion::TLS1_2] {
         let client = Client::new(version);
         let session = client.fresh(a.port).await;
@@ -300,8 +309,7 @@ async fn ticket_keys_shared_through_redis() {
 
     // A restart: the keys are in Redis, not in the process.
     drop(a);
-    let a = s.start("a", &session);
-    a.server.log.wait_for(shared, 0);
+    let a = s.start_sharing_keys("a", &session);
     assert!(client.resumes(a.port, &from_b).await);
     let syncs = "op=\"ticket_keys\",result=\"ok\"";
     assert!(a.metric("tlsterm_session_redis_operations_total", syncs) >= 1.0);
@@ -321,15 +329,14 @@ async fn ticket_keys_shared_through_redis() {
     let own = client.fresh(c.port).await;
     assert!(client.resumes(c.port, &own).await, "c's own keys work");
     let _up = Redis::start_on(port);
-    c.server.log.wait_for(shared, 0);
+    c.server.log.wait_for(SHARED_KEYS, 0);
     assert!(
         client.resumes(c.port, &own).await,
         "the own key still decrypts"
     );
     // c's new tickets are under the fleet's key: another process of that Redis resumes them.
     let now_shared = client.fresh(c.port).await;
-    let d = s.start("d", &session);
-    d.server.log.wait_for(shared, 0);
+    let d = s.start_sharing_keys("d", &session);
     assert!(client.resumes(d.port, &now_shared).await);
 }
 
@@ -341,15 +348,12 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     let ca_dir = s.dir.join("redis-ca");
     std::fs::create_dir(&ca_dir).unwrap();
     let redis = Redis::start_tls(&ca_dir);
-    let shared = "ticket keys in use: shared through Redis";
     let session = format!(
         "redis_ticket_keys = true\nredis_url = {:?}\nredis_ca_file = \"redis-ca/ca.pem\"\ncache = false",
         redis.url()
     );
-    let a = s.start("a", &session);
-    a.server.log.wait_for(shared, 0);
-    let b = s.start("b", &session);
-    b.server.log.wait_for(shared, 0);
+    let a = s.start_sharing_keys("a", &session);
+    let b = s.start_sharing_keys("b", &session);
     let client = Client::new(SslVersion::TLS1_3);
     let ticket = client.fresh(a.port).await;
     assert!(
@@ -366,7 +370,7 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     c.server
         .log
         .wait_for("cannot read the shared session ticket keys", 0);
-    assert!(!c.server.log.contains(shared));
+    assert!(!c.server.log.contains(SHARED_KEYS));
     assert!(!client.resumes(c.port, &ticket).await);
 }
 
