@@ -585,6 +585,54 @@ async fn sighup_opens_and_closes_listeners() {
     assert!(warning.contains("max_connections"), "{warning}");
 }
 
+/// Connections the kernel had completed on a listener that a reload removes (waiting in its
+/// accept queue) are served, not reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_listener_serves_its_accept_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = format!("[admin]\naddress = \"127.0.0.1:{}\"\n", free_port());
+    let listener = |port: u16| {
+        format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nmax_connections = 1")
+    };
+    // One worker whose listener takes one connection at a time.
+    let write = |port: u16| {
+        let config = write_config(dir.path(), &header, &[listener(port)]);
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, text.replace("workers = 2", "workers = 1")).unwrap();
+        config
+    };
+    let (a, b) = (free_port(), free_port());
+    let server = Server::start(&write(a));
+    let mut first = tls_connect(a, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    assert!(!http_get(&mut first, "/").await.unwrap().is_empty());
+    // Connected as far as its client can tell, but waiting in the accept queue.
+    let queued = tokio::net::TcpStream::connect(("127.0.0.1", a))
+        .await
+        .unwrap();
+
+    write(b);
+    assert!(server.reload().contains("reloaded"));
+    server
+        .log
+        .wait_for("serving the connections waiting in its accept queue", 0);
+    drop(first);
+    let mut connector = boring::ssl::SslConnector::builder(boring::ssl::SslMethod::tls()).unwrap();
+    connector.set_verify(boring::ssl::SslVerifyMode::NONE);
+    let config = connector.build().configure().unwrap();
+    let handshake = tokio_boring::connect(config, "localhost", queued);
+    let mut tls = tokio::time::timeout(DEADLINE, handshake)
+        .await
+        .unwrap()
+        .expect("the queued connection is served");
+    assert_eq!(http_get(&mut tls, "/bytes/10").await.unwrap().len(), 10);
+    // Then the socket is closed.
+    assert!(tokio::net::TcpStream::connect(("127.0.0.1", a))
+        .await
+        .is_err());
+}
+
 /// The commented reference configuration stays a valid configuration.
 #[test]
 fn example_config_is_valid() {

@@ -1,12 +1,15 @@
 //! One worker: a thread, a single-threaded runtime, one listening socket per listener,
 //! handed to it by the main thread at start and when a reload opens a listener.
 
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::LocalSet;
 
 use super::{conn, Listener, Shared};
@@ -114,51 +117,49 @@ impl Worker {
     }
 }
 
+/// Why an accept loop ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Shutdown,
+    /// A reload removed the listener.
+    Closed,
+}
+
 /// Accepts connections for `listener` until it is closed or the server stops; dropping
-/// `socket` then closes this worker's listening socket.
+/// `socket` then closes this worker's listening socket. A closed listener first serves the
+/// connections already waiting in its accept queue: for their clients they are connected.
 async fn accept_loop(
     listener: Arc<Listener>,
     socket: TcpListener,
     limit: Arc<Semaphore>,
     shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let mut closed = listener.closed.subscribe();
-    let mut stop = async move || {
+    let mut on_shutdown = shutdown.clone();
+    let mut stop = async || {
         tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => (),
-            _ = closed.wait_for(|closed| *closed) => (),
+            _ = on_shutdown.wait_for(|stop| *stop) => Stop::Shutdown,
+            _ = closed.wait_for(|closed| *closed) => Stop::Closed,
         }
     };
-    loop {
+    let why = loop {
         // At the limit, stop accepting (the kernel's backlog holds new clients) until a
         // connection closes, rather than accepting and failing.
         let permit = tokio::select! {
             permit = limit.clone().acquire_owned() => permit.expect("semaphore never closed"),
-            _ = stop() => return,
+            why = stop() => break why,
         };
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
-            _ = stop() => return,
-        };
-        // The process-wide limit, shared by every worker and listener. It is taken after
-        // accept: a worker waiting in accept() on its own SO_REUSEPORT socket must not hold
-        // a permit that a worker with a pending connection needs. At the limit each worker
-        // holds at most this one accepted connection, untouched, until a permit frees.
-        let global = tokio::select! {
-            permit = shared.connection_limit.clone().acquire_owned() => permit.expect("semaphore never closed"),
-            _ = stop() => return,
+            why = stop() => break why,
         };
         match accepted {
             Ok((stream, client)) => {
-                let state = listener.state.load_full();
-                let log = shared.log_connections.load(Ordering::Relaxed);
-                crate::metrics::record_accept();
-                tokio::task::spawn_local(async move {
-                    conn::handle(stream, client, state, log).await;
-                    crate::metrics::record_connection_end();
-                    drop((permit, global));
-                });
+                let Some(global) = global_permit(&shared, shutdown.clone()).await else {
+                    return;
+                };
+                start(&listener, &shared, stream, client, (permit, global));
             }
             Err(err) => {
                 let exhausted = matches!(
@@ -174,5 +175,96 @@ async fn accept_loop(
                 }
             }
         }
+    };
+    if why == Stop::Closed {
+        serve_accept_queue(&listener, &socket, &limit, &shared, shutdown).await;
+    }
+}
+
+/// The process-wide connection limit, shared by every worker and listener. It is taken
+/// after accept: a worker waiting in accept() on its own SO_REUSEPORT socket must not hold
+/// a permit that a worker with a pending connection needs. At the limit each worker holds
+/// at most one accepted connection, untouched, until a permit frees; only the server
+/// stopping (`None`) drops it.
+async fn global_permit(
+    shared: &Shared,
+    mut shutdown: watch::Receiver<bool>,
+) -> Option<OwnedSemaphorePermit> {
+    tokio::select! {
+        permit = shared.connection_limit.clone().acquire_owned() => Some(permit.expect("semaphore never closed")),
+        _ = shutdown.wait_for(|stop| *stop) => None,
+    }
+}
+
+/// Serves an accepted connection; `permits` (listener, process) are held until it ends.
+fn start(
+    listener: &Listener,
+    shared: &Shared,
+    stream: TcpStream,
+    client: SocketAddr,
+    permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+) {
+    let state = listener.state.load_full();
+    let log = shared.log_connections.load(Ordering::Relaxed);
+    crate::metrics::record_accept();
+    tokio::task::spawn_local(async move {
+        conn::handle(stream, client, state, log).await;
+        crate::metrics::record_connection_end();
+        drop(permits);
+    });
+}
+
+/// A removed listener's socket: serves the connections the kernel had completed when the
+/// listener closed (those that arrive while this runs are reset when the socket closes).
+async fn serve_accept_queue(
+    listener: &Listener,
+    socket: &TcpListener,
+    limit: &Arc<Semaphore>,
+    shared: &Shared,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let waiting = accept_queue_len(socket);
+    if waiting == 0 {
+        return;
+    }
+    tracing::info!(address = %listener.address, waiting, "listener closed: serving the connections waiting in its accept queue");
+    for _ in 0..waiting {
+        let permit = tokio::select! {
+            permit = limit.clone().acquire_owned() => permit.expect("semaphore never closed"),
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        // Without waiting: a client may have given up meanwhile and left the queue.
+        let accepted = std::future::poll_fn(|cx| Poll::Ready(socket.poll_accept(cx))).await;
+        let Poll::Ready(Ok((stream, client))) = accepted else {
+            return;
+        };
+        let Some(global) = global_permit(shared, shutdown.clone()).await else {
+            return;
+        };
+        start(listener, shared, stream, client, (permit, global));
+    }
+}
+
+/// Connections waiting in a listening socket's accept queue (Linux reports it as
+/// `tcpi_unacked` of TCP_INFO for a socket in LISTEN state); 0 if it cannot tell.
+fn accept_queue_len(socket: &TcpListener) -> usize {
+    // SAFETY: tcp_info is plain integers, for which all-zero bytes are a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the descriptor is a live socket owned by `socket`; getsockopt writes at most
+    // `len` bytes into `info`, a local of that size, and updates `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        info.tcpi_unacked as usize
+    } else {
+        0
     }
 }
