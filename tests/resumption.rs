@@ -347,7 +347,7 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     let s = setup();
     let ca_dir = s.dir.join("redis-ca");
     std::fs::create_dir(&ca_dir).unwrap();
-    let redis = Redis::start_tls(&ca_dir);
+    let redis = Redis::start_tls(&ca_dir, "127.0.0.1");
     let session = format!(
         "redis_ticket_keys = true\nredis_url = {:?}\nredis_ca_file = \"redis-ca/ca.pem\"\ncache = false",
         redis.url()
@@ -372,6 +372,18 @@ async fn ticket_keys_shared_through_redis_over_tls() {
         .wait_for("cannot read the shared session ticket keys", 0);
     assert!(!c.server.log.contains(SHARED_KEYS));
     assert!(!client.resumes(c.port, &ticket).await);
+
+    // A certificate from the trusted CA for another address: refused too.
+    let misnamed = Redis::start_tls(&ca_dir, "127.0.0.2");
+    let session = format!(
+        "redis_ticket_keys = true\nredis_url = {:?}\nredis_ca_file = \"redis-ca/ca.pem\"\ncache = false",
+        misnamed.url()
+    );
+    let d = s.start("d", &session);
+    d.server
+        .log
+        .wait_for("cannot read the shared session ticket keys", 0);
+    assert!(!d.server.log.contains(SHARED_KEYS));
 }
 
 /// In-memory keys: after a rotation, a ticket under the previous key is still accepted

@@ -598,6 +598,7 @@ async fn a_removed_listener_serves_its_accept_queue() {
     let write = |port: u16| {
         let config = write_config(dir.path(), &header, &[listener(port)]);
         let text = std::fs::read_to_string(&config).unwrap();
+        assert!(text.contains("workers = 2"));
         std::fs::write(&config, text.replace("workers = 2", "workers = 1")).unwrap();
         config
     };
@@ -607,10 +608,15 @@ async fn a_removed_listener_serves_its_accept_queue() {
         .await
         .unwrap();
     assert!(!http_get(&mut first, "/").await.unwrap().is_empty());
-    // Connected as far as its client can tell, but waiting in the accept queue.
-    let queued = tokio::net::TcpStream::connect(("127.0.0.1", a))
-        .await
-        .unwrap();
+    // Connected as far as their clients can tell, but waiting in the accept queue.
+    let mut queued = Vec::new();
+    for _ in 0..20 {
+        queued.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", a))
+                .await
+                .unwrap(),
+        );
+    }
 
     write(b);
     assert!(server.reload().contains("reloaded"));
@@ -620,13 +626,22 @@ async fn a_removed_listener_serves_its_accept_queue() {
     drop(first);
     let mut connector = boring::ssl::SslConnector::builder(boring::ssl::SslMethod::tls()).unwrap();
     connector.set_verify(boring::ssl::SslVerifyMode::NONE);
-    let config = connector.build().configure().unwrap();
-    let handshake = tokio_boring::connect(config, "localhost", queued);
-    let mut tls = tokio::time::timeout(DEADLINE, handshake)
-        .await
-        .unwrap()
-        .expect("the queued connection is served");
-    assert_eq!(http_get(&mut tls, "/bytes/10").await.unwrap().len(), 10);
+    let connector = connector.build();
+    // One at a time (the listener's limit), each served once the one before it closes.
+    let clients = queued.into_iter().map(|tcp| {
+        let config = connector.configure().unwrap();
+        tokio::spawn(async move {
+            let mut tls = tokio_boring::connect(config, "localhost", tcp).await?;
+            http_get(&mut tls, "/bytes/10").await
+        })
+    });
+    for client in clients.collect::<Vec<_>>() {
+        let served = tokio::time::timeout(DEADLINE, client)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(served.expect("a queued connection is served").len(), 10);
+    }
     // Then the socket is closed.
     assert!(tokio::net::TcpStream::connect(("127.0.0.1", a))
         .await

@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -177,7 +176,10 @@ async fn accept_loop(
         }
     };
     if why == Stop::Closed {
-        serve_accept_queue(&listener, &socket, &limit, &shared, shutdown).await;
+        let queue = serve_accept_queue(&listener, socket, &limit, &shared, shutdown);
+        // Waiting for permits must not keep a removed listener's socket open for long:
+        // while it is open the kernel queues new clients on it, to be reset at its close.
+        let _ = tokio::time::timeout(ACCEPT_QUEUE_DEADLINE, queue).await;
     }
 }
 
@@ -214,29 +216,51 @@ fn start(
     });
 }
 
+/// The longest a removed listener's socket stays open to serve its accept queue.
+const ACCEPT_QUEUE_DEADLINE: Duration = Duration::from_secs(5);
+
 /// A removed listener's socket: serves the connections the kernel had completed when the
 /// listener closed (those that arrive while this runs are reset when the socket closes).
 async fn serve_accept_queue(
     listener: &Listener,
-    socket: &TcpListener,
+    socket: TcpListener,
     limit: &Arc<Semaphore>,
     shared: &Shared,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let waiting = accept_queue_len(socket);
+    let waiting = accept_queue_len(&socket);
     if waiting == 0 {
         return;
     }
     tracing::info!(address = %listener.address, waiting, "listener closed: serving the connections waiting in its accept queue");
+    // Accepted directly, not through tokio: its readiness may be stale (and its task
+    // budget may run out), and that would read as an empty queue.
+    let Ok(socket) = socket.into_std() else {
+        return;
+    };
     for _ in 0..waiting {
         let permit = tokio::select! {
             permit = limit.clone().acquire_owned() => permit.expect("semaphore never closed"),
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
-        // Without waiting: a client may have given up meanwhile and left the queue.
-        let accepted = std::future::poll_fn(|cx| Poll::Ready(socket.poll_accept(cx))).await;
-        let Poll::Ready(Ok((stream, client))) = accepted else {
-            return;
+        // The socket is non-blocking: an empty queue (a client gave up) ends the loop.
+        let (stream, client) = match socket.accept() {
+            Ok(accepted) => accepted,
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(err) => {
+                tracing::debug!(error = %err, "accept failed");
+                continue;
+            }
+        };
+        let stream = match stream
+            .set_nonblocking(true)
+            .and_then(|()| TcpStream::from_std(stream))
+        {
+            Ok(stream) => stream,
+            Err(err) => {
+                tracing::debug!(error = %err, "accepted connection unusable");
+                continue;
+            }
         };
         let Some(global) = global_permit(shared, shutdown.clone()).await else {
             return;

@@ -133,14 +133,19 @@ impl SessionConfig {
             self.early_data_replay_client_share > 0.0 && self.early_data_replay_client_share <= 1.0,
             "[session] early_data_replay_client_share must be above 0 and at most 1"
         );
-        let tls = self
-            .redis_url
-            .as_deref()
-            .is_some_and(|url| url.starts_with("rediss://"));
-        anyhow::ensure!(
-            self.redis_ca_file.is_none() || tls,
-            "[session] redis_ca_file needs a rediss:// redis_url"
-        );
+        if let Some(url) = &self.redis_url {
+            anyhow::ensure!(
+                !url.contains("#insecure"),
+                "[session] redis_url: tlsterm always verifies the Redis certificate (no #insecure)"
+            );
+        }
+        if self.redis_ca_file.is_some() {
+            let client = self.redis_url.as_deref().map(::redis::Client::open);
+            anyhow::ensure!(
+                client.is_some_and(|client| client.is_ok_and(|c| redis::uses_tls(&c))),
+                "[session] redis_ca_file needs a rediss:// redis_url"
+            );
+        }
         if self.redis_ticket_keys {
             anyhow::ensure!(
                 self.redis_url.is_some(),
@@ -409,11 +414,17 @@ impl Sessions {
                     redis_prefix,
                     redis_timeout,
                     ..
-                } = c.clone();
-                (redis_url, redis_ca_file, redis_prefix, redis_timeout)
+                } = c;
+                (
+                    redis_url.clone(),
+                    redis_ca_file.clone(),
+                    redis_prefix.clone(),
+                    *redis_timeout,
+                )
             };
             let sync = |c: &SessionConfig| (c.redis_ticket_keys, c.ticket_rotation, c.ticket_grace);
-            let redis_changed = redis(&current) != redis(config);
+            // A CA file may have changed in place: reconnect with it on every reload.
+            let redis_changed = redis(&current) != redis(config) || config.redis_ca_file.is_some();
             (
                 redis_changed,
                 redis_changed || sync(&current) != sync(config),

@@ -8,7 +8,7 @@
 //! `redis_timeout`, after which they go on as full handshakes.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -34,6 +34,15 @@ pub enum Outcome<T> {
 }
 
 impl<T> Outcome<T> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        match self {
+            Outcome::Done(value) => Outcome::Done(f(value)),
+            Outcome::Timeout => Outcome::Timeout,
+            Outcome::Error => Outcome::Error,
+            Outcome::Overload => Outcome::Overload,
+        }
+    }
+
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Done(_) => "ok",
@@ -65,20 +74,62 @@ fn runtime() -> anyhow::Result<Handle> {
 }
 
 /// A connection (made on first use, remade after failures) whose requests fail after
-/// `timeout`.
+/// `timeout`. Connecting may take longer (a second at least: TCP, TLS and, for rediss://,
+/// loading the system's roots); requests never wait for it past their own timeout.
 fn connect(
     handle: &Handle,
     client: &redis::Client,
     timeout: Duration,
 ) -> redis::RedisResult<ConnectionManager> {
     let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(timeout.max(Duration::from_millis(200))))
+        .set_connection_timeout(Some(timeout.max(Duration::from_secs(1))))
         .set_response_timeout(Some(timeout))
         .set_number_of_retries(2)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_secs(1));
     let _entered = handle.enter();
     ConnectionManager::new_lazy_with_config(client.clone(), config)
+}
+
+const PEM_CERTIFICATE: &[u8] = b"-----BEGIN CERTIFICATE-----";
+
+/// Whether the client connects with TLS (rediss://).
+pub fn uses_tls(client: &redis::Client) -> bool {
+    matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    )
+}
+
+/// rustls needs a crypto provider for the process; aws-lc-rs, as the bench client uses.
+#[cfg(feature = "redis-tls")]
+fn install_tls_provider() -> anyhow::Result<()> {
+    // An error means one is installed already, which is as good.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    Ok(())
+}
+
+/// A rediss:// client whose server certificate must chain to `roots` (PEM).
+#[cfg(feature = "redis-tls")]
+fn client_with_roots(url: &str, roots: Vec<u8>) -> anyhow::Result<redis::Client> {
+    let certificates = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(roots),
+    };
+    Ok(redis::Client::build_with_tls(url, certificates)?)
+}
+
+#[cfg(not(feature = "redis-tls"))]
+const NO_TLS: &str = "this build has no TLS for Redis (feature redis-tls): use a redis:// URL";
+
+#[cfg(not(feature = "redis-tls"))]
+fn install_tls_provider() -> anyhow::Result<()> {
+    anyhow::bail!(NO_TLS)
+}
+
+#[cfg(not(feature = "redis-tls"))]
+fn client_with_roots(_url: &str, _roots: Vec<u8>) -> anyhow::Result<redis::Client> {
+    anyhow::bail!(NO_TLS)
 }
 
 /// A lookup in flight: the serialized session, if Redis has it.
@@ -93,6 +144,39 @@ pub struct RedisStore {
     handle: Handle,
     connection: ConnectionManager,
     in_flight: Arc<AtomicUsize>,
+    health: Arc<Health>,
+}
+
+/// Whether the last request failed: the log says when Redis starts failing and when it
+/// answers again, once each, not once per request.
+#[derive(Default)]
+struct Health {
+    failing: AtomicBool,
+}
+
+impl Health {
+    /// The outcome of `request`, given at most `timeout`.
+    async fn answer<T>(
+        &self,
+        op: &str,
+        timeout: Duration,
+        request: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Outcome<T> {
+        let outcome = match tokio::time::timeout(timeout, request).await {
+            Ok(Ok(value)) => Outcome::Done(value),
+            Ok(Err(err)) => {
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(op, error = %err, "Redis requests fail (sessions and 0-RTT claims go on without Redis until it answers)");
+                }
+                return Outcome::Error;
+            }
+            Err(_) => Outcome::Timeout,
+        };
+        if matches!(outcome, Outcome::Done(_)) && self.failing.swap(false, Ordering::Relaxed) {
+            tracing::info!(op, "Redis answers again");
+        }
+        outcome
+    }
 }
 
 struct InFlight(Arc<AtomicUsize>);
@@ -117,15 +201,21 @@ impl RedisStore {
             Some(ca) => {
                 let roots = std::fs::read(ca)
                     .with_context(|| format!("cannot read redis_ca_file {}", ca.display()))?;
-                let certificates = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(roots),
-                };
-                redis::Client::build_with_tls(url, certificates)
+                anyhow::ensure!(
+                    roots
+                        .windows(PEM_CERTIFICATE.len())
+                        .any(|w| w == PEM_CERTIFICATE),
+                    "redis_ca_file {} holds no PEM certificate",
+                    ca.display()
+                );
+                client_with_roots(url, roots)
             }
-            None => redis::Client::open(url),
+            None => Ok(redis::Client::open(url)?),
         };
         let client = client.with_context(|| format!("invalid redis_url `{url}`"))?;
+        if uses_tls(&client) {
+            install_tls_provider()?;
+        }
         let handle = runtime()?;
         let connection = connect(&handle, &client, timeout)
             .with_context(|| format!("cannot set up Redis at `{url}`"))?;
@@ -136,6 +226,7 @@ impl RedisStore {
             handle,
             connection,
             in_flight: Arc::new(AtomicUsize::new(0)),
+            health: Arc::default(),
         })
     }
 
@@ -156,20 +247,13 @@ impl RedisStore {
         let guard = self.admit().ok_or(Outcome::Overload)?;
         let key = self.key(id);
         let mut connection = self.connection.clone();
-        let timeout = self.timeout;
+        let (timeout, health) = (self.timeout, self.health.clone());
         Ok(self.handle.spawn(async move {
             let _guard = guard;
             let mut command = redis::cmd("GET");
             command.arg(&key);
             let request = command.query_async::<Option<Vec<u8>>>(&mut connection);
-            match tokio::time::timeout(timeout, request).await {
-                Ok(Ok(value)) => Outcome::Done(value),
-                Ok(Err(err)) => {
-                    tracing::debug!(error = %err, "redis GET failed");
-                    Outcome::Error
-                }
-                Err(_) => Outcome::Timeout,
-            }
+            health.answer("get", timeout, request).await
         }))
     }
 
@@ -179,21 +263,15 @@ impl RedisStore {
         let guard = self.admit().ok_or(Outcome::Overload)?;
         let key = format!("{}{key}", self.prefix);
         let mut connection = self.connection.clone();
-        let timeout = self.timeout;
+        let (timeout, health) = (self.timeout, self.health.clone());
         let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
         Ok(self.handle.spawn(async move {
             let _guard = guard;
             let mut command = redis::cmd("SET");
             command.arg(&key).arg(1).arg("NX").arg("PX").arg(millis);
             let request = command.query_async::<Option<String>>(&mut connection);
-            match tokio::time::timeout(timeout, request).await {
-                Ok(Ok(set)) => Outcome::Done(set.is_some()),
-                Ok(Err(err)) => {
-                    tracing::debug!(error = %err, "redis SET NX failed");
-                    Outcome::Error
-                }
-                Err(_) => Outcome::Timeout,
-            }
+            let answer = health.answer("claim", timeout, request).await;
+            answer.map(|set| set.is_some())
         }))
     }
 
@@ -211,21 +289,14 @@ impl RedisStore {
         };
         let key = self.key(id);
         let mut connection = self.connection.clone();
-        let timeout = self.timeout;
+        let (timeout, health) = (self.timeout, self.health.clone());
         let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
         self.handle.spawn(async move {
             let _guard = guard;
             let mut command = redis::cmd("SET");
             command.arg(&key).arg(der).arg("PX").arg(millis);
             let request = command.query_async::<()>(&mut connection);
-            done(match tokio::time::timeout(timeout, request).await {
-                Ok(Ok(())) => Outcome::Done(()),
-                Ok(Err(err)) => {
-                    tracing::debug!(error = %err, "redis SET failed");
-                    Outcome::Error
-                }
-                Err(_) => Outcome::Timeout,
-            });
+            done(health.answer("set", timeout, request).await);
         });
     }
 

@@ -470,7 +470,7 @@ pub fn key_line(tag: u8) -> String {
 pub struct Redis {
     child: Child,
     pub port: u16,
-    /// Serves TLS only (`rediss://`), with `<dir>/redis.pem`, issued by `<dir>/ca.pem`.
+    /// Serves TLS only (`rediss://`), with a certificate issued by `<dir>/ca.pem`.
     tls: bool,
 }
 
@@ -484,12 +484,20 @@ impl Redis {
         Redis::spawn(port, &["--port", &port.to_string()], false)
     }
 
-    /// A Redis that speaks TLS only, with a certificate for 127.0.0.1 issued by a CA made
-    /// in `dir` (`<dir>/ca.pem`).
-    pub fn start_tls(dir: &Path) -> Redis {
-        make_ca(dir, "Test Redis CA");
-        make_leaf(dir, "redis", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1");
-        let p = |name: &str| dir.join(name).display().to_string();
+    /// A Redis on 127.0.0.1 that speaks TLS only, with a certificate for the IP address
+    /// `named` issued by the CA in `dir` (`<dir>/ca.pem`, made if missing).
+    pub fn start_tls(dir: &Path, named: &str) -> Redis {
+        if !dir.join("ca.pem").exists() {
+            make_ca(dir, "Test Redis CA");
+        }
+        let stem = format!("redis-{named}");
+        make_leaf(
+            dir,
+            &stem,
+            "/CN=redis",
+            &format!("subjectAltName=IP:{named}"),
+        );
+        let p = |name: String| dir.join(name).display().to_string();
         let port = free_port();
         let tls = [
             "--port",
@@ -497,9 +505,9 @@ impl Redis {
             "--tls-port",
             &port.to_string(),
             "--tls-cert-file",
-            &p("redis.pem"),
+            &p(format!("{stem}.pem")),
             "--tls-key-file",
-            &p("redis.key"),
+            &p(format!("{stem}.key")),
             "--tls-auth-clients",
             "no",
         ];
@@ -514,11 +522,15 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server runs (apt-get install redis-server; scripts/setup.sh)");
-        let redis = Redis { child, port, tls };
+        let mut redis = Redis { child, port, tls };
         // Ready when it answers PING.
         let deadline = Instant::now() + DEADLINE;
         loop {
-            // Over TLS, listening is enough: the test's own client speaks plaintext only.
+            assert!(
+                redis.child.try_wait().unwrap().is_none(),
+                "redis-server exited at start"
+            );
+            // Over TLS, listening is enough (the test's client does not know the test CA).
             let ready = match tls {
                 true => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
                 false => redis.ping(),
