@@ -208,6 +208,8 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
     let counters = [
         ("tlsterm_handshakes_total", "handshakes", 22),
         ("tlsterm_handshake_failures_total", "failed", 22),
+        ("tlsterm_listener_handshakes_total", "handshakes", 32),
+        ("tlsterm_listener_handshake_failures_total", "failed", 32),
         ("tlsterm_engine_operations_total", "engine ops", 40),
         ("tlsterm_engine_flushes_total", "batch flushes", 22),
         ("tlsterm_tls_versions_total", "version", 22),

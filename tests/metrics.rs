@@ -232,6 +232,63 @@ async fn per_worker_series_add_up_to_the_totals() {
     );
 }
 
+/// Per-listener series: each listening address counts its own connections, handshakes
+/// and failed handshakes, and `tlsterm stats` shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_listener_series_count_each_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (free_port(), free_port());
+    let listener = |port: u16| format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]");
+    let config = write_config(dir.path(), "", &[listener(a), listener(b)]);
+    // One worker, and the failed handshake first: the client may see the alert an instant
+    // before tlsterm counts the failure, but the worker counts it before it accepts the
+    // next connection.
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("workers = 2"));
+    std::fs::write(&config, text.replace("workers = 2", "workers = 1")).unwrap();
+    let server = Server::start(&config);
+    let admin = admin_address(&server.config).unwrap();
+    let out = s_client(b, &["-tls1_2", "-cipher", "AES128-SHA"], "");
+    assert!(!out.contains("Cipher is AES128-SHA"), "{out}");
+    for (port, count) in [(a, 3), (b, 2)] {
+        for _ in 0..count {
+            let (mut tls, _) = connect_tls12(port, None).await;
+            http_get(&mut tls, "/").await.unwrap();
+        }
+    }
+
+    let scrape = scrape(admin);
+    let at = |port: u16| Some(("listener", format!("127.0.0.1:{port}")));
+    let value_at = |metric: &str, port: u16| {
+        let label = at(port);
+        let label = label.as_ref().map(|(k, v)| (*k, v.as_str()));
+        value(&scrape, metric, label)
+    };
+    assert_eq!(value_at("tlsterm_listener_handshakes_total", a), 3.0);
+    assert_eq!(value_at("tlsterm_listener_handshakes_total", b), 2.0);
+    assert_eq!(
+        value_at("tlsterm_listener_handshake_failures_total", a),
+        0.0
+    );
+    assert_eq!(
+        value_at("tlsterm_listener_handshake_failures_total", b),
+        1.0
+    );
+    assert_eq!(
+        value_at("tlsterm_listener_connections_accepted_total", b),
+        3.0
+    );
+
+    let stats =
+        run(std::process::Command::new(TLSTERM).args(["stats", "--admin", &admin.to_string()]));
+    let text = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("handshakes") && l.contains(&format!("127.0.0.1:{a}"))),
+        "{text}"
+    );
+}
+
 #[test]
 fn admin_rejects_bad_requests_with_4xx_and_keeps_serving() {
     let (_dir, server, port) = start_listener("builtin", "");

@@ -1,5 +1,6 @@
 //! Process-wide metrics (all workers aggregated), plus a few per worker (`worker_*`, to
-//! see how the kernel spreads connections over the cores and how busy each one is),
+//! see how the kernel spreads connections over the cores and how busy each one is) and
+//! per listener (`listener_*`, one series per listening address),
 //! exposed in the Prometheus text format by the admin listener (`admin.rs`) and rendered
 //! by `tlsterm stats`.
 //!
@@ -163,6 +164,10 @@ pub struct Metrics {
     worker_handshakes: IntCounterVec,
     worker_engine_ops: IntCounterVec,
     worker_cpu: CounterVec,
+    listener_accepted: IntCounterVec,
+    listener_active: IntGaugeVec,
+    listener_handshakes: IntCounterVec,
+    listener_failures: IntCounterVec,
 }
 
 fn latency_buckets() -> Vec<f64> {
@@ -235,9 +240,34 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         worker_handshakes: counter_vec!(r, "worker_handshakes_total", "Completed handshakes, by worker", &["worker"]),
         worker_engine_ops: counter_vec!(r, "worker_engine_operations_total", "Private-key operations (batch and inline), by worker", &["worker"]),
         worker_cpu: register_counter_vec_with_registry!("worker_cpu_seconds_total", "CPU time of each worker thread (sampled every second)", &["worker"], r).expect("metric"),
+        listener_accepted: counter_vec!(r, "listener_connections_accepted_total", "Connections accepted, by listening address", &["listener"]),
+        listener_active: register_int_gauge_vec_with_registry!("listener_connections_active", "Connections open now, by listening address", &["listener"], r).expect("metric"),
+        listener_handshakes: counter_vec!(r, "listener_handshakes_total", "Completed handshakes, by listening address", &["listener"]),
+        listener_failures: counter_vec!(r, "listener_handshake_failures_total", "Failed handshakes, by listening address", &["listener"]),
         registry,
     }
 });
+
+/// One listener's series, resolved when its state is built (at start and on reload).
+pub struct ListenerMetrics {
+    accepted: IntCounter,
+    active: IntGauge,
+    handshakes: IntCounter,
+    failures: IntCounter,
+}
+
+impl ListenerMetrics {
+    pub fn new(address: std::net::SocketAddr) -> ListenerMetrics {
+        let m = &*METRICS;
+        let label = [address.to_string()];
+        ListenerMetrics {
+            accepted: m.listener_accepted.with_label_values(&label),
+            active: m.listener_active.with_label_values(&label),
+            handshakes: m.listener_handshakes.with_label_values(&label),
+            failures: m.listener_failures.with_label_values(&label),
+        }
+    }
+}
 
 /// One worker's series, resolved once when the worker starts.
 struct WorkerMetrics {
@@ -384,10 +414,11 @@ pub struct HandshakeRecord<'a> {
     pub in_tls: Duration,
 }
 
-pub fn record_handshake(h: &HandshakeRecord<'_>) {
+pub fn record_handshake(h: &HandshakeRecord<'_>, listener: &ListenerMetrics) {
     if !enabled() {
         return;
     }
+    listener.handshakes.inc();
     let m = &*METRICS;
     m.handshakes
         .with_label_values(&[if h.resumed { "resumed" } else { "full" }])
@@ -410,10 +441,11 @@ pub fn record_handshake(h: &HandshakeRecord<'_>) {
         .observe(h.in_tls.as_secs_f64());
 }
 
-pub fn record_handshake_failure(reason: HandshakeFailure) {
+pub fn record_handshake_failure(reason: HandshakeFailure, listener: &ListenerMetrics) {
     if !enabled() {
         return;
     }
+    listener.failures.inc();
     METRICS
         .handshake_failures
         .with_label_values(&[reason.label()])
@@ -444,10 +476,12 @@ pub fn record_early_data(result: &str) {
     METRICS.early_data.with_label_values(&[result]).inc();
 }
 
-pub fn record_accept() {
+pub fn record_accept(listener: &ListenerMetrics) {
     if !enabled() {
         return;
     }
+    listener.accepted.inc();
+    listener.active.inc();
     METRICS.connections_accepted.inc();
     METRICS.connections_active.inc();
     on_worker(|w| {
@@ -456,10 +490,11 @@ pub fn record_accept() {
     });
 }
 
-pub fn record_connection_end() {
+pub fn record_connection_end(listener: &ListenerMetrics) {
     if !enabled() {
         return;
     }
+    listener.active.dec();
     METRICS.connections_active.dec();
     on_worker(|w| w.active.dec());
 }

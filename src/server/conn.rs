@@ -179,18 +179,21 @@ pub async fn handle(
     let (mut tls, early_data) = match result {
         Ok((Ok(tls), in_tls)) => {
             let ssl = tls.ssl();
-            metrics::record_handshake(&HandshakeRecord {
-                resumed: ssl.session_reused(),
-                version: ssl.version_str(),
-                cipher: ssl
-                    .current_cipher()
-                    .map(|c| c.standard_name().unwrap_or(c.name()))
-                    .unwrap_or("-"),
-                group: ssl.curve_name(),
-                alpn: ssl.selected_alpn_protocol(),
-                total: handshake_time,
-                in_tls,
-            });
+            metrics::record_handshake(
+                &HandshakeRecord {
+                    resumed: ssl.session_reused(),
+                    version: ssl.version_str(),
+                    cipher: ssl
+                        .current_cipher()
+                        .map(|c| c.standard_name().unwrap_or(c.name()))
+                        .unwrap_or("-"),
+                    group: ssl.curve_name(),
+                    alpn: ssl.selected_alpn_protocol(),
+                    total: handshake_time,
+                    in_tls,
+                },
+                &state.metrics,
+            );
             let early_data = crate::tls::early_data_outcome(ssl);
             if let Some(outcome) = early_data {
                 metrics::record_early_data(outcome);
@@ -200,7 +203,7 @@ pub async fn handle(
         }
         Ok((Err(err), _)) => {
             let reason = HandshakeFailure::classify(&format!("{err} {err:?}"));
-            metrics::record_handshake_failure(reason);
+            metrics::record_handshake_failure(reason, &state.metrics);
             tracing::debug!(%client, error = %err, reason = reason.label(), "handshake failed");
             log_end(
                 log_connections,
@@ -214,7 +217,7 @@ pub async fn handle(
             return;
         }
         Err(_) => {
-            metrics::record_handshake_failure(HandshakeFailure::Timeout);
+            metrics::record_handshake_failure(HandshakeFailure::Timeout, &state.metrics);
             tracing::debug!(%client, "handshake timed out");
             log_end(
                 log_connections,

@@ -33,6 +33,7 @@ pub struct ListenerState {
     /// Backend pools by `ServerTls::profile_index`: 0 is the listener's, then one per
     /// `[[listener.server_name]]` (sharing the listener's when it names no backends).
     pub pools: Vec<Arc<BackendPool>>,
+    pub metrics: crate::metrics::ListenerMetrics,
 }
 
 impl ListenerState {
@@ -163,6 +164,7 @@ pub fn build_states(
                 config: listener.clone(),
                 tls,
                 pools,
+                metrics: crate::metrics::ListenerMetrics::new(listener.address()),
             }))
         })
         .collect()

@@ -208,10 +208,11 @@ fn start(
 ) {
     let state = listener.state.load_full();
     let log = shared.log_connections.load(Ordering::Relaxed);
-    crate::metrics::record_accept();
+    crate::metrics::record_accept(&state.metrics);
     tokio::task::spawn_local(async move {
+        let ended = state.clone();
         conn::handle(stream, client, state, log).await;
-        crate::metrics::record_connection_end();
+        crate::metrics::record_connection_end(&ended.metrics);
         drop(permits);
     });
 }
