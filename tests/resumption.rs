@@ -162,11 +162,29 @@ impl Setup {
 /// What a process logs once it uses the ticket keys it read from Redis.
 const SHARED_KEYS: &str = "ticket keys in use: shared through Redis";
 
+/// What a process logs when it cannot read the shared ticket keys.
+const NO_SHARED_KEYS: &str = "cannot read the shared session ticket keys";
+
+/// A `[session]` body with `redis_ticket_keys` through the Redis at `url` (no session-ID
+/// cache, so resumptions are by ticket), then `more` lines.
+fn shared_keys_session(url: &str, more: &str) -> String {
+    format!("redis_ticket_keys = true\nredis_url = {url:?}\ncache = false\n{more}")
+}
+
 impl Setup {
     /// Starts a process with `redis_ticket_keys` and waits until it uses the shared keys.
     fn start_sharing_keys(&self, name: &str, session: &str) -> Instance {
         let instance = self.start(name, session);
         instance.server.log.wait_for(SHARED_KEYS, 0);
+        instance
+    }
+
+    /// Starts a process with `redis_ticket_keys` whose Redis does not give it the keys,
+    /// and waits until it says so.
+    fn start_without_shared_keys(&self, name: &str, session: &str) -> Instance {
+        let instance = self.start(name, session);
+        instance.server.log.wait_for(NO_SHARED_KEYS, 0);
+        assert!(!instance.server.log.contains(SHARED_KEYS));
         instance
     }
 }
@@ -290,10 +308,7 @@ async fn tickets_from_a_shared_key_file_resume_on_another_process() {
 async fn ticket_keys_shared_through_redis() {
     let s = setup();
     let redis = Redis::start();
-    let session = format!(
-        "redis_ticket_keys = true\nredis_url = {:?}\ncache = false",
-        redis.url()
-    );
+    let session = shared_keys_session(&redis.url(), "");
     let a = s.start_sharing_keys("a", &session);
     let b = s.start_sharing_keys("b", &session);
     for version in [SslVersion::TLS1_3, SslVersion::TLS1_2] {
@@ -318,14 +333,9 @@ async fn ticket_keys_shared_through_redis() {
     let mut down = Redis::start();
     let port = down.port;
     down.kill();
-    let session = format!(
-        "redis_ticket_keys = true\nredis_url = {:?}\ncache = false\nticket_rotation = \"4s\"\nticket_grace = \"40s\"",
-        down.url()
-    );
-    let c = s.start("c", &session);
-    c.server
-        .log
-        .wait_for("cannot read the shared session ticket keys", 0);
+    let short = "ticket_rotation = \"4s\"\nticket_grace = \"40s\"";
+    let session = shared_keys_session(&down.url(), short);
+    let c = s.start_without_shared_keys("c", &session);
     let own = client.fresh(c.port).await;
     assert!(client.resumes(c.port, &own).await, "c's own keys work");
     let _up = Redis::start_on(port);
@@ -348,10 +358,8 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     let ca_dir = s.dir.join("redis-ca");
     std::fs::create_dir(&ca_dir).unwrap();
     let redis = Redis::start_tls(&ca_dir, "127.0.0.1");
-    let session = format!(
-        "redis_ticket_keys = true\nredis_url = {:?}\nredis_ca_file = \"redis-ca/ca.pem\"\ncache = false",
-        redis.url()
-    );
+    let trusting = "redis_ca_file = \"redis-ca/ca.pem\"";
+    let session = shared_keys_session(&redis.url(), trusting);
     let a = s.start_sharing_keys("a", &session);
     let b = s.start_sharing_keys("b", &session);
     let client = Client::new(SslVersion::TLS1_3);
@@ -362,28 +370,12 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     );
 
     // The system's roots do not include the test CA: no keys, and a warning.
-    let untrusting = format!(
-        "redis_ticket_keys = true\nredis_url = {:?}\ncache = false",
-        redis.url()
-    );
-    let c = s.start("c", &untrusting);
-    c.server
-        .log
-        .wait_for("cannot read the shared session ticket keys", 0);
-    assert!(!c.server.log.contains(SHARED_KEYS));
+    let c = s.start_without_shared_keys("c", &shared_keys_session(&redis.url(), ""));
     assert!(!client.resumes(c.port, &ticket).await);
 
     // A certificate from the trusted CA for another address: refused too.
     let misnamed = Redis::start_tls(&ca_dir, "127.0.0.2");
-    let session = format!(
-        "redis_ticket_keys = true\nredis_url = {:?}\nredis_ca_file = \"redis-ca/ca.pem\"\ncache = false",
-        misnamed.url()
-    );
-    let d = s.start("d", &session);
-    d.server
-        .log
-        .wait_for("cannot read the shared session ticket keys", 0);
-    assert!(!d.server.log.contains(SHARED_KEYS));
+    s.start_without_shared_keys("d", &shared_keys_session(&misnamed.url(), trusting));
 }
 
 /// In-memory keys: after a rotation, a ticket under the previous key is still accepted

@@ -41,7 +41,7 @@ use serde::Deserialize;
 use cache::LruCache;
 use redis::{Outcome, RedisStore};
 use replay::{ReplayGuard, Verdict};
-use tickets::{KeySource, Lookup, TicketKeys};
+use tickets::{unix_now, KeySource, Lookup, TicketKeys};
 
 /// With `redis_ticket_keys`, how many epochs of keys a ticket can outlive its own by.
 const MAX_SHARED_EPOCHS: u32 = 1000;
@@ -374,10 +374,8 @@ impl Sessions {
                 let mut seen: Vec<(u64, [u8; 16])> =
                     keys.iter().map(|k| (k.epoch, k.key.name)).collect();
                 seen.sort_unstable();
-                let unix_now = std::time::SystemTime::now()
-                    .duration_since(std::time::SystemTime::UNIX_EPOCH)
-                    .unwrap_or_default();
-                match tickets.install_shared(keys, (rotation, grace), Instant::now(), unix_now) {
+                let (now, wall_clock) = (Instant::now(), unix_now());
+                match tickets.install_shared(keys, (rotation, grace), now, wall_clock) {
                     Ok(()) if installed != seen => {
                         let replaced = seen.iter().filter(|(epoch, name)| {
                             installed.iter().any(|(e, n)| e == epoch && n != name)

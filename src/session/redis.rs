@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -18,7 +18,7 @@ use tokio::runtime::Handle;
 use tokio::task::{AbortHandle, JoinHandle};
 use zeroize::Zeroize;
 
-use super::tickets::{shared_epochs, SharedKey, TicketKey, KEY_FILE_ENTRY_LEN};
+use super::tickets::{shared_epochs, unix_now, SharedKey, TicketKey, KEY_FILE_ENTRY_LEN};
 
 /// Operations in flight at once; beyond this, lookups miss and stores are dropped.
 const MAX_IN_FLIGHT: usize = 4096;
@@ -325,16 +325,14 @@ impl RedisStore {
         let refresh = (rotation / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let task = self.handle.spawn(async move {
             loop {
-                let unix_now = SystemTime::now()
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap_or_default();
-                let epochs = shared_epochs(unix_now, rotation, grace);
+                let wall_clock = unix_now();
+                let epochs = shared_epochs(wall_clock, rotation, grace);
                 let (next, r) = (*epochs.end(), rotation.as_secs().max(1));
                 let mut pipe = redis::pipe();
                 for epoch in [next - 1, next] {
                     // The key lives until it no longer decrypts, plus a rotation of margin.
                     let expires = Duration::from_secs((epoch + 2) * r) + grace;
-                    let ttl = expires.saturating_sub(unix_now).as_millis().max(1) as u64;
+                    let ttl = expires.saturating_sub(wall_clock).as_millis().max(1) as u64;
                     let mut fresh = [0u8; KEY_FILE_ENTRY_LEN];
                     boring::rand::rand_bytes(&mut fresh).expect("the RNG works");
                     let mut set = redis::cmd("SET");

@@ -168,6 +168,13 @@ pub struct SharedKey {
     pub key: TicketKey,
 }
 
+/// The wall clock as time since the unix epoch: what shared-key epochs count in.
+pub fn unix_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
 /// The epochs whose shared keys a process needs at `unix_now`: those that may still
 /// decrypt (the current one, and older ones within `grace` of their end), and the next
 /// one, fetched early so that every process has it when it starts encrypting.
@@ -323,15 +330,17 @@ impl TicketKeys {
                     // Coming to a key file: the keys used so far decrypt for the grace
                     // period. (Lines removed from a file are dropped at once: that is how
                     // an operator withdraws a key.)
-                    let mut keys = retired(&self.ring.load(), now, grace);
-                    keys.retain(|k| ring.keys.iter().all(|f| f.key.name != k.key.name));
-                    let first_file = keys.len();
+                    let in_use = self.ring.load();
+                    let not_in_file = in_use
+                        .keys
+                        .iter()
+                        .filter(|k| ring.keys.iter().all(|f| f.key.name != k.key.name));
+                    let mut keys = retired(not_in_file, now, grace);
                     keys.append(&mut ring.keys);
                     ring = KeyRing {
                         encrypt: keys.len() - 1,
                         keys,
                     };
-                    debug_assert!(first_file < ring.keys.len());
                 }
                 self.ring.store(Arc::new(ring));
                 tracing::info!(file = %path.display(), keys = count, "session ticket keys loaded");
@@ -340,7 +349,7 @@ impl TicketKeys {
                 if !matches!(*current, KeySource::Memory { .. }) {
                     // Leaving a key file or Redis: those keys keep decrypting for the grace
                     // period, and a key of this process encrypts.
-                    let mut keys = retired(&self.ring.load(), now, *grace);
+                    let mut keys = retired(&self.ring.load().keys, now, *grace);
                     keys.push(fresh_key(now, *rotation, *grace));
                     self.ring.store(Arc::new(KeyRing {
                         encrypt: keys.len() - 1,
@@ -390,20 +399,8 @@ impl TicketKeys {
         };
         let current = self.ring.load();
         let names: Vec<[u8; 16]> = shared.iter().map(|k| k.key.name).collect();
-        let own: Vec<RingKey> = current
-            .keys
-            .iter()
-            .filter(|k| !names.contains(&k.key.name))
-            .cloned()
-            .collect();
-        let mut keys = retired(
-            &KeyRing {
-                keys: own,
-                encrypt: 0,
-            },
-            now,
-            grace,
-        );
+        let own = current.keys.iter().filter(|k| !names.contains(&k.key.name));
+        let mut keys = retired(own, now, grace);
         // `retired` keeps only keys that still decrypt; so must the shared ones.
         let shared_from = keys.len();
         keys.extend(
@@ -442,10 +439,13 @@ impl TicketKeys {
     }
 }
 
-/// The keys of `ring`, retired: they encrypt no more, and decrypt for at most `grace`.
-fn retired(ring: &KeyRing, now: Instant, grace: Duration) -> Vec<RingKey> {
-    ring.keys
-        .iter()
+/// `keys`, retired: they encrypt no more, and decrypt for at most `grace`.
+fn retired<'a>(
+    keys: impl IntoIterator<Item = &'a RingKey>,
+    now: Instant,
+    grace: Duration,
+) -> Vec<RingKey> {
+    keys.into_iter()
         .map(|k| RingKey {
             key: k.key.clone(),
             encrypt_until: Some(k.encrypt_until.map_or(now, |until| until.min(now))),
