@@ -9,12 +9,16 @@
 //! `unsafe` appears only in the SIMD kernel (`ifma.rs`) and in the valgrind
 //! client requests of the optional `ct-valgrind` feature (`ct.rs`).
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod bn;
 #[doc(hidden)]
 pub mod ct;
 #[cfg(target_arch = "x86_64")]
 mod ifma;
 mod kernel;
+#[doc(hidden)]
+pub mod microbench;
 mod padding;
 mod rsa;
 #[cfg(test)]
@@ -75,18 +79,38 @@ impl std::error::Error for EngineError {}
 pub enum Kernel {
     /// AVX-512 IFMA, 8 lanes per zmm register.
     Ifma,
+    /// AVX2, 4 lanes per ymm register (radix 2^26, `vpmuludq`).
+    Avx2,
     /// Portable constant-time Rust (u64 limbs, u128 products).
     Portable,
 }
 
 impl Kernel {
-    /// The fastest kernel this CPU supports.
+    /// Every kernel, fastest first.
+    pub const ALL: [Kernel; 3] = [Kernel::Ifma, Kernel::Avx2, Kernel::Portable];
+
+    /// The fastest kernel this CPU supports (the portable one when it has
+    /// neither IFMA nor AVX2).
     pub fn detect() -> Kernel {
-        if Kernel::Ifma.is_available() {
-            Kernel::Ifma
-        } else {
-            Kernel::Portable
-        }
+        Kernel::ALL
+            .into_iter()
+            .find(|k| k.is_available())
+            .unwrap_or(Kernel::Portable)
+    }
+
+    /// The SIMD kernels this CPU supports, fastest first (empty without IFMA
+    /// and AVX2).
+    pub fn simd_available() -> Vec<Kernel> {
+        Kernel::ALL
+            .into_iter()
+            .filter(|k| k.is_simd() && k.is_available())
+            .collect()
+    }
+
+    /// Whether this is a multi-buffer SIMD kernel (faster than signing one at a
+    /// time); the portable kernel is a reference, slower than BoringSSL.
+    pub fn is_simd(self) -> bool {
+        !matches!(self, Kernel::Portable)
     }
 
     pub fn is_available(self) -> bool {
@@ -94,16 +118,24 @@ impl Kernel {
             Kernel::Portable => true,
             #[cfg(target_arch = "x86_64")]
             Kernel::Ifma => ifma::Ifma::new().is_some(),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => avx2::Avx2::detected(),
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Ifma => false,
+            Kernel::Ifma | Kernel::Avx2 => false,
         }
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Ifma => "avx512ifma",
+            Kernel::Avx2 => "avx2",
             Kernel::Portable => "portable",
         }
+    }
+
+    /// The kernel with this name (as `name` gives it).
+    pub fn from_name(name: &str) -> Option<Kernel> {
+        Kernel::ALL.into_iter().find(|k| k.name() == name)
     }
 }
 
@@ -221,8 +253,16 @@ fn private_batch_impl(
                 let k = ifma::Ifma::new().expect("checked above");
                 run_size(&move |_| k, bits, &gk, &gi, gfault)
             }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => run_size(
+                &|lanes| avx2::Avx2::new(lanes).expect("checked above"),
+                bits,
+                &gk,
+                &gi,
+                gfault,
+            ),
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Ifma => unreachable!("checked above"),
+            Kernel::Ifma | Kernel::Avx2 => unreachable!("checked above"),
             Kernel::Portable => run_size(&|lanes| Portable { lanes }, bits, &gk, &gi, gfault),
         };
         for (i, r) in gidx.into_iter().zip(res) {

@@ -1,10 +1,37 @@
-//! Kernel tests against a simple reference (num-bigint), and IFMA against
-//! portable (bit-identical by construction).
+//! Kernel tests against a simple reference (num-bigint), and each SIMD kernel
+//! the CPU has (IFMA, AVX2) against portable (bit-identical by construction:
+//! the Montgomery quotient below R is unique, whatever the radix). A kernel
+//! the CPU lacks is reported as skipped by name.
 
 use crate::bn::{self, Lanes, LANES, LIMB_BITS, MASK52};
 use crate::kernel::{get_lane, set_lane, MontKernel, Portable, TABLE};
 use num_bigint::BigUint;
 use proptest::prelude::*;
+
+/// Runs `$body` with `$k` bound to each SIMD kernel this CPU supports (for
+/// `lanes` lanes); prints the ones it lacks.
+macro_rules! each_simd_kernel {
+    ($lanes:expr, |$k:ident| $body:block) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            match crate::ifma::Ifma::new() {
+                Some($k) => $body,
+                None => skipped("avx512ifma"),
+            }
+            match crate::avx2::Avx2::new($lanes) {
+                Some($k) => $body,
+                None => skipped("avx2"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        skipped("avx512ifma and avx2 (not x86_64)");
+    }};
+}
+
+fn skipped(kernel: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| eprintln!("note: kernel {kernel} skipped: this CPU lacks it"));
+}
 
 fn to_big(x: &[u64]) -> BigUint {
     x.iter()
@@ -83,14 +110,22 @@ fn check_mul<const N: usize>(seed: &[u64]) {
         get_lane(&s, lane, &mut v);
         assert_eq!(&to_big(&v) % &mb, (&ab * &ab * &rinv) % &mb, "a^2/R mod m");
     }
+    let aa = portable.mul(&a, &a, &m, &k0);
+    each_simd_kernel!(LANES, |k| {
+        assert_eq!(k.mul(&a, &b, &m, &k0), r, "SIMD mul == portable mul");
+        assert_eq!(k.sqr(&a, &m, &k0), aa, "SIMD sqr == a*a");
+    });
+    // Fewer lanes: the lanes in use agree.
     #[cfg(target_arch = "x86_64")]
-    if let Some(ifma) = crate::ifma::Ifma::new() {
-        assert_eq!(ifma.mul(&a, &b, &m, &k0), r, "IFMA mul == portable mul");
-        assert_eq!(
-            ifma.sqr(&a, &m, &k0),
-            portable.mul(&a, &a, &m, &k0),
-            "IFMA sqr == a*a"
-        );
+    for lanes in 1..LANES {
+        if let Some(k) = crate::avx2::Avx2::new(lanes) {
+            let got = k.mul(&a, &b, &m, &k0);
+            for lane in 0..lanes {
+                for j in 0..N {
+                    assert_eq!(got[j].0[lane], r[j].0[lane], "AVX2 with {lanes} lanes");
+                }
+            }
+        }
     }
 }
 
@@ -113,10 +148,9 @@ fn check_select<const N: usize>(seed: u64) {
         }))
     });
     assert_eq!(Portable { lanes: LANES }.select(&table, &idx), want);
-    #[cfg(target_arch = "x86_64")]
-    if let Some(ifma) = crate::ifma::Ifma::new() {
-        assert_eq!(ifma.select(&table, &idx), want);
-    }
+    each_simd_kernel!(LANES, |k| {
+        assert_eq!(k.select(&table, &idx), want);
+    });
 }
 
 proptest! {
@@ -164,9 +198,8 @@ fn extreme_operands() {
         .unwrap();
     let ab = to_big(&two_m_minus_1);
     assert_eq!(to_big(&v) % &mb, (&ab * &ab * rinv) % &mb);
-    #[cfg(target_arch = "x86_64")]
-    if let Some(ifma) = crate::ifma::Ifma::new() {
-        assert_eq!(ifma.mul(&a, &a, &m, &k0), r);
-        assert_eq!(ifma.sqr(&a, &m, &k0), r);
-    }
+    each_simd_kernel!(LANES, |k| {
+        assert_eq!(k.mul(&a, &a, &m, &k0), r);
+        assert_eq!(k.sqr(&a, &m, &k0), r);
+    });
 }

@@ -407,10 +407,61 @@ fn key_validation() {
 #[test]
 fn requested_kernel_must_exist() {
     let k = &keys(2048)[0];
-    if !Kernel::Ifma.is_available() {
-        let out = rsa_private_batch(Kernel::Ifma, &[&k.engine], &[&[1u8][..]]);
-        assert_eq!(out[0], Err(EngineError::KernelUnavailable));
+    for kernel in Kernel::ALL {
+        if !kernel.is_available() {
+            let out = rsa_private_batch(kernel, &[&k.engine], &[&[1u8][..]]);
+            assert_eq!(out[0], Err(EngineError::KernelUnavailable));
+        }
+        assert_eq!(Kernel::from_name(kernel.name()), Some(kernel));
     }
     assert!(Kernel::detect().is_available());
     assert_eq!(Kernel::Portable.name(), "portable");
+}
+
+/// BoringSSL generates keys with p > q; a key from elsewhere may have p < q. The CRT
+/// recombination must not depend on the order.
+#[test]
+fn a_key_with_p_below_q() {
+    let mut ctx = BigNumContext::new().unwrap();
+    let mut rng = Rng(0x5eed);
+    for bits in SIZES {
+        let b = &keys(bits)[0].boring;
+        let (p, q) = (b.p().unwrap(), b.q().unwrap());
+        let (lo, hi) = if p < q { (p, q) } else { (q, p) };
+        let (dlo, dhi) = if p < q {
+            (b.dmp1().unwrap(), b.dmq1().unwrap())
+        } else {
+            (b.dmq1().unwrap(), b.dmp1().unwrap())
+        };
+        // qinv for the order (p = lo, q = hi): hi^-1 mod lo.
+        let mut qinv = BigNum::new().unwrap();
+        qinv.mod_inverse(hi, lo, &mut ctx).unwrap();
+        let key = RsaPrivateKey::from_components(
+            &b.n().to_vec(),
+            &b.e().to_vec(),
+            &b.d().to_vec(),
+            &lo.to_vec(),
+            &hi.to_vec(),
+            &dlo.to_vec(),
+            &dhi.to_vec(),
+            &qinv.to_vec(),
+        )
+        .expect("p < q is a valid key");
+        for kernel in kernels() {
+            for count in [1, 3, 4, 8] {
+                let inputs: Vec<Vec<u8>> = (0..count)
+                    .map(|_| random_input(&mut rng, bits / 8))
+                    .collect();
+                let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+                let ks = vec![&key; count];
+                for (input, got) in inputs.iter().zip(rsa_private_batch(kernel, &ks, &refs)) {
+                    assert_eq!(
+                        got.unwrap(),
+                        boring_raw(b, input),
+                        "{bits}, {kernel:?}, p < q"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -50,14 +50,14 @@ pub fn keys(bits: usize) -> &'static [TestKey] {
     }
 }
 
+/// Every kernel this CPU runs; the ones it lacks are named as skipped.
 pub fn kernels() -> Vec<Kernel> {
-    let mut k = vec![Kernel::Portable];
-    if Kernel::Ifma.is_available() {
-        k.push(Kernel::Ifma);
-    } else {
-        eprintln!("note: no AVX-512 IFMA on this CPU; testing the portable kernel only");
+    let (have, lack): (Vec<Kernel>, Vec<Kernel>) =
+        Kernel::ALL.into_iter().partition(|k| k.is_available());
+    for k in lack {
+        eprintln!("note: kernel {} skipped: this CPU lacks it", k.name());
     }
-    k
+    have
 }
 
 /// Raw RSA private operation by BoringSSL (no padding).

@@ -1,0 +1,100 @@
+//! Timing of one Montgomery multiplication or squaring per kernel, for
+//! `tlsterm speed --mont` and the kernel prototypes: the arithmetic core
+//! alone, without table lookups, conversions or the RSA pipeline.
+
+use std::time::{Duration, Instant};
+
+use crate::bn::{self, Lanes, LANES, MASK52};
+use crate::kernel::{MontKernel, Portable};
+use crate::{EngineError, Kernel};
+
+/// Which operation to time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MontOp {
+    Mul,
+    Sqr,
+}
+
+/// Runs `iters` dependent operations (each input is the previous result) on
+/// `bits`-bit moduli (1024, 1536 or 2048: the CRT halves of RSA-2048/3072/
+/// 4096) in every lane the kernel computes in one call (`lanes`), and returns
+/// the elapsed time.
+pub fn mont_time(
+    kernel: Kernel,
+    bits: usize,
+    op: MontOp,
+    lanes: usize,
+    iters: usize,
+) -> Result<Duration, EngineError> {
+    if !kernel.is_available() {
+        return Err(EngineError::KernelUnavailable);
+    }
+    match (kernel, bits) {
+        #[cfg(target_arch = "x86_64")]
+        (Kernel::Ifma, _) => {
+            let k = crate::ifma::Ifma::new().expect("checked above");
+            by_size(&k, bits, op, iters)
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Kernel::Avx2, _) => {
+            let k = crate::avx2::Avx2::new(lanes).expect("checked above");
+            by_size(&k, bits, op, iters)
+        }
+        (Kernel::Portable, _) => by_size(&Portable { lanes }, bits, op, iters),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => Err(EngineError::KernelUnavailable),
+    }
+}
+
+fn by_size<K: MontKernel>(
+    k: &K,
+    bits: usize,
+    op: MontOp,
+    iters: usize,
+) -> Result<Duration, EngineError> {
+    match bits {
+        1024 => Ok(chain::<K, 20>(k, op, iters)),
+        1536 => Ok(chain::<K, 30>(k, op, iters)),
+        2048 => Ok(chain::<K, 40>(k, op, iters)),
+        _ => Err(EngineError::UnsupportedKeySize(bits)),
+    }
+}
+
+fn chain<K: MontKernel, const N: usize>(k: &K, op: MontOp, iters: usize) -> Duration {
+    // Fixed pseudo-random operands: odd moduli with 4m < R, a and b below m.
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s & MASK52
+    };
+    let (mut m, mut a, mut b, mut k0) = (
+        [Lanes::default(); N],
+        [Lanes::default(); N],
+        [Lanes::default(); N],
+        Lanes::default(),
+    );
+    for lane in 0..LANES {
+        for j in 0..N {
+            m[j].0[lane] = next();
+            a[j].0[lane] = next();
+            b[j].0[lane] = next();
+        }
+        m[N - 1].0[lane] = (m[N - 1].0[lane] >> 4) | (1 << 47);
+        m[0].0[lane] |= 1;
+        a[N - 1].0[lane] >>= 6;
+        b[N - 1].0[lane] >>= 6;
+        k0.0[lane] = bn::mont_k0(m[0].0[lane]);
+    }
+    let start = Instant::now();
+    for _ in 0..iters {
+        a = match op {
+            MontOp::Mul => k.mul(&a, &b, &m, &k0),
+            MontOp::Sqr => k.sqr(&a, &m, &k0),
+        };
+    }
+    let elapsed = start.elapsed();
+    std::hint::black_box(&a);
+    elapsed
+}
