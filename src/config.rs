@@ -161,9 +161,25 @@ pub struct EngineConfig {
     /// The longest an operation waits for companions before the batch runs anyway.
     #[serde(default = "default_poll_delay", with = "humantime_serde")]
     pub poll_delay: Duration,
-    /// Batches smaller than this are computed one operation at a time.
-    #[serde(default = "default_small_batch_threshold")]
-    pub small_batch_threshold: usize,
+    /// Batches smaller than this are computed one operation at a time (default: the
+    /// measured break-even of the kernel in use).
+    pub small_batch_threshold: Option<usize>,
+    /// Which multi-buffer kernel computes batches.
+    #[serde(default)]
+    pub kernel: EngineKernel,
+}
+
+/// The multi-buffer kernel `[engine] kernel` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKernel {
+    /// The fastest the CPU has: AVX-512 IFMA, else AVX2, else none (inline signing).
+    #[default]
+    Auto,
+    /// AVX-512 IFMA (8 lanes per register).
+    Avx512ifma,
+    /// AVX2 (4 lanes per register).
+    Avx2,
 }
 
 impl Default for EngineConfig {
@@ -172,7 +188,8 @@ impl Default for EngineConfig {
             mode: default_engine_mode(),
             batch_size: None,
             poll_delay: default_poll_delay(),
-            small_batch_threshold: default_small_batch_threshold(),
+            small_batch_threshold: None,
+            kernel: EngineKernel::Auto,
         }
     }
 }
@@ -400,11 +417,6 @@ fn default_engine_mode() -> EngineMode {
 }
 fn default_poll_delay() -> Duration {
     Duration::from_micros(200)
-}
-fn default_small_batch_threshold() -> usize {
-    // Measured (`tlsterm speed --batch-sizes`): even one RSA-2048 signature is faster
-    // through the IFMA engine (437 us) than through BoringSSL (562 us).
-    1
 }
 fn default_proxy_protocol() -> ProxyProtocol {
     ProxyProtocol::None
@@ -670,6 +682,9 @@ impl Config {
         }
         if let Some(0) = self.engine.batch_size {
             return Err(map.plain("key `engine.batch_size`: must be at least 1"));
+        }
+        if let Some(0) = self.engine.small_batch_threshold {
+            return Err(map.plain("key `engine.small_batch_threshold`: must be at least 1"));
         }
         let ocsp = &self.ocsp;
         if [ocsp.timeout, ocsp.min_refresh, ocsp.retry].contains(&Duration::ZERO)

@@ -1,6 +1,6 @@
 //! `tlsterm speed`: private-key operations per second on the calling thread,
-//! inline (BoringSSL, one at a time) vs the batch engine (like
-//! `openssl speed -async_jobs N`).
+//! inline (BoringSSL, one at a time) vs the batch engine, one column per
+//! multi-buffer kernel the CPU has (like `openssl speed -async_jobs N`).
 
 use anyhow::{bail, Context};
 use boring::ec::{EcGroup, EcKey};
@@ -24,9 +24,10 @@ pub struct SpeedArgs {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
-    /// Force a kernel (default: the best this CPU supports).
+    /// Kernels to measure (repeatable; default: every multi-buffer kernel this CPU
+    /// supports; `portable` only when asked).
     #[arg(long, value_enum)]
-    pub kernel: Option<SpeedKernel>,
+    pub kernel: Vec<SpeedKernel>,
     /// Measure batch sizes 1..=8 against inline: ops/s and per-batch
     /// latency, to choose the small-batch threshold.
     #[arg(long)]
@@ -51,8 +52,20 @@ pub enum SpeedEngine {
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpeedKernel {
+    #[value(alias = "avx512ifma")]
     Ifma,
+    Avx2,
     Portable,
+}
+
+impl SpeedKernel {
+    fn kernel(self) -> Kernel {
+        match self {
+            SpeedKernel::Ifma => Kernel::Ifma,
+            SpeedKernel::Avx2 => Kernel::Avx2,
+            SpeedKernel::Portable => Kernel::Portable,
+        }
+    }
 }
 
 /// The message every signature signs (TLS signs ~100-byte transcripts).
@@ -156,13 +169,21 @@ fn progress(msg: &str) {
 }
 
 pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
-    let kernel = match args.kernel {
-        None => Kernel::detect(),
-        Some(SpeedKernel::Ifma) => Kernel::Ifma,
-        Some(SpeedKernel::Portable) => Kernel::Portable,
+    let kernels: Vec<Kernel> = if args.kernel.is_empty() {
+        Kernel::simd_available()
+    } else {
+        args.kernel.iter().map(|k| k.kernel()).collect()
     };
-    if !kernel.is_available() {
-        bail!("kernel {} is not available on this CPU", kernel.name());
+    for kernel in &kernels {
+        if !kernel.is_available() {
+            bail!("kernel {} is not available on this CPU", kernel.name());
+        }
+    }
+    if kernels.is_empty() {
+        println!(
+            "no multi-buffer kernel on this CPU (neither AVX-512 IFMA nor AVX2): `serve` signs inline; \
+             `--kernel portable` measures the reference kernel"
+        );
     }
     let jobs = args.jobs.unwrap_or(MAX_BATCH);
     if jobs == 0 {
@@ -182,20 +203,27 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
     };
     let pad_name = if args.pss { "PSS" } else { "PKCS#1 v1.5" };
     let do_inline = args.engine != SpeedEngine::Batch;
-    let do_batch = args.engine != SpeedEngine::Inline;
+    let batch_kernels: &[Kernel] = if args.engine == SpeedEngine::Inline {
+        &[]
+    } else {
+        &kernels
+    };
 
     if args.batch_sizes {
-        return batch_sizes(args, kernel, padding, &algs);
+        for &kernel in &kernels {
+            batch_sizes(args, kernel, padding, &algs)?;
+        }
+        return Ok(());
     }
 
     println!(
-        "one core, calling thread; {pad_name} SHA-256 for RSA; batch = {jobs} per call, kernel {}; per {} second",
-        kernel.name(),
+        "{}; one core, calling thread; {pad_name} SHA-256 for RSA; batch = {jobs} per call; per {} second",
+        cpu_model(),
         if args.elapsed { "wall-clock" } else { "CPU" }
     );
     let mut rows = Vec::new();
     for alg in &algs {
-        let (inline, batch) = match alg.as_str() {
+        let (inline, batch): (Option<f64>, Vec<Option<f64>>) = match alg.as_str() {
             "rsa2048" | "rsa3072" | "rsa4096" => {
                 let bits: u32 = alg[3..].parse()?;
                 progress(&format!("{alg}: generating key"));
@@ -207,13 +235,18 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
                     })
                     .0
                 });
-                let batch = do_batch.then(|| {
-                    progress(&format!("{alg}: batch of {jobs} ({})", kernel.name()));
-                    measure(args.seconds, args.elapsed, jobs, || {
-                        batch_sign(kernel, &setup.key, padding, jobs)
+                let batch = batch_kernels
+                    .iter()
+                    .map(|&kernel| {
+                        progress(&format!("{alg}: batch of {jobs} ({})", kernel.name()));
+                        Some(
+                            measure(args.seconds, args.elapsed, jobs, || {
+                                batch_sign(kernel, &setup.key, padding, jobs)
+                            })
+                            .0,
+                        )
                     })
-                    .0
-                });
+                    .collect();
                 (inline, batch)
             }
             "ecdsap256" => {
@@ -225,9 +258,9 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
                     s.update(MESSAGE).expect("update");
                     s.sign_to_vec().expect("sign");
                 };
-                // The engine only queues ECDSA; both columns are BoringSSL.
+                // ECDSA is always signed by BoringSSL: no kernel columns.
                 let r = measure(args.seconds, args.elapsed, 1, sign).0;
-                (Some(r), do_batch.then_some(r))
+                (Some(r), vec![None; batch_kernels.len()])
             }
             other => bail!("unknown algorithm {other:?} (rsa2048, rsa3072, rsa4096, ecdsap256)"),
         };
@@ -235,27 +268,39 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
     }
     progress("");
     let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.0}"));
-    println!(
-        "{:<10} {:>12} {:>12} {:>7}  kernel",
-        "algorithm", "inline/s", "batch/s", "ratio"
-    );
+    let mut header = format!("{:<10} {:>12}", "algorithm", "inline/s");
+    for kernel in batch_kernels {
+        header += &format!(" {:>12} {:>7}", format!("{}/s", kernel.name()), "ratio");
+    }
+    println!("{header}");
     for (alg, inline, batch) in rows {
-        let ratio = match (inline, batch) {
-            (Some(i), Some(b)) => format!("{:.2}", b / i),
-            _ => "-".into(),
-        };
-        let k = if alg.starts_with("rsa") {
-            kernel.name()
-        } else {
-            "boringssl"
-        };
-        println!(
-            "{alg:<10} {:>12} {:>12} {ratio:>7}  {k}",
-            f(inline),
-            f(batch)
-        );
+        let mut line = format!("{alg:<10} {:>12}", f(inline));
+        for b in batch {
+            let ratio = match (inline, b) {
+                (Some(i), Some(b)) => format!("{:.2}", b / i),
+                _ => "-".into(),
+            };
+            line += &format!(" {:>12} {ratio:>7}", f(b));
+        }
+        println!("{line}");
+    }
+    if !batch_kernels.is_empty() {
+        println!("ratio: the kernel's operations per second over BoringSSL inline; ECDSA is always inline");
     }
     Ok(())
+}
+
+/// The CPU's model name, for every figure printed.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
 }
 
 /// Batch sizes 1..=8 vs inline: where does batching start to pay?

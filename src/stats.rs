@@ -199,6 +199,12 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         "since start"
     };
     out.push_str(&format!("tlsterm stats ({scope})\n\n"));
+    // Which kernel signs, and whether RSA signatures are batched or inline.
+    for (labels, value) in now.series("tlsterm_engine_info") {
+        if value == 1.0 {
+            out.push_str(&format!("engine         {labels}\n\n"));
+        }
+    }
     out.push_str(&format!(
         "connections    accepted {}   active now {:.0}\n",
         rate(view.value("tlsterm_connections_accepted_total", "")),
@@ -348,6 +354,8 @@ mod tests {
     const SAMPLE: &str = "\
 # TYPE tlsterm_handshakes_total counter
 tlsterm_handshakes_total{kind=\"full\"} 10
+# TYPE tlsterm_engine_info gauge
+tlsterm_engine_info{kernel=\"avx2\",signing=\"batch\"} 1
 # TYPE tlsterm_engine_batch_seconds histogram
 tlsterm_engine_batch_seconds_bucket{le=\"0.001\"} 2
 tlsterm_engine_batch_seconds_bucket{le=\"0.002\"} 6
@@ -361,6 +369,10 @@ tlsterm_engine_batch_seconds_count 6
         let snapshot = parse(SAMPLE).unwrap();
         let text = render(&snapshot, None);
         assert!(text.contains("kind=\"full\""), "{text}");
+        assert!(
+            text.contains("engine         kernel=\"avx2\",signing=\"batch\""),
+            "{text}"
+        );
         assert!(
             text.contains("engine batch compute time: count 6, average 1.50ms"),
             "{text}"

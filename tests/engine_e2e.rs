@@ -1,11 +1,16 @@
 //! Handshakes through `serve` with the batch engine: many concurrent clients, RSA keys of
 //! every size, PSS and PKCS#1 v1.5; each client verifies the server's signature (BoringSSL
 //! checks CertificateVerify / ServerKeyExchange even when it does not check the chain).
+//!
+//! Every test runs through the best kernel this CPU has and asserts the path that kernel
+//! implies: batched with AVX-512 IFMA or AVX2, inline without either. Each SIMD kernel the
+//! CPU has is also forced once (`[engine] kernel`), so an IFMA machine covers AVX2 too.
 
 mod common;
 
 use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
 use common::*;
+use tlsterm_engine::Kernel;
 use tokio::net::TcpStream;
 
 #[derive(Clone, Copy)]
@@ -36,7 +41,18 @@ async fn handshake(port: u16, sig: Sig) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run_load(mode: &str, key: &str, clients: usize, per_client: usize) -> (f64, f64, f64) {
+/// What the server reports about its signing path.
+struct Load {
+    /// RSA signatures made (batch and inline).
+    signatures: f64,
+    batches: f64,
+    ops_in_batches: f64,
+    /// `tlsterm_engine_info` labels: the kernel that signs, and "batch" or "inline".
+    kernel: String,
+    signing: String,
+}
+
+async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) -> Load {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let cert = dir.path().join("c.pem");
@@ -62,8 +78,7 @@ async fn run_load(mode: &str, key: &str, clients: usize, per_client: usize) -> (
         cert.display().to_string(),
         keyfile.display().to_string()
     );
-    let header =
-        format!("[engine]\nmode = \"{mode}\"\nsmall_batch_threshold = 1\npoll_delay = \"2ms\"\n");
+    let header = format!("[engine]\n{engine}\nsmall_batch_threshold = 1\npoll_delay = \"2ms\"\n");
     let config = write_config(dir.path(), &header, &[listener]);
     let _server = Server::start(&config);
     let admin = admin_address(&config).unwrap();
@@ -85,41 +100,104 @@ async fn run_load(mode: &str, key: &str, clients: usize, per_client: usize) -> (
             .expect("load finishes")
             .unwrap();
     }
-    let batch = metric(admin, "tlsterm_engine_operations_total", "algorithm=\"rsa");
+    let signatures = metric(admin, "tlsterm_engine_operations_total", "algorithm=\"rsa");
     let batches = metric(admin, "tlsterm_engine_batch_operations_count", "");
     let ops_in_batches = metric(admin, "tlsterm_engine_batch_operations_sum", "");
     assert_eq!(
-        batch,
+        signatures,
         (clients * per_client) as f64,
         "one signature per handshake"
     );
-    (batch, batches, ops_in_batches)
+    let (status, text) = admin_get(admin, "/metrics");
+    assert_eq!(status, 200);
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("tlsterm_engine_info{") && l.ends_with(" 1"))
+        .expect("tlsterm_engine_info")
+        .to_string();
+    let label = |name: &str| {
+        let start = info.find(&format!("{name}=\"")).expect("label") + name.len() + 2;
+        info[start..start + info[start..].find('"').unwrap()].to_string()
+    };
+    Load {
+        signatures,
+        batches,
+        ops_in_batches,
+        kernel: label("kernel"),
+        signing: label("signing"),
+    }
+}
+
+/// The kernel `serve` signs with by default here, if any ("none": inline).
+fn best_kernel() -> &'static str {
+    match Kernel::simd_available().first() {
+        Some(k) => k.name(),
+        None => "none",
+    }
+}
+
+/// Asserts the path `load` took: batched through `kernel`, or inline when it is "none".
+fn assert_path(load: &Load, kernel: &str, what: &str) {
+    assert_eq!(load.kernel, kernel, "{what}: kernel in tlsterm_engine_info");
+    if kernel == "none" {
+        eprintln!("note: {what}: no AVX-512 IFMA or AVX2 on this CPU; checking the inline path");
+        assert_eq!(load.signing, "inline", "{what}");
+        assert_eq!(load.batches, 0.0, "{what}: no batch without a SIMD kernel");
+    } else {
+        assert_eq!(load.signing, "batch", "{what}");
+        assert_eq!(
+            load.ops_in_batches, load.signatures,
+            "{what}: every RSA signature went through a multi-buffer batch ({kernel})"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rsa2048_concurrent_handshakes_through_the_batch_engine() {
-    let (_, batches, ops) = run_load("batch", "rsa:2048", 48, 6).await;
-    assert_eq!(
-        ops,
-        48.0 * 6.0,
-        "every RSA signature went through a multi-buffer batch"
-    );
-    assert!(
-        ops / batches > 1.0,
-        "batches held more than one operation on average ({ops} ops in {batches} batches)"
-    );
+async fn rsa2048_concurrent_handshakes_through_the_best_kernel() {
+    let load = run_load("mode = \"batch\"", "rsa:2048", 48, 6).await;
+    assert_path(&load, best_kernel(), "rsa2048");
+    if best_kernel() != "none" {
+        assert!(
+            load.ops_in_batches / load.batches > 1.0,
+            "batches held more than one operation on average ({} ops in {} batches)",
+            load.ops_in_batches,
+            load.batches
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rsa3072_and_rsa4096_through_the_batch_engine() {
+async fn rsa3072_and_rsa4096_through_the_best_kernel() {
     for key in ["rsa:3072", "rsa:4096"] {
-        let (_, _, ops) = run_load("batch", key, 12, 2).await;
-        assert_eq!(ops, 24.0, "{key}");
+        let load = run_load("mode = \"batch\"", key, 12, 2).await;
+        assert_path(&load, best_kernel(), key);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_simd_kernel_of_this_cpu_signs_handshakes() {
+    for (kernel, name) in [(Kernel::Ifma, "avx512ifma"), (Kernel::Avx2, "avx2")] {
+        if !kernel.is_available() {
+            eprintln!("note: kernel {name} skipped: this CPU lacks it");
+            continue;
+        }
+        let load = run_load(
+            &format!("mode = \"batch\"\nkernel = \"{name}\""),
+            "rsa:2048",
+            12,
+            3,
+        )
+        .await;
+        assert_path(&load, name, name);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_mode_never_batches() {
-    let (_, batches, _) = run_load("inline", "rsa:2048", 8, 2).await;
-    assert_eq!(batches, 0.0);
+    let load = run_load("mode = \"inline\"", "rsa:2048", 8, 2).await;
+    assert_eq!(load.batches, 0.0);
+    assert_eq!(
+        (load.kernel.as_str(), load.signing.as_str()),
+        ("none", "inline")
+    );
 }

@@ -154,6 +154,7 @@ pub struct Metrics {
     backend_connect_time: Histogram,
     handshake_time: HistogramVec,
     engine_ops: IntCounterVec,
+    engine_info: IntGaugeVec,
     engine_errors: IntCounter,
     flushes: IntCounterVec,
     queue_wait: Histogram,
@@ -224,6 +225,13 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         )
         .expect("metric"),
         engine_ops: counter_vec!(r, "engine_operations_total", "Private-key operations by algorithm and path (inline or batch)", &["algorithm", "path"]),
+        engine_info: register_int_gauge_vec_with_registry!(
+            "engine_info",
+            "1 for how RSA signatures are made now: the multi-buffer kernel that signs (none when inline) and whether signatures are batched or inline",
+            &["kernel", "signing"],
+            r
+        )
+        .expect("metric"),
         engine_errors: register_int_counter_with_registry!("engine_errors_total", "Engine operations that failed (fault check or refusal) and were redone inline", r).expect("metric"),
         flushes: counter_vec!(r, "engine_flushes_total", "Batches run, by the cause that triggered them", &["cause"]),
         queue_wait: register_histogram_with_registry!("engine_queue_wait_seconds", "Time an operation waited in its worker's queue", latency_buckets(), r).expect("metric"),
@@ -384,6 +392,15 @@ pub fn record_batch(kind: KeyKind, ops: usize, elapsed: Duration) {
     on_worker(|w| w.engine_ops.inc_by(ops as u64));
     METRICS.batch_lanes.observe(ops as f64);
     METRICS.batch_time.observe(elapsed.as_secs_f64());
+}
+
+/// Publishes which kernel signs and whether signatures are batched (at start and reload).
+pub fn set_engine_info(kernel: &str, signing: &str) {
+    METRICS.engine_info.reset();
+    METRICS
+        .engine_info
+        .with_label_values(&[kernel, signing])
+        .set(1);
 }
 
 pub fn record_engine_error() {

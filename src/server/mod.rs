@@ -258,7 +258,9 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         true => Some(runtime.block_on(crate::metrics::admin::bind(config.admin.address))?),
         false => None,
     };
-    let (settings_tx, settings_rx) = watch::channel(OffloadSettings::from_config(&config.engine));
+    let offload = OffloadSettings::from_config(&config.engine);
+    crate::metrics::set_engine_info(offload.kernel_name(), offload.signing());
+    let (settings_tx, settings_rx) = watch::channel(offload);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
     let sockets = listeners
@@ -294,7 +296,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         .map(|l| l.address().to_string())
         .collect();
     let admin_address = config.admin.enabled.then_some(config.admin.address);
-    tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, engine = ?config.engine.mode, kernel = tlsterm_engine::Kernel::detect().name(), "tlsterm serving");
+    tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, signing = offload.signing(), kernel = offload.kernel_name(), "tlsterm serving");
 
     let mut running = Running {
         source,
@@ -439,9 +441,9 @@ impl Running {
         self.shared
             .log_connections
             .store(new.log.connections, std::sync::atomic::Ordering::Relaxed);
-        let _ = self
-            .settings
-            .send(OffloadSettings::from_config(&new.engine));
+        let offload = OffloadSettings::from_config(&new.engine);
+        crate::metrics::set_engine_info(offload.kernel_name(), offload.signing());
+        let _ = self.settings.send(offload);
         if !unapplied.is_empty() {
             tracing::warn!(keys = ?unapplied, "changed keys take effect at the next restart");
         }
