@@ -89,7 +89,8 @@ pub struct SessionConfig {
     /// 60 bytes each). When full, 0-RTT is refused until older entries expire.
     pub early_data_replay_entries: usize,
     /// The fraction of that memory one client network (IPv4 address, IPv6 /56) may fill
-    /// in a window; beyond it, its 0-RTT is refused (1-RTT goes on).
+    /// in a window (a wider network, IPv4 /24 or IPv6 /48, `replay::WIDER_NETWORK_SHARES`
+    /// times that); beyond it, its 0-RTT is refused (1-RTT goes on).
     pub early_data_replay_client_share: f64,
 }
 
@@ -509,11 +510,17 @@ impl Sessions {
     /// extension: against this process's memory, then, with `redis_url` set, against every
     /// process sharing the Redis (ticket keys shared by a fleet let a copy go to any of
     /// them). The memory is shared by every listener and kept across reloads.
+    ///
+    /// Every ClientHello offering early data is claimed in Redis whatever the verdict: one
+    /// refused here (memory or client share full) or whose claim did not get an answer in
+    /// time is claimed in the background, so that no process accepts a copy of it later.
     pub fn check_early_data(&self, pre_shared_key: &[u8], client: IpAddr) -> EarlyDataCheck {
         let digest = replay::digest(pre_shared_key);
         let now = Instant::now();
         let local = self.inner.replay.check(&digest, client, now);
-        let redis = match (local, self.inner.redis.load_full()) {
+        let redis = self.inner.redis.load_full();
+        let key = format!("0rtt:{}", tickets::hex(&digest));
+        let redis = match (local, redis) {
             (Verdict::Fresh, Some(redis)) => redis,
             (Verdict::Fresh, None)
                 if !self.inner.replay.remembers_a_full_window(now)
@@ -521,12 +528,23 @@ impl Sessions {
             {
                 return EarlyDataCheck::Now(Verdict::JustStarted)
             }
-            _ => return EarlyDataCheck::Now(local),
+            // Seen here before: claimed then.
+            (Verdict::Replayed, _) | (_, None) => return EarlyDataCheck::Now(local),
+            (_, Some(redis)) => {
+                claim_in_background(&redis, key);
+                return EarlyDataCheck::Now(local);
+            }
         };
-        let key = format!("0rtt:{}", tickets::hex(&digest));
-        match redis.claim(key, replay::WINDOW) {
-            Ok(pending) => EarlyDataCheck::Redis(pending),
-            Err(_) => EarlyDataCheck::Now(Verdict::Unchecked),
+        match redis.claim(key.clone(), replay::WINDOW) {
+            Ok(pending) => EarlyDataCheck::Redis {
+                pending,
+                redis,
+                key,
+            },
+            Err(_) => {
+                claim_in_background(&redis, key);
+                EarlyDataCheck::Now(Verdict::Unchecked)
+            }
         }
     }
 
@@ -564,14 +582,23 @@ impl Sessions {
 /// (within `redis_timeout`; no answer refuses the early data).
 pub enum EarlyDataCheck {
     Now(Verdict),
-    Redis(redis::PendingClaim),
+    Redis {
+        pending: redis::PendingClaim,
+        /// Where `key` is claimed again if this claim gets no answer.
+        redis: Arc<RedisStore>,
+        key: String,
+    },
 }
 
 impl EarlyDataCheck {
     pub async fn verdict(self) -> Verdict {
         match self {
             EarlyDataCheck::Now(verdict) => verdict,
-            EarlyDataCheck::Redis(pending) => {
+            EarlyDataCheck::Redis {
+                pending,
+                redis,
+                key,
+            } => {
                 let outcome = pending.await.unwrap_or(Outcome::Error);
                 METRICS
                     .redis
@@ -580,11 +607,25 @@ impl EarlyDataCheck {
                 match outcome {
                     Outcome::Done(true) => Verdict::Fresh,
                     Outcome::Done(false) => Verdict::Replayed,
-                    _ => Verdict::Unchecked,
+                    _ => {
+                        claim_in_background(&redis, key);
+                        Verdict::Unchecked
+                    }
                 }
             }
         }
     }
+}
+
+/// Claims a refused ClientHello's `key` in Redis in the background (see
+/// [`RedisStore::claim_in_background`]), counting each attempt.
+fn claim_in_background(redis: &RedisStore, key: String) {
+    redis.claim_in_background(key, replay::WINDOW, |outcome| {
+        METRICS
+            .redis
+            .with_label_values(&["claim", outcome.label()])
+            .inc();
+    });
 }
 
 fn update_cache_gauges(cache: &LruCache) {

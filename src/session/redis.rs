@@ -93,6 +93,14 @@ fn connect(
 
 const PEM_CERTIFICATE: &[u8] = b"-----BEGIN CERTIFICATE-----";
 
+/// SET `key` NX with a lifetime of `ttl`: a 0-RTT claim.
+fn claim_command(key: &str, ttl: Duration) -> redis::Cmd {
+    let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
+    let mut command = redis::cmd("SET");
+    command.arg(key).arg(1).arg("NX").arg("PX").arg(millis);
+    command
+}
+
 /// Whether the client connects with TLS (rediss://).
 pub fn uses_tls(client: &redis::Client) -> bool {
     matches!(
@@ -264,15 +272,53 @@ impl RedisStore {
         let key = format!("{}{key}", self.prefix);
         let mut connection = self.connection.clone();
         let (timeout, health) = (self.timeout, self.health.clone());
-        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
         Ok(self.handle.spawn(async move {
             let _guard = guard;
-            let mut command = redis::cmd("SET");
-            command.arg(&key).arg(1).arg("NX").arg("PX").arg(millis);
+            let command = claim_command(&key, ttl);
             let request = command.query_async::<Option<String>>(&mut connection);
             let answer = health.answer("claim", timeout, request).await;
             answer.map(|set| set.is_some())
         }))
+    }
+
+    /// Claims `key` in the background, for `ttl` from now, retrying until Redis has
+    /// answered or `ttl` has passed: for a ClientHello refused 0-RTT without its claim
+    /// having been made, so that no process sharing this Redis accepts a copy. `done` gets
+    /// the outcome of each attempt (not called back at all after an overload).
+    pub fn claim_in_background(
+        &self,
+        key: String,
+        ttl: Duration,
+        mut done: impl FnMut(Outcome<()>) + Send + 'static,
+    ) {
+        let Some(guard) = self.admit() else {
+            done(Outcome::Overload);
+            return;
+        };
+        let key = format!("{}{key}", self.prefix);
+        let mut connection = self.connection.clone();
+        let (timeout, health) = (self.timeout, self.health.clone());
+        let until = tokio::time::Instant::now() + ttl;
+        self.handle.spawn(async move {
+            let _guard = guard;
+            let mut pause = Duration::from_millis(50);
+            loop {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                let command = claim_command(&key, left);
+                let request = command.query_async::<Option<String>>(&mut connection);
+                let answer = health.answer("claim", timeout, request).await.map(|_| ());
+                let answered = matches!(answer, Outcome::Done(()));
+                done(answer);
+                if answered {
+                    return;
+                }
+                tokio::time::sleep(pause.min(left)).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        });
     }
 
     /// Stores a session for `ttl` in the background; `done` gets the outcome.
