@@ -115,12 +115,12 @@ async fn required_client_certificate_is_enforced_and_identity_reaches_the_backen
     assert_eq!(ssl.get(PP2_SUBTYPE_SSL_CN), Some(&b"alice"[..]));
     assert_eq!(
         header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT),
-        Some(&b"CN=alice,O=Example"[..])
+        Some(&b"O=Example,CN=alice"[..])
     );
-    let san = String::from_utf8_lossy(header.tlv(PP2_TYPE_TLSTERM_CLIENT_SAN).unwrap()).to_string();
-    assert!(
-        san.contains("email:alice@example.test") && san.contains("DNS:alice.example.test"),
-        "{san}"
+    let san: Vec<&[u8]> = header.all_tlvs(PP2_TYPE_TLSTERM_CLIENT_SAN).collect();
+    assert_eq!(
+        san,
+        [&b"email:alice@example.test"[..], b"DNS:alice.example.test"]
     );
     let fingerprint = run(Command::new("openssl").args([
         "x509",
@@ -170,6 +170,43 @@ async fn required_client_certificate_is_enforced_and_identity_reaches_the_backen
         .await
         .is_err(),
         "no backend connection for refused clients"
+    );
+}
+
+/// What a certificate holder puts in its names reaches the backend as data, never as
+/// more names or attributes: a URI with ",DNS:" in it stays one URI, a CN with ",O=" stays
+/// one CN (RFC 4514 escaping).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_tlvs_cannot_be_forged_with_commas() {
+    let (dir, backend, _server, port) = mtls_server("required").await;
+    make_leaf(
+        dir.path(),
+        "eve",
+        "/CN=eve,O=Admin/O=Example",
+        "subjectAltName=@names\n[names]\nURI.1=https://x,DNS:admin.internal\nDNS.1=eve.test",
+    );
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    let args = vec![
+        "-cert".into(),
+        p("eve.pem"),
+        "-key".into(),
+        p("eve.key"),
+        "-ign_eof".into(),
+    ];
+    let (header, out) = header_for(&backend, port, args).await;
+    let san: Vec<&[u8]> = header.all_tlvs(PP2_TYPE_TLSTERM_CLIENT_SAN).collect();
+    assert_eq!(
+        san,
+        [&b"URI:https://x,DNS:admin.internal"[..], b"DNS:eve.test"],
+        "{out}"
+    );
+    assert_eq!(
+        header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT),
+        Some(&br"O=Example,CN=eve\,O=Admin"[..])
+    );
+    assert_eq!(
+        header.tlv(proxy_protocol::PP2_TYPE_TLSTERM_CLIENT_INCOMPLETE),
+        None
     );
 }
 
