@@ -349,6 +349,9 @@ impl Sessions {
         let (Some(redis), true) = (self.inner.redis.load_full(), config.redis_ticket_keys) else {
             return;
         };
+        if !redis.uses_tls() {
+            tracing::warn!("redis_ticket_keys over plain redis://: the fleet's session ticket keys cross the network in clear, and whoever reads them can decrypt every ticket (and the sessions' secrets); use rediss://");
+        }
         let tickets = self.inner.tickets.clone();
         let (rotation, grace) = (config.ticket_rotation, config.ticket_grace);
         // Epoch and key name of the shared keys last installed.

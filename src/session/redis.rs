@@ -101,6 +101,34 @@ fn claim_command(key: &str, ttl: Duration) -> redis::Cmd {
     command
 }
 
+/// `url` fit for a log line: its user and password, and a `pass`/`password` query value
+/// (unix-socket URLs), replaced by `***`; something that is not a URL at all is not shown.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "(not a URL)".into();
+    };
+    // Up to the last '@': a password holding '@', '/' or '?' is hidden whole.
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((_, rest)) => ("***@", rest),
+        None => ("", rest),
+    };
+    let rest = match rest.split_once('?') {
+        Some((path, query)) => {
+            let pairs = query.split('&').map(|pair| match pair.split_once('=') {
+                Some((key, _))
+                    if ["pass", "password"].contains(&key.to_ascii_lowercase().as_str()) =>
+                {
+                    format!("{key}=***")
+                }
+                _ => pair.to_string(),
+            });
+            format!("{path}?{}", pairs.collect::<Vec<_>>().join("&"))
+        }
+        None => rest.to_string(),
+    };
+    format!("{scheme}://{userinfo}{rest}")
+}
+
 /// Whether the client connects with TLS (rediss://).
 pub fn uses_tls(client: &redis::Client) -> bool {
     matches!(
@@ -218,15 +246,15 @@ impl RedisStore {
                 );
                 client_with_roots(url, roots)
             }
-            None => Ok(redis::Client::open(url)?),
+            None => redis::Client::open(url).map_err(anyhow::Error::from),
         };
-        let client = client.with_context(|| format!("invalid redis_url `{url}`"))?;
+        let client = client.with_context(|| format!("invalid redis_url `{}`", redacted(url)))?;
         if uses_tls(&client) {
             install_tls_provider()?;
         }
         let handle = runtime()?;
         let connection = connect(&handle, &client, timeout)
-            .with_context(|| format!("cannot set up Redis at `{url}`"))?;
+            .with_context(|| format!("cannot set up Redis at `{}`", redacted(url)))?;
         Ok(RedisStore {
             client,
             prefix: prefix.to_string(),
@@ -236,6 +264,11 @@ impl RedisStore {
             in_flight: Arc::new(AtomicUsize::new(0)),
             health: Arc::default(),
         })
+    }
+
+    /// Whether the connection is TLS (rediss://).
+    pub fn uses_tls(&self) -> bool {
+        uses_tls(&self.client)
     }
 
     pub fn key(&self, id: &[u8]) -> String {
@@ -424,5 +457,45 @@ impl RedisStore {
             }
         });
         task.abort_handle()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_logged_without_credentials() {
+        for (url, shown) in [
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            ("redis://:s3cret@10.0.0.1/", "redis://***@10.0.0.1/"),
+            (
+                "rediss://user:s3cret@redis.test:6380",
+                "rediss://***@redis.test:6380",
+            ),
+            ("redis://user:s3/c@r?et@host/0", "redis://***@host/0"),
+            (
+                "redis+unix:///run/redis.sock?db=1&pass=s3cret",
+                "redis+unix:///run/redis.sock?db=1&pass=***",
+            ),
+            ("s3cret", "(not a URL)"),
+        ] {
+            assert_eq!(redacted(url), shown);
+        }
+    }
+
+    #[test]
+    fn setup_errors_do_not_show_the_password() {
+        for url in [
+            "redis://:s3cret@127.0.0.1:notaport/",
+            "redis://:s3cret@[::1/",
+        ] {
+            let err = RedisStore::new(url, None, "p:", Duration::from_millis(10))
+                .err()
+                .expect("an invalid URL");
+            let text = format!("{err:#} {err:?}");
+            assert!(!text.contains("s3cret"), "{text}");
+            assert!(text.contains("***@"), "{text}");
+        }
     }
 }
