@@ -38,10 +38,11 @@ use prometheus::{
 };
 use serde::Deserialize;
 
-use cache::LruCache;
+use cache::{LruCache, SessionDer};
 use redis::{Outcome, RedisStore};
 use replay::{ReplayGuard, Verdict};
 use tickets::{unix_now, KeySource, Lookup, TicketKeys};
+use zeroize::Zeroizing;
 
 /// With `redis_ticket_keys`, how many epochs of keys a ticket can outlive its own by.
 const MAX_SHARED_EPOCHS: u32 = 1000;
@@ -638,7 +639,7 @@ fn update_cache_gauges(cache: &LruCache) {
     m.cache_evictions.set(cache.evictions() as i64);
 }
 
-fn finish_with(der: Arc<[u8]>) -> BoxGetSessionFinish {
+fn finish_with(der: SessionDer) -> BoxGetSessionFinish {
     Box::new(move |_ssl, _id| SslSession::from_der(&der).ok())
 }
 
@@ -651,6 +652,7 @@ impl Inner {
         let Ok(der) = session.to_der() else {
             return;
         };
+        let der = SessionDer::new(Zeroizing::new(der));
         let id = session.id().to_vec();
         let ttl = Duration::from_secs(
             u64::from(session.timeout()).min(self.lifetime.load(Ordering::Relaxed)),
@@ -664,7 +666,7 @@ impl Inner {
             });
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.insert(id, der.into(), ttl, Instant::now());
+        cache.insert(id, der, ttl, Instant::now());
         update_cache_gauges(&cache);
     }
 
@@ -703,7 +705,7 @@ impl Inner {
                 Outcome::Done(Some(der)) => {
                     m.redis.with_label_values(&["get", "hit"]).inc();
                     m.cache_lookups.with_label_values(&["redis"]).inc();
-                    let der: Arc<[u8]> = der.into();
+                    let der = SessionDer::new(Zeroizing::new(der));
                     let ttl = Duration::from_secs(inner.lifetime.load(Ordering::Relaxed));
                     let mut cache = inner.cache.lock().unwrap_or_else(|e| e.into_inner());
                     cache.insert(id, der.clone(), ttl, Instant::now());

@@ -358,7 +358,7 @@ impl RedisStore {
     pub fn put(
         &self,
         id: &[u8],
-        der: Vec<u8>,
+        der: super::cache::SessionDer,
         ttl: Duration,
         done: impl FnOnce(Outcome<()>) + Send + 'static,
     ) {
@@ -373,7 +373,7 @@ impl RedisStore {
         self.handle.spawn(async move {
             let _guard = guard;
             let mut command = redis::cmd("SET");
-            command.arg(&key).arg(der).arg("PX").arg(millis);
+            command.arg(&key).arg(&der[..]).arg("PX").arg(millis);
             let request = command.query_async::<()>(&mut connection);
             done(health.answer("set", timeout, request).await);
         });
