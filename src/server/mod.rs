@@ -255,7 +255,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     });
     crate::metrics::set_enabled(config.admin.enabled);
     let admin = match config.admin.enabled {
-        true => Some(runtime.block_on(crate::metrics::admin::bind(config.admin.address))?),
+        true => Some(crate::metrics::admin::bind(config.admin.address)?),
         false => None,
     };
     let (settings_tx, settings_rx) = watch::channel(OffloadSettings::from_config(&config.engine));
@@ -293,6 +293,9 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         .iter()
         .map(|l| l.address().to_string())
         .collect();
+    if let Some(admin) = admin {
+        admin.start()?;
+    }
     let admin_address = config.admin.enabled.then_some(config.admin.address);
     tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, engine = ?config.engine.mode, kernel = tlsterm_engine::Kernel::detect().name(), "tlsterm serving");
 
@@ -307,9 +310,6 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         settings: settings_tx,
     };
     runtime.block_on(async {
-        if let Some(admin) = admin {
-            tokio::spawn(admin);
-        }
         // Connection bursts leave their buffers in glibc's arenas; hand the free pages
         // back now and then so the resident size follows the load down again.
         let mut trim = tokio::time::interval(std::time::Duration::from_secs(10));
