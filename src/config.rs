@@ -330,7 +330,7 @@ impl ServerNameConfig {
     /// Whether its connections are checked for client certificates otherwise than the
     /// listener's (`listener_auth`): another `client_auth`, or its own CA or CRL settings
     /// while certificates are asked for.
-    pub fn client_policy_differs(&self, listener_auth: ClientAuth) -> bool {
+    fn client_policy_differs(&self, listener_auth: ClientAuth) -> bool {
         let auth = self.client_auth.unwrap_or(listener_auth);
         let own_trust = self.client_ca.is_some()
             || self.client_crl.is_some()
