@@ -522,9 +522,8 @@ impl Sessions {
         let digest = replay::digest(pre_shared_key);
         let now = Instant::now();
         let local = self.inner.replay.check(&digest, client, now);
-        let redis = self.inner.redis.load_full();
-        let key = format!("0rtt:{}", tickets::hex(&digest));
-        let redis = match (local, redis) {
+        let key = || format!("0rtt:{}", tickets::hex(&digest));
+        let redis = match (local, self.inner.redis.load_full()) {
             (Verdict::Fresh, Some(redis)) => redis,
             (Verdict::Fresh, None)
                 if !self.inner.replay.remembers_a_full_window(now)
@@ -532,13 +531,15 @@ impl Sessions {
             {
                 return EarlyDataCheck::Now(Verdict::JustStarted)
             }
-            // Seen here before: claimed then.
+            // Seen here before (and claimed then), or no Redis to tell.
             (Verdict::Replayed, _) | (_, None) => return EarlyDataCheck::Now(local),
+            // Refused here: claimed all the same.
             (_, Some(redis)) => {
-                claim_in_background(&redis, key);
+                claim_in_background(&redis, key());
                 return EarlyDataCheck::Now(local);
             }
         };
+        let key = key();
         match redis.claim(key.clone(), replay::WINDOW) {
             Ok(pending) => EarlyDataCheck::Redis {
                 pending,

@@ -317,7 +317,8 @@ impl RedisStore {
     /// Claims `key` in the background, for `ttl` from now, retrying until Redis has
     /// answered or `ttl` has passed: for a ClientHello refused 0-RTT without its claim
     /// having been made, so that no process sharing this Redis accepts a copy. `done` gets
-    /// the outcome of each attempt (not called back at all after an overload).
+    /// the outcome of each attempt (`Overload` once, if too many operations are in flight
+    /// to start).
     pub fn claim_in_background(
         &self,
         key: String,

@@ -257,23 +257,19 @@ impl ReplayGuard {
             g.per_client.clear();
             g.started = now;
         }
-        let known = [&g.current, &g.previous]
-            .iter()
-            .any(|set| set.contains(digest))
-            || [&g.current_marks, &g.previous_marks]
-                .iter()
-                .any(|marks| marks.contains(digest));
+        let known = g.current.contains(digest)
+            || g.previous.contains(digest)
+            || g.current_marks.contains(digest)
+            || g.previous_marks.contains(digest);
         if known {
             return Verdict::Replayed;
         }
         let verdict = self.admit(g, client);
-        match verdict {
-            Verdict::Fresh => g.current.insert(*digest),
-            _ => {
-                g.current_marks.set(digest);
-                false
-            }
-        };
+        if verdict == Verdict::Fresh {
+            g.current.insert(*digest);
+        } else {
+            g.current_marks.set(digest);
+        }
         verdict
     }
 
