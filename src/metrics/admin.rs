@@ -1,11 +1,12 @@
 //! The admin listener: plain HTTP (on loopback by default) with `/metrics` (Prometheus
-//! text format) and `/healthz`. HTTP parsing is hyper's: malformed requests get its 400.
+//! text format) and `/healthz` (503 once stopping). HTTP parsing is hyper's: malformed requests get its 400.
 //! It is bounded: [`MAX_CONNECTIONS`] at once, [`HEADER_TIMEOUT`] to send headers, 64 KiB
 //! of them.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +17,15 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+
+/// Set once the process stops accepting (SIGTERM): `/healthz` then says so, while the
+/// admin listener, on its own thread, goes on answering through the drain.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// The process has stopped accepting connections and drains the open ones.
+pub fn set_stopping() {
+    STOPPING.store(true, Ordering::Relaxed);
+}
 
 fn respond(
     status: StatusCode,
@@ -40,6 +50,9 @@ async fn route(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infa
             "text/plain; version=0.0.4; charset=utf-8",
             super::render(),
         ),
+        "/healthz" if STOPPING.load(Ordering::Relaxed) => {
+            respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, "stopping\n")
+        }
         "/healthz" => respond(StatusCode::OK, TEXT, "ok\n"),
         _ => respond(
             StatusCode::NOT_FOUND,

@@ -322,6 +322,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
             }
         }
         tracing::info!(drain_timeout = ?config.drain_timeout, "stopping: no new connections, draining open ones");
+        crate::metrics::admin::set_stopping();
         let _ = shutdown_tx.send(true);
         anyhow::Ok(())
     })?;
