@@ -81,6 +81,8 @@ pub fn encode_v1(source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
 /// the whole header far below the 64 KiB the length field allows.
 pub const MAX_TLV_VALUE: usize = 4096;
 
+/// ALPN and SNI, at most 255 bytes in TLS: never cut in practice, only bounded here so
+/// that the header's size does not rest on the TLS library alone.
 fn capped(value: &[u8]) -> &[u8] {
     &value[..value.len().min(MAX_TLV_VALUE)]
 }
