@@ -343,6 +343,19 @@ pub struct ServerNameConfig {
     pub certificates: Vec<CertificateConfig>,
 }
 
+impl ServerNameConfig {
+    /// Whether its connections are checked for client certificates otherwise than the
+    /// listener's (`listener_auth`): another `client_auth`, or its own CA or CRL settings
+    /// while certificates are asked for.
+    fn client_policy_differs(&self, listener_auth: ClientAuth) -> bool {
+        let auth = self.client_auth.unwrap_or(listener_auth);
+        let own_trust = self.client_ca.is_some()
+            || self.client_crl.is_some()
+            || self.client_crl_check.is_some();
+        auth != listener_auth || (auth != ClientAuth::None && own_trust)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UnknownSni {
@@ -719,6 +732,12 @@ impl Config {
                         "key `client_auth` needs `client_ca` (here or on the listener)",
                     ));
                 }
+                if name.backends.is_none() && name.client_policy_differs(listener.client_auth) {
+                    return Err(map.error(
+                        &name.names,
+                        "key `backends` is needed here: this name's client-certificate policy differs from the listener's, and a backend both used would be reached under the weaker of the two (by a client sending the other name, or none)",
+                    ));
+                }
             }
             if listener.min_version > listener.max_version {
                 return Err(map.plain(format!(
@@ -911,6 +930,43 @@ mod tests {
             err.message.contains("key `client_crl` needs `client_ca`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_name_with_its_own_client_certificate_policy_needs_its_own_backends() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), "").unwrap();
+        let ca = format!("client_ca = \"{}/ca.pem\"\n", dir.path().display());
+        let listener = |auth: &str| {
+            format!(
+                "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n{ca}\
+                 client_auth = \"{auth}\"\n[[listener.server_name]]\nnames = [\"admin.test\"]\n"
+            )
+        };
+        for (auth, name) in [
+            ("none", "client_auth = \"required\"\n"),
+            ("none", "client_auth = \"optional\"\n"),
+            ("required", "client_auth = \"none\"\n"),
+            ("required", "client_crl_check = \"chain\"\n"),
+            ("optional", ca.as_str()),
+        ] {
+            let text = format!("{}{name}", listener(auth));
+            let err = Config::parse("t.toml", &text).unwrap_err();
+            assert_eq!(err.line, Some(7), "{auth} / {name}: {err}");
+            assert!(err.message.contains("key `backends`"), "{err}");
+            let own = format!("{text}backends = [\"127.0.0.1:2\"]\n");
+            assert!(Config::parse("t.toml", &own).is_ok(), "{auth} / {name}");
+        }
+        // The listener's policy again, or none asked for at all: the listener's backends.
+        for (auth, name) in [
+            ("required", "client_auth = \"required\"\n"),
+            ("none", "client_auth = \"none\"\n"),
+            ("none", "client_crl_check = \"chain\"\n"),
+            ("optional", "alpn = [\"h2\"]\n"),
+        ] {
+            let text = format!("{}{name}", listener(auth));
+            assert!(Config::parse("t.toml", &text).is_ok(), "{auth} / {name}");
+        }
     }
 
     #[test]

@@ -740,3 +740,46 @@ async fn emfile_backs_off_without_spinning_and_recovers() {
         one_request(port).await.unwrap();
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Admin listener
+// ---------------------------------------------------------------------------------------
+
+/// A thousand idle connections to the admin port (here on all addresses, which is warned
+/// about): it keeps 64 of them at most, the oldest closed for the newest, so they hold few
+/// of the process's descriptors, a scrape gets through at once, and a SIGHUP reload (on
+/// another thread) is not held up.
+#[test]
+fn idle_admin_connections_are_bounded_and_hold_nothing_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin_port = free_port();
+    let header = format!("[admin]\naddress = \"0.0.0.0:{admin_port}\"\n");
+    let config = write_config(dir.path(), &header, &[builtin_listener(free_port(), "")]);
+    let server = Server::start(&config);
+    server.log.wait_for("admin listener is not on loopback", 0);
+    let pid = server.child.id();
+    let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
+    assert_eq!(admin_get(admin, "/healthz").0, 200);
+    let base_fds = open_fds(pid);
+
+    let idle: Vec<std::net::TcpStream> = (0..1000)
+        .map(|_| std::net::TcpStream::connect(admin).unwrap())
+        .collect();
+    wait_until("the idle connections accepted", || {
+        accept_backlog(admin_port) == 0
+    });
+    wait_until("at most 64 admin connections kept", || {
+        open_fds(pid) <= base_fds + 64
+    });
+    let started = Instant::now();
+    assert_eq!(admin_get(admin, "/healthz"), (200, "ok\n".to_string()));
+    assert!(server.reload().contains("reloaded"));
+    assert_eq!(admin_get(admin, "/metrics").0, 200);
+    // Well within the 10 s an idle client is given to send its request.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(idle);
+}

@@ -348,6 +348,60 @@ async fn a_replay_to_another_process_is_refused_through_redis() {
     assert_eq!(metric(b.admin, claims, "op=\"claim\",result=\"ok\""), 1.0);
 }
 
+/// A ClientHello refused 0-RTT by one process (its client network had used its share of
+/// the memory) is still claimed in Redis: a copy replayed to another process is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_hello_refused_for_its_share_is_claimed_for_the_fleet() {
+    let redis = Redis::start();
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("ticket.keys");
+    std::fs::write(&key_file, key_line(1)).unwrap();
+    let session = format!(
+        "ticket_key_file = {:?}\nredis_url = {:?}",
+        key_file.display().to_string(),
+        redis.url()
+    );
+    let (backend, mut seen) = recording_backend().await;
+    let a = Setup::start(
+        backend,
+        &format!("{session}\nearly_data_replay_entries = 200"),
+        "true",
+    );
+    let b = Setup::start(backend, &session, "true");
+    let ticket = a.save_session(&mut seen).await;
+    let request = a.file("request.txt");
+    let early = ["-sess_in", &ticket, "-early_data", &request];
+    for _ in 0..2 {
+        let out = client(a.port, &early, "").await;
+        assert!(out.contains("Early data was accepted"), "{out}");
+        assert!(next_request(&mut seen).await.early_tlv);
+    }
+    // The third from this client: refused for its share (1-RTT), recorded by an attacker.
+    let (relay_port, recorded) = recording_proxy(a.port, Relay::Everything).await;
+    let out = client(relay_port, &early, GET_CLOSE).await;
+    assert!(out.contains("Early data was rejected"), "{out}");
+    assert!(!next_request(&mut seen).await.early_tlv);
+    let recorded = recorded.await.unwrap();
+    assert_eq!(
+        metric(a.admin, EARLY_DATA, "result=\"replay_client_quota\""),
+        1.0
+    );
+    // Its claim is made in the background: wait for Redis to have answered it.
+    let claims = "tlsterm_session_redis_operations_total";
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while metric(a.admin, claims, "op=\"claim\",result=\"ok\"") < 3.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refused ClientHello is claimed"
+        );
+        tokio::task::yield_now().await;
+    }
+
+    b.replay(&recorded).await;
+    assert_eq!(metric(b.admin, EARLY_DATA, "result=\"replayed\""), 1.0);
+    assert_eq!(metric(b.admin, EARLY_DATA, "result=\"accepted\""), 0.0);
+}
+
 /// The client's first flight in recorded bytes: its TLS records up to the first
 /// application-data record (the ClientHello, a compatibility ChangeCipherSpec, and the
 /// early data of a short request), without the Finished that would confirm it.

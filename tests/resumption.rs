@@ -310,6 +310,11 @@ async fn ticket_keys_shared_through_redis() {
     let redis = Redis::start();
     let session = shared_keys_session(&redis.url(), "");
     let a = s.start_sharing_keys("a", &session);
+    // The keys cross the network in clear: said at start.
+    assert!(a
+        .server
+        .log
+        .contains("redis_ticket_keys over plain redis://"));
     let b = s.start_sharing_keys("b", &session);
     for version in [SslVersion::TLS1_3, SslVersion::TLS1_2] {
         let client = Client::new(version);
@@ -361,6 +366,7 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     let trusting = "redis_ca_file = \"redis-ca/ca.pem\"";
     let session = shared_keys_session(&redis.url(), trusting);
     let a = s.start_sharing_keys("a", &session);
+    assert!(!a.server.log.contains("over plain redis://"));
     let b = s.start_sharing_keys("b", &session);
     let client = Client::new(SslVersion::TLS1_3);
     let ticket = client.fresh(a.port).await;

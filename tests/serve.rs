@@ -730,7 +730,8 @@ async fn global_connection_limit_pauses_accepting() {
     assert_eq!(body.len(), 3);
 }
 
-/// SIGTERM stops accepting but lets an open connection finish its exchange.
+/// SIGTERM stops accepting but lets an open connection finish its exchange; `/healthz`
+/// says the process is stopping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_open_connections() {
     let dir = tempfile::tempdir().unwrap();
@@ -744,6 +745,12 @@ async fn sigterm_drains_open_connections() {
     assert!(!http_get(&mut open, "/").await.unwrap().is_empty());
     server.signal("TERM");
     server.log.wait_for("stopping", 0);
+    // The admin listener answers through the drain, and says the process is stopping.
+    let admin = admin_address(&config).unwrap();
+    assert_eq!(
+        admin_get(admin, "/healthz"),
+        (503, "stopping\n".to_string())
+    );
     // Still served while draining...
     assert_eq!(http_get(&mut open, "/bytes/777").await.unwrap().len(), 777);
     // ...and no new connections are accepted.

@@ -115,12 +115,12 @@ async fn required_client_certificate_is_enforced_and_identity_reaches_the_backen
     assert_eq!(ssl.get(PP2_SUBTYPE_SSL_CN), Some(&b"alice"[..]));
     assert_eq!(
         header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT),
-        Some(&b"CN=alice,O=Example"[..])
+        Some(&b"O=Example,CN=alice"[..])
     );
-    let san = String::from_utf8_lossy(header.tlv(PP2_TYPE_TLSTERM_CLIENT_SAN).unwrap()).to_string();
-    assert!(
-        san.contains("email:alice@example.test") && san.contains("DNS:alice.example.test"),
-        "{san}"
+    let san: Vec<&[u8]> = header.all_tlvs(PP2_TYPE_TLSTERM_CLIENT_SAN).collect();
+    assert_eq!(
+        san,
+        [&b"email:alice@example.test"[..], b"DNS:alice.example.test"]
     );
     let fingerprint = run(Command::new("openssl").args([
         "x509",
@@ -170,6 +170,43 @@ async fn required_client_certificate_is_enforced_and_identity_reaches_the_backen
         .await
         .is_err(),
         "no backend connection for refused clients"
+    );
+}
+
+/// What a certificate holder puts in its names reaches the backend as data, never as
+/// more names or attributes: a URI with ",DNS:" in it stays one URI, a CN with ",O=" stays
+/// one CN (RFC 4514 escaping).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_tlvs_cannot_be_forged_with_commas() {
+    let (dir, backend, _server, port) = mtls_server("required").await;
+    make_leaf(
+        dir.path(),
+        "eve",
+        "/CN=eve,O=Admin/O=Example",
+        "subjectAltName=@names\n[names]\nURI.1=https://x,DNS:admin.internal\nDNS.1=eve.test",
+    );
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    let args = vec![
+        "-cert".into(),
+        p("eve.pem"),
+        "-key".into(),
+        p("eve.key"),
+        "-ign_eof".into(),
+    ];
+    let (header, out) = header_for(&backend, port, args).await;
+    let san: Vec<&[u8]> = header.all_tlvs(PP2_TYPE_TLSTERM_CLIENT_SAN).collect();
+    assert_eq!(
+        san,
+        [&b"URI:https://x,DNS:admin.internal"[..], b"DNS:eve.test"],
+        "{out}"
+    );
+    assert_eq!(
+        header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT),
+        Some(&br"O=Example,CN=eve\,O=Admin"[..])
+    );
+    assert_eq!(
+        header.tlv(proxy_protocol::PP2_TYPE_TLSTERM_CLIENT_INCOMPLETE),
+        None
     );
 }
 
@@ -303,6 +340,75 @@ async fn per_name_settings_follow_sni() {
     drop(upstream);
     let out = client.await.unwrap();
     assert!(out.contains("ALPN protocol: h2"), "{out}");
+}
+
+/// A name that asks for client certificates cannot be reached without one: a name without
+/// backends of its own (whose backend a client sending another name, or none, would reach
+/// under the listener's policy) is a configuration error naming its line, and the name
+/// written fully qualified ("api.test.") is the same name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_requiring_client_certificates_is_not_reached_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let api_backend = RawBackend::bind().await;
+    let port = free_port();
+    let listener = |backends: &str| {
+        format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
+             [[listener.server_name]]\nnames = [\"api.test\"]\nclient_auth = \"required\"\n\
+             client_ca = \"ca.pem\"\n{backends}"
+        )
+    };
+    let config = write_config(dir.path(), "", &[listener("")]);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let line = 1 + text.lines().position(|l| l.starts_with("names")).unwrap();
+    let out = Command::new(TLSTERM)
+        .args(["serve", "--check", "-c"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("tlsterm.toml:{line}: key `backends`")),
+        "{stderr}"
+    );
+
+    let own = format!("backends = [\"{}\"]\n", api_backend.address);
+    let _server = Server::start(&write_config(dir.path(), "", &[listener(&own)]));
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    for sni in ["api.test.", "API.Test."] {
+        let out = s_client(port, &["-servername", sni, "-ign_eof"], GET_CLOSE);
+        assert!(
+            !out.contains("Hello") && out.contains("alert"),
+            "{sni} without a certificate: {out}"
+        );
+    }
+    let args: Vec<String> = [
+        "-servername",
+        "api.test.",
+        "-cert",
+        &p("alice.pem"),
+        "-key",
+        &p("alice.key"),
+        "-ign_eof",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let client = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        s_client(port, &args, "to the api backend")
+    });
+    let mut upstream = api_backend.accept().await;
+    let mut got = vec![0u8; 18];
+    tokio::time::timeout(DEADLINE, upstream.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, b"to the api backend");
+    drop(upstream);
+    client.await.unwrap();
 }
 
 /// A CA, a leaf for localhost it signed, and a "good" OCSP response for the leaf made by
@@ -699,7 +805,9 @@ async fn client_certificates_are_checked_against_the_crl() {
         "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\nproxy_protocol = \"v2\"\n\
          client_auth = \"required\"\nclient_ca = \"ca.pem\"\nclient_crl = \"revoked.pem\"\n\
          [[listener.server_name]]\nnames = [\"optional.test\"]\nclient_auth = \"optional\"\n\
-         [[listener.server_name]]\nnames = [\"chain.test\"]\nclient_crl_check = \"chain\"\n",
+         backends = [\"{0}\"]\n\
+         [[listener.server_name]]\nnames = [\"chain.test\"]\nclient_crl_check = \"chain\"\n\
+         backends = [\"{0}\"]\n",
         backend.address
     );
     let server = Server::start(&write_config(d, "", &[listener]));
@@ -888,7 +996,8 @@ fn chain_check_needs_a_crl_for_every_ca() {
     let listener = format!(
         "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nclient_auth = \"required\"\n\
          client_ca = \"ca.pem\"\nclient_crl = \"inter/crl.pem\"\n\
-         [[listener.server_name]]\nnames = [\"chain.test\"]\nclient_crl_check = \"chain\"\n"
+         [[listener.server_name]]\nnames = [\"chain.test\"]\nclient_crl_check = \"chain\"\n\
+         backends = [\"builtin\"]\n"
     );
     let _server = Server::start(&write_config(root, "", &[listener]));
     let p = |name: &str| inter.join(name).display().to_string();
@@ -927,7 +1036,7 @@ fn sessions_do_not_cross_client_certificate_policies() {
         format!(
             "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
              [[listener.server_name]]\nnames = [\"secure.test\"]\nclient_auth = \"required\"\n\
-             client_ca = {ca:?}\n"
+             client_ca = {ca:?}\nbackends = [\"builtin\"]\n"
         )
     };
     let admin = format!("[admin]\naddress = \"127.0.0.1:{}\"\n", free_port());

@@ -17,12 +17,18 @@ pub const PP2_SUBTYPE_SSL_KEY_ALG: u8 = 0x25;
 pub const PP2_SUBTYPE_SSL_CN: u8 = 0x22;
 pub const PP2_CLIENT_SSL: u8 = 0x01;
 pub const PP2_CLIENT_CERT_CONN: u8 = 0x02;
-/// tlsterm's custom TLVs (the range 0xE0-0xEF is reserved for applications):
-/// the verified client certificate's subject, its subject alternative names
-/// (comma-separated, `DNS:`/`IP:`/`email:`/`URI:` prefixed) and SHA-256 fingerprint (hex).
+/// tlsterm's custom TLVs (the range 0xE0-0xEF is reserved for applications): the verified
+/// client certificate's subject (an RFC 4514 string), its subject alternative names (one
+/// TLV per name, `DNS:`/`IP:`/`email:`/`URI:` prefixed; the TLV's length delimits it, so
+/// a comma in a name is only a comma) and SHA-256 fingerprint (hex).
 pub const PP2_TYPE_TLSTERM_CLIENT_SUBJECT: u8 = 0xE0;
 pub const PP2_TYPE_TLSTERM_CLIENT_SAN: u8 = 0xE1;
 pub const PP2_TYPE_TLSTERM_CLIENT_SHA256: u8 = 0xE2;
+/// Present when client-certificate fields were too long to send whole: its value lists
+/// their types (one byte each: [`PP2_TYPE_TLSTERM_CLIENT_SUBJECT`] or [`PP2_SUBTYPE_SSL_CN`]
+/// left out; [`PP2_TYPE_TLSTERM_CLIENT_SAN`]: names left out from there on). A value is
+/// sent whole or not at all.
+pub const PP2_TYPE_TLSTERM_CLIENT_INCOMPLETE: u8 = 0xE4;
 /// Present (value `0x01`) when the connection began with TLS 1.3 early data: its first
 /// bytes reached tlsterm before the handshake completed and may be a replay (RFC 8470
 /// tells an HTTP backend what not to do with such a request).
@@ -69,13 +75,25 @@ pub fn encode_v1(source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
     .into_bytes()
 }
 
-/// The longest value tlsterm puts in one TLV. Every value it sends is short except those
-/// taken from a client certificate (subject, SAN list), which the client controls in
-/// part; capping each keeps the whole header far below the 64 KiB the length field allows.
+/// The longest value tlsterm puts in one TLV, and the most bytes of subject alternative
+/// names it sends. Every value it sends is short except those taken from a client
+/// certificate (subject, CN, names), which the client controls in part; bounding them keeps
+/// the whole header far below the 64 KiB the length field allows.
 pub const MAX_TLV_VALUE: usize = 4096;
 
+/// ALPN and SNI, at most 255 bytes in TLS: never cut in practice, only bounded here so
+/// that the header's size does not rest on the TLS library alone.
 fn capped(value: &[u8]) -> &[u8] {
     &value[..value.len().min(MAX_TLV_VALUE)]
+}
+
+/// Whether a client-certificate field can be sent whole; if not, `kind` joins `incomplete`.
+fn fits(value: &str, kind: u8, incomplete: &mut Vec<u8>) -> bool {
+    let fits = value.len() <= MAX_TLV_VALUE;
+    if !fits {
+        incomplete.push(kind);
+    }
+    fits
 }
 
 fn push_tlv(out: &mut Vec<u8>, kind: u8, value: &[u8]) {
@@ -114,22 +132,42 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
     if let Some(sni) = &tls.sni {
         push_tlv(&mut body, PP2_TYPE_AUTHORITY, capped(sni.as_bytes()));
     }
+    // Client-certificate fields too long to send whole, by type.
+    let mut incomplete = Vec::new();
+    let common_name = tls
+        .client_cert
+        .as_ref()
+        .and_then(|c| c.common_name.as_ref())
+        .filter(|cn| fits(cn, PP2_SUBTYPE_SSL_CN, &mut incomplete));
     if let Some(client) = &tls.client_cert {
-        push_tlv(
-            &mut body,
+        if fits(
+            &client.subject,
             PP2_TYPE_TLSTERM_CLIENT_SUBJECT,
-            capped(client.subject.as_bytes()),
-        );
-        push_tlv(
-            &mut body,
-            PP2_TYPE_TLSTERM_CLIENT_SAN,
-            capped(client.san.join(",").as_bytes()),
-        );
+            &mut incomplete,
+        ) {
+            push_tlv(
+                &mut body,
+                PP2_TYPE_TLSTERM_CLIENT_SUBJECT,
+                client.subject.as_bytes(),
+            );
+        }
+        let mut budget = MAX_TLV_VALUE;
+        for name in &client.san {
+            if name.len() > budget {
+                incomplete.push(PP2_TYPE_TLSTERM_CLIENT_SAN);
+                break;
+            }
+            budget -= name.len();
+            push_tlv(&mut body, PP2_TYPE_TLSTERM_CLIENT_SAN, name.as_bytes());
+        }
         push_tlv(
             &mut body,
             PP2_TYPE_TLSTERM_CLIENT_SHA256,
             client.sha256_hex.as_bytes(),
         );
+        if !incomplete.is_empty() {
+            push_tlv(&mut body, PP2_TYPE_TLSTERM_CLIENT_INCOMPLETE, &incomplete);
+        }
     }
     if tls.early_data {
         push_tlv(&mut body, PP2_TYPE_TLSTERM_EARLY_DATA, &[1]);
@@ -143,12 +181,8 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
     let verify: u32 = if tls.client_cert.is_some() { 0 } else { 1 };
     ssl.extend_from_slice(&verify.to_be_bytes());
     push_tlv(&mut ssl, PP2_SUBTYPE_SSL_VERSION, tls.version.as_bytes());
-    if let Some(cn) = tls
-        .client_cert
-        .as_ref()
-        .and_then(|c| c.common_name.as_ref())
-    {
-        push_tlv(&mut ssl, PP2_SUBTYPE_SSL_CN, capped(cn.as_bytes()));
+    if let Some(cn) = common_name {
+        push_tlv(&mut ssl, PP2_SUBTYPE_SSL_CN, cn.as_bytes());
     }
     push_tlv(&mut ssl, PP2_SUBTYPE_SSL_CIPHER, tls.cipher.as_bytes());
     if let Some(key_alg) = &tls.key_alg {
@@ -160,8 +194,10 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
     out.extend_from_slice(&V2_SIGNATURE);
     out.push(0x21); // version 2, command PROXY
     out.push(family);
-    // Addresses, ALPN and SNI (255 bytes each at most in TLS), three capped certificate
-    // fields and short constants: well under 64 KiB.
+    // Addresses, ALPN and SNI (255 bytes each at most in TLS), subject and CN of at most
+    // MAX_TLV_VALUE bytes each, names of at most MAX_TLV_VALUE bytes together (with a
+    // 3-byte TLV header each, and each at least 4 bytes long) and short constants: well
+    // under 64 KiB.
     let len = u16::try_from(body.len()).expect("capped TLVs keep the header under 64 KiB");
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(&body);
@@ -202,10 +238,16 @@ pub struct ProxyHeader {
 }
 
 impl ProxyHeader {
+    /// The first TLV of type `kind`.
     pub fn tlv(&self, kind: u8) -> Option<&[u8]> {
+        self.all_tlvs(kind).next()
+    }
+
+    /// Every TLV of type `kind`, in order (e.g. the client's subject alternative names).
+    pub fn all_tlvs(&self, kind: u8) -> impl Iterator<Item = &[u8]> {
         self.tlvs
             .iter()
-            .find(|(k, _)| *k == kind)
+            .filter(move |(k, _)| *k == kind)
             .map(|(_, v)| v.as_slice())
     }
 
@@ -404,7 +446,7 @@ mod tests {
     }
 
     #[test]
-    fn oversized_client_certificate_fields_are_capped() {
+    fn oversized_client_certificate_fields_are_left_out_and_marked() {
         let huge = "x".repeat(70_000);
         let tls = TlsDetails {
             alpn: Some(vec![b'a'; 255]),
@@ -424,11 +466,59 @@ mod tests {
         let (header, used) = decode(&bytes).unwrap();
         assert_eq!(used, bytes.len());
         assert_eq!(header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA), None);
-        let subject = header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT).unwrap();
-        assert_eq!(subject.len(), MAX_TLV_VALUE);
+        // Left out rather than cut, and said so.
+        assert_eq!(header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT), None);
+        assert_eq!(header.ssl().unwrap().get(PP2_SUBTYPE_SSL_CN), None);
+        assert_eq!(header.tlv(PP2_TYPE_TLSTERM_CLIENT_SAN), None);
         assert_eq!(
-            header.ssl().unwrap().get(PP2_SUBTYPE_SSL_CN).unwrap().len(),
-            MAX_TLV_VALUE
+            header.tlv(PP2_TYPE_TLSTERM_CLIENT_INCOMPLETE),
+            Some(
+                &[
+                    PP2_SUBTYPE_SSL_CN,
+                    PP2_TYPE_TLSTERM_CLIENT_SUBJECT,
+                    PP2_TYPE_TLSTERM_CLIENT_SAN
+                ][..]
+            )
+        );
+    }
+
+    #[test]
+    fn each_subject_alternative_name_is_a_tlv_of_its_own() {
+        let names = |header: &ProxyHeader| -> Vec<Vec<u8>> {
+            header
+                .all_tlvs(PP2_TYPE_TLSTERM_CLIENT_SAN)
+                .map(<[u8]>::to_vec)
+                .collect()
+        };
+        let uri = "URI:https://x,DNS:admin.internal".to_string();
+        let mut tls = TlsDetails {
+            client_cert: Some(ClientIdentity {
+                common_name: Some("alice".into()),
+                subject: "CN=alice\\,O=Admin".into(),
+                san: vec![uri.clone(), "DNS:alice.test".into()],
+                sha256_hex: "00".repeat(32),
+            }),
+            ..TlsDetails::default()
+        };
+        let bytes = encode_v2(addr("10.0.0.1:1"), addr("10.0.0.2:2"), &tls);
+        let (header, _) = decode(&bytes).unwrap();
+        assert_eq!(names(&header), [uri.as_bytes(), b"DNS:alice.test"]);
+        assert_eq!(header.tlv(PP2_TYPE_TLSTERM_CLIENT_INCOMPLETE), None);
+
+        // The names that fit in MAX_TLV_VALUE bytes go; the rest is said to be missing.
+        let long = format!("DNS:{}", "a".repeat(3000));
+        let client = tls.client_cert.as_mut().unwrap();
+        client.san = vec![long.clone(), long.clone(), "DNS:b.test".into()];
+        let bytes = encode_v2(addr("10.0.0.1:1"), addr("10.0.0.2:2"), &tls);
+        let (header, _) = decode(&bytes).unwrap();
+        assert_eq!(names(&header), [long.as_bytes()]);
+        assert_eq!(
+            header.tlv(PP2_TYPE_TLSTERM_CLIENT_INCOMPLETE),
+            Some(&[PP2_TYPE_TLSTERM_CLIENT_SAN][..])
+        );
+        assert_eq!(
+            header.tlv(PP2_TYPE_TLSTERM_CLIENT_SUBJECT),
+            Some(&b"CN=alice\\,O=Admin"[..])
         );
     }
 

@@ -35,18 +35,12 @@ fn client_identity(ssl: &SslRef) -> Option<ClientIdentity> {
     let text = |data: &boring::asn1::Asn1StringRef| {
         data.as_utf8().map(|s| s.to_string()).unwrap_or_default()
     };
+    // RFC 4514 (2253): special characters in values escaped, bytes beyond ASCII as \XX,
+    // so a value cannot pass for more attributes; empty if BoringSSL cannot print it.
     let subject = cert
         .subject_name()
-        .entries()
-        .map(|e| {
-            format!(
-                "{}={}",
-                e.object().nid().short_name().unwrap_or("?"),
-                text(e.data())
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(",");
+        .print_ex(boring_sys::XN_FLAG_RFC2253)
+        .unwrap_or_default();
     let common_name = cert
         .subject_name()
         .entries_by_nid(boring::nid::Nid::COMMONNAME)

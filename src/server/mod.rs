@@ -255,7 +255,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     });
     crate::metrics::set_enabled(config.admin.enabled);
     let admin = match config.admin.enabled {
-        true => Some(runtime.block_on(crate::metrics::admin::bind(config.admin.address))?),
+        true => Some(crate::metrics::admin::bind(config.admin.address)?),
         false => None,
     };
     let offload = OffloadSettings::from_config(&config.engine);
@@ -295,6 +295,9 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         .iter()
         .map(|l| l.address().to_string())
         .collect();
+    if let Some(admin) = admin {
+        admin.start()?;
+    }
     let admin_address = config.admin.enabled.then_some(config.admin.address);
     tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, signing = offload.signing(), kernel = offload.kernel_name(), "tlsterm serving");
 
@@ -309,9 +312,6 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         settings: settings_tx,
     };
     runtime.block_on(async {
-        if let Some(admin) = admin {
-            tokio::spawn(admin);
-        }
         // Connection bursts leave their buffers in glibc's arenas; hand the free pages
         // back now and then so the resident size follows the load down again.
         let mut trim = tokio::time::interval(std::time::Duration::from_secs(10));
@@ -324,6 +324,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
             }
         }
         tracing::info!(drain_timeout = ?config.drain_timeout, "stopping: no new connections, draining open ones");
+        crate::metrics::admin::set_stopping();
         let _ = shutdown_tx.send(true);
         anyhow::Ok(())
     })?;

@@ -6,11 +6,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use zeroize::Zeroizing;
+
+/// A serialized TLS 1.2 session. It holds the session's master secret, so its bytes are
+/// wiped when its last holder (the cache, a lookup in flight) lets it go.
+pub type SessionDer = Arc<Zeroizing<Vec<u8>>>;
+
 /// Bytes counted per entry besides the ID and the serialized session (map and list nodes).
 const ENTRY_OVERHEAD: usize = 96;
 
 struct Entry {
-    der: Arc<[u8]>,
+    der: SessionDer,
     expires: Instant,
     tick: u64,
 }
@@ -74,7 +80,7 @@ impl LruCache {
 
     /// Inserts (or replaces) an entry, then evicts least recently used ones over the bounds.
     /// An entry larger than the whole byte budget is not stored.
-    pub fn insert(&mut self, key: Vec<u8>, der: Arc<[u8]>, ttl: Duration, now: Instant) {
+    pub fn insert(&mut self, key: Vec<u8>, der: SessionDer, ttl: Duration, now: Instant) {
         self.remove(&key);
         let size = cost(&key, &der);
         if self.max_entries == 0 || size > self.max_bytes {
@@ -95,7 +101,7 @@ impl LruCache {
     }
 
     /// The session for `key` if present and not expired; marks it most recently used.
-    pub fn get(&mut self, key: &[u8], now: Instant) -> Option<Arc<[u8]>> {
+    pub fn get(&mut self, key: &[u8], now: Instant) -> Option<SessionDer> {
         let expired = self.map.get(key)?.expires <= now;
         if expired {
             self.remove(key);
@@ -137,8 +143,8 @@ impl LruCache {
 mod tests {
     use super::*;
 
-    fn der(n: usize) -> Arc<[u8]> {
-        vec![0u8; n].into()
+    fn der(n: usize) -> SessionDer {
+        Arc::new(Zeroizing::new(vec![0u8; n]))
     }
 
     const TTL: Duration = Duration::from_secs(60);
@@ -189,6 +195,15 @@ mod tests {
         assert!(cache.get(b"a", now + Duration::from_secs(2)).is_none());
         assert!(cache.is_empty());
         assert_eq!(cache.bytes(), 0);
+    }
+
+    #[test]
+    fn sessions_are_wiped_when_let_go() {
+        fn wiped_on_drop<T: zeroize::ZeroizeOnDrop>(_: &T) {}
+        let now = Instant::now();
+        let mut cache = LruCache::new(10, usize::MAX);
+        cache.insert(b"a".to_vec(), der(10), TTL, now);
+        wiped_on_drop(&*cache.get(b"a", now).unwrap());
     }
 
     #[test]

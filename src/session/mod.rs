@@ -38,10 +38,11 @@ use prometheus::{
 };
 use serde::Deserialize;
 
-use cache::LruCache;
+use cache::{LruCache, SessionDer};
 use redis::{Outcome, RedisStore};
 use replay::{ReplayGuard, Verdict};
 use tickets::{unix_now, KeySource, Lookup, TicketKeys};
+use zeroize::Zeroizing;
 
 /// With `redis_ticket_keys`, how many epochs of keys a ticket can outlive its own by.
 const MAX_SHARED_EPOCHS: u32 = 1000;
@@ -89,7 +90,8 @@ pub struct SessionConfig {
     /// 60 bytes each). When full, 0-RTT is refused until older entries expire.
     pub early_data_replay_entries: usize,
     /// The fraction of that memory one client network (IPv4 address, IPv6 /56) may fill
-    /// in a window; beyond it, its 0-RTT is refused (1-RTT goes on).
+    /// in a window (a wider network, IPv4 /24 or IPv6 /48, `replay::WIDER_NETWORK_SHARES`
+    /// times that); beyond it, its 0-RTT is refused (1-RTT goes on).
     pub early_data_replay_client_share: f64,
 }
 
@@ -348,6 +350,9 @@ impl Sessions {
         let (Some(redis), true) = (self.inner.redis.load_full(), config.redis_ticket_keys) else {
             return;
         };
+        if !redis.uses_tls() {
+            tracing::warn!("redis_ticket_keys over plain redis://: the fleet's session ticket keys cross the network in clear, and whoever reads them can decrypt every ticket (and the sessions' secrets); use rediss://");
+        }
         let tickets = self.inner.tickets.clone();
         let (rotation, grace) = (config.ticket_rotation, config.ticket_grace);
         // Epoch and key name of the shared keys last installed.
@@ -509,10 +514,15 @@ impl Sessions {
     /// extension: against this process's memory, then, with `redis_url` set, against every
     /// process sharing the Redis (ticket keys shared by a fleet let a copy go to any of
     /// them). The memory is shared by every listener and kept across reloads.
+    ///
+    /// Every ClientHello offering early data is claimed in Redis whatever the verdict: one
+    /// refused here (memory or client share full) or whose claim did not get an answer in
+    /// time is claimed in the background, so that no process accepts a copy of it later.
     pub fn check_early_data(&self, pre_shared_key: &[u8], client: IpAddr) -> EarlyDataCheck {
         let digest = replay::digest(pre_shared_key);
         let now = Instant::now();
         let local = self.inner.replay.check(&digest, client, now);
+        let key = || format!("0rtt:{}", tickets::hex(&digest));
         let redis = match (local, self.inner.redis.load_full()) {
             (Verdict::Fresh, Some(redis)) => redis,
             (Verdict::Fresh, None)
@@ -521,12 +531,25 @@ impl Sessions {
             {
                 return EarlyDataCheck::Now(Verdict::JustStarted)
             }
-            _ => return EarlyDataCheck::Now(local),
+            // Seen here before (and claimed then), or no Redis to tell.
+            (Verdict::Replayed, _) | (_, None) => return EarlyDataCheck::Now(local),
+            // Refused here: claimed all the same.
+            (_, Some(redis)) => {
+                claim_in_background(&redis, key());
+                return EarlyDataCheck::Now(local);
+            }
         };
-        let key = format!("0rtt:{}", tickets::hex(&digest));
-        match redis.claim(key, replay::WINDOW) {
-            Ok(pending) => EarlyDataCheck::Redis(pending),
-            Err(_) => EarlyDataCheck::Now(Verdict::Unchecked),
+        let key = key();
+        match redis.claim(key.clone(), replay::WINDOW) {
+            Ok(pending) => EarlyDataCheck::Redis {
+                pending,
+                redis,
+                key,
+            },
+            Err(_) => {
+                claim_in_background(&redis, key);
+                EarlyDataCheck::Now(Verdict::Unchecked)
+            }
         }
     }
 
@@ -564,14 +587,23 @@ impl Sessions {
 /// (within `redis_timeout`; no answer refuses the early data).
 pub enum EarlyDataCheck {
     Now(Verdict),
-    Redis(redis::PendingClaim),
+    Redis {
+        pending: redis::PendingClaim,
+        /// Where `key` is claimed again if this claim gets no answer.
+        redis: Arc<RedisStore>,
+        key: String,
+    },
 }
 
 impl EarlyDataCheck {
     pub async fn verdict(self) -> Verdict {
         match self {
             EarlyDataCheck::Now(verdict) => verdict,
-            EarlyDataCheck::Redis(pending) => {
+            EarlyDataCheck::Redis {
+                pending,
+                redis,
+                key,
+            } => {
                 let outcome = pending.await.unwrap_or(Outcome::Error);
                 METRICS
                     .redis
@@ -580,11 +612,25 @@ impl EarlyDataCheck {
                 match outcome {
                     Outcome::Done(true) => Verdict::Fresh,
                     Outcome::Done(false) => Verdict::Replayed,
-                    _ => Verdict::Unchecked,
+                    _ => {
+                        claim_in_background(&redis, key);
+                        Verdict::Unchecked
+                    }
                 }
             }
         }
     }
+}
+
+/// Claims a refused ClientHello's `key` in Redis in the background (see
+/// [`RedisStore::claim_in_background`]), counting each attempt.
+fn claim_in_background(redis: &RedisStore, key: String) {
+    redis.claim_in_background(key, replay::WINDOW, |outcome| {
+        METRICS
+            .redis
+            .with_label_values(&["claim", outcome.label()])
+            .inc();
+    });
 }
 
 fn update_cache_gauges(cache: &LruCache) {
@@ -594,7 +640,7 @@ fn update_cache_gauges(cache: &LruCache) {
     m.cache_evictions.set(cache.evictions() as i64);
 }
 
-fn finish_with(der: Arc<[u8]>) -> BoxGetSessionFinish {
+fn finish_with(der: SessionDer) -> BoxGetSessionFinish {
     Box::new(move |_ssl, _id| SslSession::from_der(&der).ok())
 }
 
@@ -607,6 +653,7 @@ impl Inner {
         let Ok(der) = session.to_der() else {
             return;
         };
+        let der = SessionDer::new(Zeroizing::new(der));
         let id = session.id().to_vec();
         let ttl = Duration::from_secs(
             u64::from(session.timeout()).min(self.lifetime.load(Ordering::Relaxed)),
@@ -620,7 +667,7 @@ impl Inner {
             });
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.insert(id, der.into(), ttl, Instant::now());
+        cache.insert(id, der, ttl, Instant::now());
         update_cache_gauges(&cache);
     }
 
@@ -659,7 +706,7 @@ impl Inner {
                 Outcome::Done(Some(der)) => {
                     m.redis.with_label_values(&["get", "hit"]).inc();
                     m.cache_lookups.with_label_values(&["redis"]).inc();
-                    let der: Arc<[u8]> = der.into();
+                    let der = SessionDer::new(Zeroizing::new(der));
                     let ttl = Duration::from_secs(inner.lifetime.load(Ordering::Relaxed));
                     let mut cache = inner.cache.lock().unwrap_or_else(|e| e.into_inner());
                     cache.insert(id, der.clone(), ttl, Instant::now());

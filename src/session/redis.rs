@@ -93,6 +93,42 @@ fn connect(
 
 const PEM_CERTIFICATE: &[u8] = b"-----BEGIN CERTIFICATE-----";
 
+/// SET `key` NX with a lifetime of `ttl`: a 0-RTT claim.
+fn claim_command(key: &str, ttl: Duration) -> redis::Cmd {
+    let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
+    let mut command = redis::cmd("SET");
+    command.arg(key).arg(1).arg("NX").arg("PX").arg(millis);
+    command
+}
+
+/// `url` fit for a log line: its user and password, and a `pass`/`password` query value
+/// (unix-socket URLs), replaced by `***`; something that is not a URL at all is not shown.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "(not a URL)".into();
+    };
+    // Up to the last '@': a password holding '@', '/' or '?' is hidden whole.
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((_, rest)) => ("***@", rest),
+        None => ("", rest),
+    };
+    let rest = match rest.split_once('?') {
+        Some((path, query)) => {
+            let pairs = query.split('&').map(|pair| match pair.split_once('=') {
+                Some((key, _))
+                    if ["pass", "password"].contains(&key.to_ascii_lowercase().as_str()) =>
+                {
+                    format!("{key}=***")
+                }
+                _ => pair.to_string(),
+            });
+            format!("{path}?{}", pairs.collect::<Vec<_>>().join("&"))
+        }
+        None => rest.to_string(),
+    };
+    format!("{scheme}://{userinfo}{rest}")
+}
+
 /// Whether the client connects with TLS (rediss://).
 pub fn uses_tls(client: &redis::Client) -> bool {
     matches!(
@@ -210,15 +246,15 @@ impl RedisStore {
                 );
                 client_with_roots(url, roots)
             }
-            None => Ok(redis::Client::open(url)?),
+            None => redis::Client::open(url).map_err(anyhow::Error::from),
         };
-        let client = client.with_context(|| format!("invalid redis_url `{url}`"))?;
+        let client = client.with_context(|| format!("invalid redis_url `{}`", redacted(url)))?;
         if uses_tls(&client) {
             install_tls_provider()?;
         }
         let handle = runtime()?;
         let connection = connect(&handle, &client, timeout)
-            .with_context(|| format!("cannot set up Redis at `{url}`"))?;
+            .with_context(|| format!("cannot set up Redis at `{}`", redacted(url)))?;
         Ok(RedisStore {
             client,
             prefix: prefix.to_string(),
@@ -228,6 +264,11 @@ impl RedisStore {
             in_flight: Arc::new(AtomicUsize::new(0)),
             health: Arc::default(),
         })
+    }
+
+    /// Whether the connection is TLS (rediss://).
+    pub fn uses_tls(&self) -> bool {
+        uses_tls(&self.client)
     }
 
     pub fn key(&self, id: &[u8]) -> String {
@@ -264,22 +305,61 @@ impl RedisStore {
         let key = format!("{}{key}", self.prefix);
         let mut connection = self.connection.clone();
         let (timeout, health) = (self.timeout, self.health.clone());
-        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
         Ok(self.handle.spawn(async move {
             let _guard = guard;
-            let mut command = redis::cmd("SET");
-            command.arg(&key).arg(1).arg("NX").arg("PX").arg(millis);
+            let command = claim_command(&key, ttl);
             let request = command.query_async::<Option<String>>(&mut connection);
             let answer = health.answer("claim", timeout, request).await;
             answer.map(|set| set.is_some())
         }))
     }
 
+    /// Claims `key` in the background, for `ttl` from now, retrying until Redis has
+    /// answered or `ttl` has passed: for a ClientHello refused 0-RTT without its claim
+    /// having been made, so that no process sharing this Redis accepts a copy. `done` gets
+    /// the outcome of each attempt (`Overload` once, if too many operations are in flight
+    /// to start).
+    pub fn claim_in_background(
+        &self,
+        key: String,
+        ttl: Duration,
+        mut done: impl FnMut(Outcome<()>) + Send + 'static,
+    ) {
+        let Some(guard) = self.admit() else {
+            done(Outcome::Overload);
+            return;
+        };
+        let key = format!("{}{key}", self.prefix);
+        let mut connection = self.connection.clone();
+        let (timeout, health) = (self.timeout, self.health.clone());
+        let until = tokio::time::Instant::now() + ttl;
+        self.handle.spawn(async move {
+            let _guard = guard;
+            let mut pause = Duration::from_millis(50);
+            loop {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                let command = claim_command(&key, left);
+                let request = command.query_async::<Option<String>>(&mut connection);
+                let answer = health.answer("claim", timeout, request).await.map(|_| ());
+                let answered = matches!(answer, Outcome::Done(()));
+                done(answer);
+                if answered {
+                    return;
+                }
+                tokio::time::sleep(pause.min(left)).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        });
+    }
+
     /// Stores a session for `ttl` in the background; `done` gets the outcome.
     pub fn put(
         &self,
         id: &[u8],
-        der: Vec<u8>,
+        der: super::cache::SessionDer,
         ttl: Duration,
         done: impl FnOnce(Outcome<()>) + Send + 'static,
     ) {
@@ -294,7 +374,7 @@ impl RedisStore {
         self.handle.spawn(async move {
             let _guard = guard;
             let mut command = redis::cmd("SET");
-            command.arg(&key).arg(der).arg("PX").arg(millis);
+            command.arg(&key).arg(&der[..]).arg("PX").arg(millis);
             let request = command.query_async::<()>(&mut connection);
             done(health.answer("set", timeout, request).await);
         });
@@ -378,5 +458,45 @@ impl RedisStore {
             }
         });
         task.abort_handle()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_logged_without_credentials() {
+        for (url, shown) in [
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            ("redis://:s3cret@10.0.0.1/", "redis://***@10.0.0.1/"),
+            (
+                "rediss://user:s3cret@redis.test:6380",
+                "rediss://***@redis.test:6380",
+            ),
+            ("redis://user:s3/c@r?et@host/0", "redis://***@host/0"),
+            (
+                "redis+unix:///run/redis.sock?db=1&pass=s3cret",
+                "redis+unix:///run/redis.sock?db=1&pass=***",
+            ),
+            ("s3cret", "(not a URL)"),
+        ] {
+            assert_eq!(redacted(url), shown);
+        }
+    }
+
+    #[test]
+    fn setup_errors_do_not_show_the_password() {
+        for url in [
+            "redis://:s3cret@127.0.0.1:notaport/",
+            "redis://:s3cret@[::1/",
+        ] {
+            let err = RedisStore::new(url, None, "p:", Duration::from_millis(10))
+                .err()
+                .expect("an invalid URL");
+            let text = format!("{err:#} {err:?}");
+            assert!(!text.contains("s3cret"), "{text}");
+            assert!(text.contains("***@"), "{text}");
+        }
     }
 }

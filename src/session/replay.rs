@@ -18,8 +18,15 @@
 //! generation turns (a flood cannot make tlsterm forget a ClientHello). Digests are
 //! recorded before BoringSSL checks the binder, so forged ClientHellos count too; each
 //! client network (an IPv4 address, an IPv6 /56) may therefore fill only a share of a
-//! generation (`early_data_replay_client_share`, 1% by default), and one source alone
-//! cannot turn 0-RTT off for everyone.
+//! generation (`early_data_replay_client_share`, 1% by default), and each wider network
+//! (an IPv4 /24, an IPv6 /48: one holder's 256 networks) [`WIDER_NETWORK_SHARES`] shares,
+//! so one source alone cannot turn 0-RTT off for everyone.
+//!
+//! A ClientHello refused because the set or a share is full is remembered too, or a copy
+//! sent later from elsewhere would pass: it sets one bit, picked by its digest, in a
+//! fixed bitmap per generation ([`MARK_BITS`] bits), and a ClientHello whose bit is set is
+//! taken for a replay. A flood sets more bits and so refuses more fresh ClientHellos
+//! (they resume with 1-RTT), but the memory stays bounded and forgets nothing.
 //!
 //! A new process remembers nothing. When its tickets may have been issued before it
 //! started (a shared `ticket_key_file`) and no Redis remembers for it, a ClientHello seen
@@ -118,24 +125,72 @@ fn first_identity_and_binder(ext: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((identity, binder))
 }
 
+/// Bits of the bitmap that remembers refused ClientHellos, per generation (128 KiB).
+pub const MARK_BITS: usize = 1 << 20;
+
+/// ClientHellos refused without a place in the set: one bit each, chosen by the digest
+/// (which is uniform), so a bit may stand for several. Allocated on first use.
+#[derive(Default)]
+struct Marks {
+    words: Vec<u64>,
+}
+
+impl Marks {
+    fn bit(digest: &Digest) -> (usize, u64) {
+        let at = u64::from_le_bytes(digest[..8].try_into().expect("8 of 16 bytes")) as usize;
+        let at = at % MARK_BITS;
+        (at / 64, 1 << (at % 64))
+    }
+
+    fn set(&mut self, digest: &Digest) {
+        if self.words.is_empty() {
+            self.words = vec![0; MARK_BITS / 64];
+        }
+        let (word, bit) = Marks::bit(digest);
+        self.words[word] |= bit;
+    }
+
+    fn contains(&self, digest: &Digest) -> bool {
+        let (word, bit) = Marks::bit(digest);
+        self.words.get(word).is_some_and(|w| w & bit != 0)
+    }
+}
+
 struct Generations {
     current: HashSet<Digest>,
     previous: HashSet<Digest>,
-    /// Digests added to `current`, by client network.
-    per_client: HashMap<u128, usize>,
+    /// Refused ClientHellos of each generation.
+    current_marks: Marks,
+    previous_marks: Marks,
+    /// Digests added to `current`, by client network and by wider network.
+    per_client: HashMap<Network, usize>,
     started: Instant,
 }
+
+/// How many client shares one wider network (IPv4 /24, IPv6 /48) may fill together.
+pub const WIDER_NETWORK_SHARES: usize = 8;
 
 fn per_client(capacity: usize, share: f64) -> usize {
     ((capacity as f64 * share) as usize).max(1)
 }
 
-/// A client's network: the IPv4 address, or the /56 of an IPv6 address (one site).
-fn client_network(client: IpAddr) -> u128 {
-    match client {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().to_bits(),
-        IpAddr::V6(v6) => v6.to_bits() & !(u128::MAX >> 56),
-    }
+/// A network, as its prefix length (in IPv6 form) and its address bits.
+type Network = (u8, u128);
+
+/// A client's network: the IPv4 address or the /56 of an IPv6 address (one site); and the
+/// wider network around it: the IPv4 /24, the IPv6 /48.
+fn client_networks(client: IpAddr) -> [Network; 2] {
+    let (bits, own, wider) = match client {
+        IpAddr::V4(v4) => (v4.to_ipv6_mapped().to_bits(), 128, 120),
+        IpAddr::V6(v6) => (v6.to_bits(), 56, 48),
+    };
+    let prefix = |len: u8| {
+        (
+            len,
+            bits & !(u128::MAX.checked_shr(u32::from(len)).unwrap_or(0)),
+        )
+    };
+    [prefix(own), prefix(wider)]
 }
 
 /// The process-wide memory of early-data ClientHellos, shared by all workers and kept
@@ -158,6 +213,8 @@ impl ReplayGuard {
             generations: Mutex::new(Generations {
                 current: HashSet::new(),
                 previous: HashSet::new(),
+                current_marks: Marks::default(),
+                previous_marks: Marks::default(),
                 per_client: HashMap::new(),
                 started: now,
             }),
@@ -179,33 +236,64 @@ impl ReplayGuard {
             .store(per_client(capacity, client_share), Ordering::Relaxed);
     }
 
-    /// Records the [`digest`] of a ClientHello that offers early data, from `client`.
+    /// Records the [`digest`] of a ClientHello that offers early data, from `client`,
+    /// whatever the verdict: a refused one is remembered as well.
     pub fn check(&self, digest: &Digest, client: IpAddr, now: Instant) -> Verdict {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        let g = &mut *g;
         let age = now.saturating_duration_since(g.started);
         if age >= WINDOW {
-            g.previous = if age >= 2 * WINDOW {
-                HashSet::new()
-            } else {
-                std::mem::take(&mut g.current)
+            let forget_all = age >= 2 * WINDOW;
+            g.previous = match forget_all {
+                true => HashSet::new(),
+                false => std::mem::take(&mut g.current),
+            };
+            g.previous_marks = match forget_all {
+                true => Marks::default(),
+                false => std::mem::take(&mut g.current_marks),
             };
             g.current.clear();
+            g.current_marks = Marks::default();
             g.per_client.clear();
             g.started = now;
         }
-        if g.current.contains(digest) || g.previous.contains(digest) {
+        let known = g.current.contains(digest)
+            || g.previous.contains(digest)
+            || g.current_marks.contains(digest)
+            || g.previous_marks.contains(digest);
+        if known {
             return Verdict::Replayed;
         }
+        let verdict = self.admit(g, client);
+        if verdict == Verdict::Fresh {
+            g.current.insert(*digest);
+        } else {
+            g.current_marks.set(digest);
+        }
+        verdict
+    }
+
+    /// Whether a new digest from `client` has room in the set (counted if so).
+    fn admit(&self, g: &mut Generations, client: IpAddr) -> Verdict {
         let capacity = self.capacity.load(Ordering::Relaxed);
         if g.current.len() + g.previous.len() >= capacity {
             return Verdict::Full;
         }
-        let used = g.per_client.entry(client_network(client)).or_default();
-        if *used >= self.per_client.load(Ordering::Relaxed) {
+        let share = self.per_client.load(Ordering::Relaxed);
+        let [own, wider] = client_networks(client);
+        let limits = [
+            (own, share),
+            (wider, share.saturating_mul(WIDER_NETWORK_SHARES)),
+        ];
+        if limits
+            .iter()
+            .any(|(network, limit)| g.per_client.get(network).is_some_and(|used| used >= limit))
+        {
             return Verdict::ClientQuota;
         }
-        *used += 1;
-        g.current.insert(*digest);
+        for (network, _) in limits {
+            *g.per_client.entry(network).or_default() += 1;
+        }
         Verdict::Fresh
     }
 
@@ -307,14 +395,21 @@ mod tests {
             |last: u16| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, last));
         assert_eq!(guard.check(&digest(b"1"), site(1), start), Verdict::Fresh);
         assert_eq!(guard.check(&digest(b"2"), site(2), start), Verdict::Fresh);
-        // A third from the same /56, though from another address: refused, and not recorded.
+        // A third from the same /56, though from another address: refused, and not in the
+        // set...
         assert_eq!(
             guard.check(&digest(b"3"), site(3), start),
             Verdict::ClientQuota
         );
         assert_eq!(guard.len(), 2);
+        // ...but remembered: the same ClientHello sent from another network is a replay.
+        assert_eq!(guard.check(&digest(b"3"), HOME, start), Verdict::Replayed);
+        assert_eq!(
+            guard.check(&digest(b"3"), HOME, start + WINDOW),
+            Verdict::Replayed
+        );
         // Another network still gets in.
-        assert_eq!(guard.check(&digest(b"3"), HOME, start), Verdict::Fresh);
+        assert_eq!(guard.check(&digest(b"3b"), HOME, start), Verdict::Fresh);
         let other_site = IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 0x100, 0, 0, 0, 1));
         assert_eq!(
             guard.check(&digest(b"4"), other_site, start),
@@ -345,18 +440,54 @@ mod tests {
         );
         // A turned generation keeps the old digests: still full.
         assert_eq!(
-            guard.check(&digest(b"3"), anyone(), start + WINDOW),
+            guard.check(&digest(b"4"), anyone(), start + WINDOW),
             Verdict::Full
         );
         guard.set_capacity(3, 1.0);
         assert_eq!(
-            guard.check(&digest(b"3"), anyone(), start + WINDOW),
+            guard.check(&digest(b"5"), anyone(), start + WINDOW),
             Verdict::Fresh
         );
+        // Refused while full is not forgotten once there is room.
+        for refused in [b"3", b"4"] {
+            assert_eq!(
+                guard.check(&digest(refused), anyone(), start + WINDOW),
+                Verdict::Replayed
+            );
+        }
         assert_eq!(
             guard.check(&digest(b"2"), anyone(), start + WINDOW),
             Verdict::Replayed
         );
+    }
+
+    #[test]
+    fn one_wide_network_cannot_fill_the_memory() {
+        let start = Instant::now();
+        let guard = ReplayGuard::new(1000, 0.01, start);
+        // Every /56 of one /48, each within its own share: the /48 fills 8 shares at most.
+        let mut fresh = 0;
+        for subnet in 0..=255u16 {
+            for host in 0..10u16 {
+                let client = std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, subnet << 8, 0, 0, 0, host);
+                let d = digest(format!("flood {subnet} {host}").as_bytes());
+                if guard.check(&d, IpAddr::V6(client), start) == Verdict::Fresh {
+                    fresh += 1;
+                }
+            }
+        }
+        assert_eq!(fresh, WIDER_NETWORK_SHARES * 10);
+        // The same from the addresses of one IPv4 /24.
+        for host in 0..=255u8 {
+            let client = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, host));
+            guard.check(&digest(&[host; 3]), client, start);
+        }
+        assert_eq!(guard.len(), 2 * WIDER_NETWORK_SHARES * 10);
+        // Everyone else still gets 0-RTT.
+        for other in 0..20u8 {
+            let d = digest(format!("other {other}").as_bytes());
+            assert_eq!(guard.check(&d, anyone(), start), Verdict::Fresh, "{other}");
+        }
     }
 
     #[test]

@@ -345,10 +345,18 @@ impl TicketKeys {
                 self.ring.store(Arc::new(ring));
                 tracing::info!(file = %path.display(), keys = count, "session ticket keys loaded");
             }
-            KeySource::Memory { rotation, grace } => {
-                if !matches!(*current, KeySource::Memory { .. }) {
-                    // Leaving a key file or Redis: those keys keep decrypting for the grace
-                    // period, and a key of this process encrypts.
+            KeySource::Memory { rotation, grace } | KeySource::Redis { rotation, grace } => {
+                // Leaving a key file (for in-memory keys, a key file or Redis): those keys
+                // keep decrypting for the grace period, and a key of this process encrypts,
+                // rotated as in-memory keys are; with Redis, until the shared keys arrive
+                // (`install_shared`). Otherwise new rotation/grace apply from the next
+                // rotation on.
+                let leaving = match (&source, &*current) {
+                    (KeySource::Memory { .. }, KeySource::Memory { .. }) => false,
+                    (KeySource::Memory { .. }, _) => true,
+                    (_, from) => matches!(from, KeySource::File(_)),
+                };
+                if leaving {
                     let mut keys = retired(&self.ring.load().keys, now, *grace);
                     keys.push(fresh_key(now, *rotation, *grace));
                     self.ring.store(Arc::new(KeyRing {
@@ -356,10 +364,7 @@ impl TicketKeys {
                         keys,
                     }));
                 }
-                // Same mode: new rotation/grace apply from the next rotation on.
             }
-            // The current keys serve until the shared ones arrive (`install_shared`).
-            KeySource::Redis { .. } => {}
         }
         *current = source;
         Ok(())
@@ -649,6 +654,29 @@ mod tests {
         assert_eq!(ring.encrypting().key.name, [7u8; 16]);
         assert!(matches!(ring.lookup(&own, now), Lookup::Old(_)));
         assert_eq!(ring.lookup(&own, now + grace), Lookup::Unknown);
+    }
+
+    #[test]
+    fn a_key_file_stops_encrypting_when_redis_takes_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        std::fs::write(&path, line(&[7u8; 80])).unwrap();
+        let now = Instant::now();
+        let (rotation, grace) = (Duration::from_secs(600), Duration::from_secs(300));
+        let keys = TicketKeys::new(KeySource::File(path), now).unwrap();
+        keys.reconfigure(KeySource::Redis { rotation, grace }, now)
+            .unwrap();
+        // Before Redis answers: a key of this process encrypts, and rotates...
+        let ring = keys.ring_for_encrypt(now);
+        let own = ring.encrypting().key.name;
+        assert_ne!(own, [7u8; 16]);
+        assert!(matches!(ring.lookup(&[7u8; 16], now), Lookup::Old(_)));
+        let later = now + Duration::from_secs(3600);
+        let ring = keys.ring_for_encrypt(later);
+        assert_ne!(ring.encrypting().key.name, [7u8; 16]);
+        assert_ne!(ring.encrypting().key.name, own);
+        // ...and the file's key decrypts for the grace period only.
+        assert_eq!(ring.lookup(&[7u8; 16], now + grace), Lookup::Unknown);
     }
 
     #[test]

@@ -181,15 +181,16 @@ impl<T: Default> NameTable<T> {
     }
 
     fn entry(&mut self, name: &str) -> &mut T {
-        let name = name.to_ascii_lowercase();
+        let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
         match name.strip_prefix("*.") {
             Some(suffix) => self.wildcard.entry(suffix.to_string()).or_default(),
             None => self.exact.entry(name).or_default(),
         }
     }
 
+    /// The value for `sni`; a fully qualified name ("example.com.") is the same name.
     fn lookup(&self, sni: &str) -> Option<&T> {
-        let sni = sni.to_ascii_lowercase();
+        let sni = sni.strip_suffix('.').unwrap_or(sni).to_ascii_lowercase();
         self.exact.get(&sni).or_else(|| {
             let (_, parent) = sni.split_once('.')?;
             self.wildcard.get(parent)
@@ -817,6 +818,19 @@ mod tests {
         assert!(!name_covered("w.test", &covered));
         assert!(!name_covered("y.x.w.test", &covered));
         assert!(!name_covered("b.test", &covered));
+    }
+
+    #[test]
+    fn a_trailing_dot_names_the_same_host() {
+        let mut table = NameTable::<usize>::new();
+        *table.entry("Admin.Test") = 1;
+        *table.entry("*.api.test.") = 2;
+        assert_eq!(table.lookup("admin.test."), Some(&1));
+        assert_eq!(table.lookup("ADMIN.TEST"), Some(&1));
+        assert_eq!(table.lookup("x.api.test."), Some(&2));
+        assert_eq!(table.lookup("x.api.test"), Some(&2));
+        assert_eq!(table.lookup("admin.test.."), None);
+        assert_eq!(table.lookup("."), None);
     }
 
     #[test]
