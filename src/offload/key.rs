@@ -164,18 +164,26 @@ impl SigningKey {
 fn engine_key(pkey: &PKey<Private>) -> anyhow::Result<tlsterm_engine::RsaPrivateKey> {
     let rsa = pkey.rsa()?;
     let missing = || anyhow::anyhow!("RSA key lacks CRT parameters");
-    // BN_bn2bin output is secret for d, p, q...: zeroize the copies once the engine has its own.
-    let parts = zeroize::Zeroizing::new([
-        rsa.n().to_vec(),
-        rsa.e().to_vec(),
-        rsa.d().to_vec(),
-        rsa.p().ok_or_else(missing)?.to_vec(),
-        rsa.q().ok_or_else(missing)?.to_vec(),
-        rsa.dmp1().ok_or_else(missing)?.to_vec(),
-        rsa.dmq1().ok_or_else(missing)?.to_vec(),
-        rsa.iqmp().ok_or_else(missing)?.to_vec(),
-    ]);
-    let [n, e, d, p, q, dp, dq, qinv] = &*parts;
+    // BN_bn2bin output is secret for d, p, q...: every copy lives in `parts`, which is
+    // zeroized when dropped, also when a missing component ends this early (each copy
+    // joins it as soon as it is made, so none is dropped unzeroized).
+    let mut parts: zeroize::Zeroizing<Vec<Vec<u8>>> =
+        zeroize::Zeroizing::new(Vec::with_capacity(8));
+    for component in [
+        Some(rsa.n()),
+        Some(rsa.e()),
+        Some(rsa.d()),
+        rsa.p(),
+        rsa.q(),
+        rsa.dmp1(),
+        rsa.dmq1(),
+        rsa.iqmp(),
+    ] {
+        parts.push(component.ok_or_else(missing)?.to_vec());
+    }
+    let [n, e, d, p, q, dp, dq, qinv] = &parts[..] else {
+        unreachable!("eight components")
+    };
     tlsterm_engine::RsaPrivateKey::from_components(n, e, d, p, q, dp, dq, qinv)
         .map_err(|err| anyhow::anyhow!("engine rejected the RSA key: {err}"))
 }

@@ -8,6 +8,7 @@
 
 mod key;
 mod queue;
+mod signer;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -11,14 +11,18 @@
 //! - `Timer`: the oldest operation has waited `poll_delay`.
 //!
 //! Batches smaller than `small_batch_threshold` are computed one by one by BoringSSL.
+//!
+//! The queue computes through a [`BatchSigner`] and reports through [`QueueStats`]
+//! (`signer.rs`), so the policy above is tested with a fake signer on any CPU.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use tokio::sync::{oneshot, Notify};
 
+use super::signer::{BatchOp, BatchSigner, EngineSigner, MetricsStats, QueueStats};
 use super::{OffloadError, OffloadSettings, PendingSignature, Scheme, SigningKey};
 use crate::config::EngineMode;
 use crate::metrics::{self, FlushCause};
@@ -37,6 +41,9 @@ pub struct WorkerQueue {
     /// Handshakes in progress on this worker (see `HandshakeGuard`).
     in_handshake: Cell<usize>,
     wake: Notify,
+    /// `None`: the engine signer of the current settings' kernel.
+    signer: Option<Box<dyn BatchSigner>>,
+    stats: Box<dyn QueueStats>,
 }
 
 thread_local! {
@@ -52,14 +59,7 @@ pub fn install_worker_queue(settings: OffloadSettings) {
             queue.settings.set(settings);
             return;
         }
-        let queue = Rc::new(WorkerQueue {
-            settings: Cell::new(settings),
-            ops: RefCell::new(Vec::new()),
-            in_handshake: Cell::new(0),
-            wake: Notify::new(),
-        });
-        tokio::task::spawn_local(drive(queue.clone()));
-        *current = Some(queue);
+        *current = Some(WorkerQueue::start(settings, None, Box::new(MetricsStats)));
     });
 }
 
@@ -74,7 +74,10 @@ pub struct HandshakeGuard {
 
 impl HandshakeGuard {
     pub fn enter() -> HandshakeGuard {
-        let queue = current();
+        Self::enter_queue(current())
+    }
+
+    fn enter_queue(queue: Option<Rc<WorkerQueue>>) -> HandshakeGuard {
         if let Some(queue) = &queue {
             queue.in_handshake.set(queue.in_handshake.get() + 1);
         }
@@ -100,36 +103,7 @@ pub(super) fn try_enqueue(
     scheme: Scheme,
     message: &[u8],
 ) -> Option<PendingSignature> {
-    if matches!(scheme, Scheme::Ecdsa(_)) || key.engine_key().is_none() {
-        return None;
-    }
-    let queue = current()?;
-    let settings = queue.settings.get();
-    if settings.mode != EngineMode::Batch {
-        return None;
-    }
-    let (reply, result) = oneshot::channel();
-    let queued = {
-        let mut ops = queue.ops.borrow_mut();
-        ops.push(QueuedOp {
-            key: key.clone(),
-            scheme,
-            message: message.to_vec(),
-            queued_at: Instant::now(),
-            reply,
-        });
-        ops.len()
-    };
-    if queued >= settings.batch_size {
-        queue.flush(FlushCause::Full);
-    } else if queued >= queue.in_handshake.get() {
-        queue.flush(FlushCause::AllWaiting);
-    } else {
-        queue.wake.notify_one();
-    }
-    Some(Box::pin(async move {
-        result.await.unwrap_or(Err(OffloadError::Cancelled))
-    }))
+    current()?.enqueue(key, scheme, message)
 }
 
 /// Computes one operation with BoringSSL and records it as an inline operation.
@@ -174,6 +148,70 @@ async fn drive(queue: Rc<WorkerQueue>) {
 }
 
 impl WorkerQueue {
+    /// A queue with its driver spawned on the current `LocalSet`. `signer: None` signs
+    /// through the engine with the kernel of the settings in force at each flush.
+    fn start(
+        settings: OffloadSettings,
+        signer: Option<Box<dyn BatchSigner>>,
+        stats: Box<dyn QueueStats>,
+    ) -> Rc<WorkerQueue> {
+        let queue = Rc::new(WorkerQueue {
+            settings: Cell::new(settings),
+            ops: RefCell::new(Vec::new()),
+            in_handshake: Cell::new(0),
+            wake: Notify::new(),
+            signer,
+            stats,
+        });
+        tokio::task::spawn_local(drive(queue.clone()));
+        queue
+    }
+
+    /// Queues an RSA operation if this queue batches; `None` means: compute it inline.
+    fn enqueue(
+        &self,
+        key: &Arc<SigningKey>,
+        scheme: Scheme,
+        message: &[u8],
+    ) -> Option<PendingSignature> {
+        if matches!(scheme, Scheme::Ecdsa(_)) || key.engine_key().is_none() {
+            return None;
+        }
+        let settings = self.settings.get();
+        if settings.mode != EngineMode::Batch {
+            return None;
+        }
+        let (reply, result) = oneshot::channel();
+        let queued = {
+            let mut ops = self.ops.borrow_mut();
+            ops.push(QueuedOp {
+                key: key.clone(),
+                scheme,
+                message: message.to_vec(),
+                queued_at: Instant::now(),
+                reply,
+            });
+            ops.len()
+        };
+        if queued >= settings.batch_size {
+            self.flush(FlushCause::Full);
+        } else if queued >= self.in_handshake.get() {
+            self.flush(FlushCause::AllWaiting);
+        } else {
+            self.wake.notify_one();
+        }
+        Some(Box::pin(async move {
+            result.await.unwrap_or(Err(OffloadError::Cancelled))
+        }))
+    }
+
+    fn inline(&self, op: &BatchOp<'_>, signer: &dyn BatchSigner) -> Result<Vec<u8>, OffloadError> {
+        let start = Instant::now();
+        let result = signer.sign_inline(op);
+        self.stats.inline_op(op.key.kind(), start.elapsed());
+        result
+    }
+
     fn flush(&self, cause: FlushCause) {
         let settings = self.settings.get();
         let batch: Vec<QueuedOp> = {
@@ -184,46 +222,266 @@ impl WorkerQueue {
         if batch.is_empty() {
             return;
         }
+        let engine = EngineSigner {
+            kernel: settings.kernel,
+        };
+        let signer: &dyn BatchSigner = self.signer.as_deref().unwrap_or(&engine);
         let start = Instant::now();
         for op in &batch {
-            metrics::record_queue_wait(start.duration_since(op.queued_at));
+            self.stats.queue_wait(start.duration_since(op.queued_at));
         }
+        let ops: Vec<BatchOp<'_>> = batch
+            .iter()
+            .map(|op| BatchOp {
+                key: &op.key,
+                scheme: op.scheme,
+                message: &op.message,
+            })
+            .collect();
         if batch.len() < settings.small_batch_threshold {
-            metrics::record_flush(FlushCause::Small, batch.len());
-            for op in batch {
-                let result = timed_inline(&op.key, op.scheme, &op.message);
+            self.stats.flush(FlushCause::Small, batch.len());
+            let results: Vec<_> = ops.iter().map(|op| self.inline(op, signer)).collect();
+            drop(ops);
+            for (op, result) in batch.into_iter().zip(results) {
                 let _ = op.reply.send(result);
             }
             return;
         }
-        metrics::record_flush(cause, batch.len());
-        let requests: Vec<tlsterm_engine::SignRequest<'_>> = batch
+        self.stats.flush(cause, batch.len());
+        let results = signer.sign_batch(&ops);
+        self.stats
+            .batch(batch[0].key.kind(), batch.len(), start.elapsed());
+        let results: Vec<_> = ops
             .iter()
-            .map(|op| tlsterm_engine::SignRequest {
-                key: op.key.engine_key().expect("only engine keys are queued"),
-                padding: match op.scheme {
-                    Scheme::RsaPss(hash) => tlsterm_engine::RsaPadding::Pss(hash.engine()),
-                    Scheme::RsaPkcs1(hash) => tlsterm_engine::RsaPadding::Pkcs1v15(hash.engine()),
-                    Scheme::Ecdsa(_) => unreachable!("ECDSA is never queued"),
-                },
-                message: &op.message,
-            })
-            .collect();
-        let results = tlsterm_engine::sign_batch(settings.kernel, &requests);
-        drop(requests);
-        metrics::record_batch(batch[0].key.kind(), batch.len(), start.elapsed());
-        for (op, result) in batch.into_iter().zip(results) {
-            let result = match result {
-                Ok(signature) => Ok(signature),
-                Err(err) => {
+            .zip(results)
+            .map(|(op, result)| {
+                result.or_else(|_| {
                     // A fault or refusal in the engine: BoringSSL computes this one instead,
                     // so the client sees no error.
-                    tracing::error!(error = %err, "engine operation failed; signing inline");
-                    metrics::record_engine_error();
-                    timed_inline(&op.key, op.scheme, &op.message)
-                }
-            };
+                    self.stats.engine_error();
+                    self.inline(op, signer)
+                })
+            })
+            .collect();
+        drop(ops);
+        for (op, result) in batch.into_iter().zip(results) {
             let _ = op.reply.send(result);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The flush policy with a fake signer under paused tokio time: no engine, any CPU.
+
+    use super::*;
+    use crate::offload::KeyKind;
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    /// What the fake signer and the stats saw.
+    #[derive(Default)]
+    struct Seen {
+        batches: Vec<usize>,
+        flushes: Vec<(FlushCause, usize)>,
+        inline: usize,
+        engine_errors: usize,
+    }
+
+    type Shared = Rc<RefCell<Seen>>;
+
+    /// Signs by tagging the message; a message "fail" fails in a batch.
+    struct FakeSigner(Shared);
+
+    impl BatchSigner for FakeSigner {
+        fn sign_batch(&self, batch: &[BatchOp<'_>]) -> Vec<Result<Vec<u8>, OffloadError>> {
+            self.0.borrow_mut().batches.push(batch.len());
+            batch
+                .iter()
+                .map(|op| match op.message {
+                    b"fail" => Err(OffloadError::Engine),
+                    m => Ok([m, b"/batch"].concat()),
+                })
+                .collect()
+        }
+        fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError> {
+            Ok([op.message, b"/inline"].concat())
+        }
+    }
+
+    struct FakeStats(Shared);
+
+    impl QueueStats for FakeStats {
+        fn queue_wait(&self, _: Duration) {}
+        fn flush(&self, cause: FlushCause, ops: usize) {
+            self.0.borrow_mut().flushes.push((cause, ops));
+        }
+        fn batch(&self, _: KeyKind, _: usize, _: Duration) {}
+        fn inline_op(&self, _: KeyKind, _: Duration) {
+            self.0.borrow_mut().inline += 1;
+        }
+        fn engine_error(&self) {
+            self.0.borrow_mut().engine_errors += 1;
+        }
+    }
+
+    fn key() -> Arc<SigningKey> {
+        static KEY: OnceLock<Arc<SigningKey>> = OnceLock::new();
+        KEY.get_or_init(|| {
+            let rsa = boring::rsa::Rsa::generate(2048).expect("key");
+            let pkey = boring::pkey::PKey::from_rsa(rsa).expect("pkey");
+            Arc::new(SigningKey::new(pkey).expect("signing key"))
+        })
+        .clone()
+    }
+
+    fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings {
+        OffloadSettings {
+            mode: EngineMode::Batch,
+            kernel: tlsterm_engine::Kernel::Portable,
+            batch_size,
+            poll_delay: Duration::from_millis(2),
+            small_batch_threshold,
+        }
+    }
+
+    /// Runs `f` with a fresh queue under paused time; returns what was seen.
+    fn with_queue<F, Fut>(settings: OffloadSettings, f: F) -> Seen
+    where
+        F: FnOnce(Rc<WorkerQueue>) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let seen: Shared = Rc::default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&runtime, async {
+            let queue = WorkerQueue::start(
+                settings,
+                Some(Box::new(FakeSigner(seen.clone()))),
+                Box::new(FakeStats(seen.clone())),
+            );
+            f(queue).await;
+        });
+        // The driver task holds the queue (and its signer and stats) until the set goes.
+        drop(local);
+        Rc::try_unwrap(seen)
+            .ok()
+            .expect("queue dropped")
+            .into_inner()
+    }
+
+    /// `n` handshakes in progress on the queue.
+    fn handshakes(queue: &Rc<WorkerQueue>, n: usize) -> Vec<HandshakeGuard> {
+        (0..n)
+            .map(|_| HandshakeGuard::enter_queue(Some(queue.clone())))
+            .collect()
+    }
+
+    fn enqueue(queue: &Rc<WorkerQueue>, message: &[u8]) -> PendingSignature {
+        queue
+            .enqueue(
+                &key(),
+                Scheme::RsaPss(super::super::HashAlg::Sha256),
+                message,
+            )
+            .expect("queued")
+    }
+
+    #[test]
+    fn a_full_batch_runs_at_once() {
+        let seen = with_queue(settings(4, 1), |queue| async move {
+            let _busy = handshakes(&queue, 10);
+            let pending: Vec<_> = (0..4u8).map(|i| enqueue(&queue, &[b'a' + i])).collect();
+            assert_eq!(queue.ops.borrow().len(), 0, "flushed as the 4th joined");
+            for (i, p) in pending.into_iter().enumerate() {
+                assert_eq!(
+                    p.await.unwrap(),
+                    [&[b'a' + i as u8][..], b"/batch"].concat()
+                );
+            }
+        });
+        assert_eq!(seen.batches, [4]);
+        assert_eq!(seen.flushes, [(FlushCause::Full, 4)]);
+    }
+
+    #[test]
+    fn a_batch_runs_when_every_handshake_waits_on_it() {
+        let seen = with_queue(settings(8, 1), |queue| async move {
+            let _busy = handshakes(&queue, 3);
+            let pending: Vec<_> = (0..3).map(|_| enqueue(&queue, b"x")).collect();
+            for p in pending {
+                p.await.unwrap();
+            }
+        });
+        assert_eq!(seen.flushes, [(FlushCause::AllWaiting, 3)]);
+    }
+
+    #[test]
+    fn an_idle_worker_runs_what_is_queued() {
+        let seen = with_queue(settings(8, 1), |queue| async move {
+            let _busy = handshakes(&queue, 5);
+            let pending: Vec<_> = (0..2).map(|_| enqueue(&queue, b"x")).collect();
+            for p in pending {
+                p.await.unwrap();
+            }
+        });
+        assert_eq!(seen.flushes, [(FlushCause::Idle, 2)]);
+    }
+
+    #[test]
+    fn the_poll_delay_bounds_the_wait() {
+        let seen = with_queue(settings(8, 1), |queue| async move {
+            let _busy = handshakes(&queue, 5);
+            let first = enqueue(&queue, b"x");
+            // The driver has not run yet: let the oldest operation's delay pass first.
+            tokio::time::advance(Duration::from_millis(3)).await;
+            first.await.unwrap();
+        });
+        assert_eq!(seen.flushes, [(FlushCause::Timer, 1)]);
+    }
+
+    #[test]
+    fn a_small_batch_is_signed_inline() {
+        let seen = with_queue(settings(8, 3), |queue| async move {
+            let _busy = handshakes(&queue, 2);
+            let pending: Vec<_> = (0..2).map(|_| enqueue(&queue, b"s")).collect();
+            for p in pending {
+                assert_eq!(p.await.unwrap(), b"s/inline");
+            }
+        });
+        assert_eq!(seen.flushes, [(FlushCause::Small, 2)]);
+        assert!(seen.batches.is_empty());
+        assert_eq!(seen.inline, 2);
+    }
+
+    #[test]
+    fn an_engine_error_is_redone_inline() {
+        let seen = with_queue(settings(2, 1), |queue| async move {
+            let _busy = handshakes(&queue, 4);
+            let bad = enqueue(&queue, b"fail");
+            let good = enqueue(&queue, b"ok");
+            assert_eq!(bad.await.unwrap(), b"fail/inline");
+            assert_eq!(good.await.unwrap(), b"ok/batch");
+        });
+        assert_eq!(seen.batches, [2]);
+        assert_eq!((seen.engine_errors, seen.inline), (1, 1));
+    }
+
+    #[test]
+    fn inline_mode_and_ecdsa_are_never_queued() {
+        let mut inline = settings(4, 1);
+        inline.mode = EngineMode::Inline;
+        with_queue(inline, |queue| async move {
+            let scheme = Scheme::RsaPss(super::super::HashAlg::Sha256);
+            assert!(queue.enqueue(&key(), scheme, b"x").is_none());
+        });
+        with_queue(settings(4, 1), |queue| async move {
+            let scheme = Scheme::Ecdsa(super::super::HashAlg::Sha256);
+            assert!(queue.enqueue(&key(), scheme, b"x").is_none());
+        });
     }
 }

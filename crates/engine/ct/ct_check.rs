@@ -6,9 +6,12 @@
 //! operation input computed from them. The engine declassifies only the
 //! signature after the public-key check.
 //!
-//! Modes: `sign` (the real check: must be clean), `control-local` and
-//! `control-input` (negative controls: must be reported, proving the marking
-//! works and reaches the engine's code).
+//! Modes: `sign [KERNEL]` (the real check: must be clean; KERNEL is `avx2` or
+//! `portable`, default the best one valgrind can run), `keysetup` (the key
+//! components are marked before `from_components` builds the key, which must
+//! then be clean through signing), `control-local` and `control-input`
+//! (negative controls: must be reported, proving the marking works and reaches
+//! the engine's code).
 
 use boring::rsa::Rsa;
 use tlsterm_engine::*;
@@ -31,7 +34,15 @@ fn key(bits: u32) -> (Rsa<boring::pkey::Private>, RsaPrivateKey) {
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "sign".into());
-    let kernel = Kernel::detect();
+    let kernel = match std::env::args().nth(2) {
+        Some(name) => Kernel::from_name(&name).expect("kernel name"),
+        None => Kernel::detect(),
+    };
+    assert!(
+        kernel.is_available(),
+        "kernel {} unavailable",
+        kernel.name()
+    );
     eprintln!("ct_check: mode {mode}, kernel {}", kernel.name());
     match mode.as_str() {
         "control-local" => {
@@ -41,6 +52,40 @@ fn main() {
             if std::hint::black_box(&secret)[0] % 3 == 1 {
                 println!("branch on a secret");
             }
+        }
+        "keysetup" => {
+            let r = Rsa::generate(2048).unwrap();
+            let parts = [
+                r.d().to_vec(),
+                r.p().unwrap().to_vec(),
+                r.q().unwrap().to_vec(),
+                r.dmp1().unwrap().to_vec(),
+                r.dmq1().unwrap().to_vec(),
+                r.iqmp().unwrap().to_vec(),
+            ];
+            for part in &parts {
+                ct::mark_secret(part);
+            }
+            let [d, p, q, dp, dq, qinv] = &parts;
+            let k = RsaPrivateKey::from_components(
+                &r.n().to_vec(),
+                &r.e().to_vec(),
+                d,
+                p,
+                q,
+                dp,
+                dq,
+                qinv,
+            )
+            .expect("valid key");
+            let msg = [1u8; 40];
+            let req = SignRequest {
+                key: &k,
+                padding: RsaPadding::Pkcs1v15(Hash::Sha256),
+                message: &msg,
+            };
+            assert!(sign_batch(kernel, &[req]).iter().all(|r| r.is_ok()));
+            eprintln!("ct_check: key setup and a signature done");
         }
         "control-input" => {
             let (_, k) = key(2048);

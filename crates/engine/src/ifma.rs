@@ -176,7 +176,6 @@ unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N]
         for k in 0..2 * N {
             pp.add(k).write(zero);
         }
-        let p = core::slice::from_raw_parts_mut(pp, 2 * N);
         let ap = a.as_ptr();
         let blocks = N / TILE;
         for bi in 0..blocks {
@@ -189,6 +188,8 @@ unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N]
                 );
             }
         }
+        // The tiles wrote through `pp`; only now is it borrowed as a slice.
+        let p = core::slice::from_raw_parts_mut(pp, 2 * N);
         for i in 0..N {
             let ai = ld(ap.add(i));
             let lo = _mm512_add_epi64(p[2 * i], p[2 * i]);
@@ -212,6 +213,12 @@ unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N]
             t[0] = _mm512_add_epi64(t[0], carry);
         }
         normalize_store::<N>(r.as_mut_ptr(), &t);
+        // The product of the secret operand stays behind in `buf`: wipe it with
+        // one vector store per entry (volatile, so the stores are not dropped as
+        // dead).
+        for k in 0..2 * N {
+            core::ptr::write_volatile(pp.add(k), zero);
+        }
     }
 }
 

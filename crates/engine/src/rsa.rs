@@ -137,8 +137,8 @@ impl RsaPrivateKey {
         let half_bits = bits / 2;
         let h = limbs_for_bits(half_bits);
         let f = 2 * h;
-        if byte_bits(e) > 64 || byte_bits(d) > bits {
-            return Err(EngineError::InvalidKey("e or d too large"));
+        if byte_bits(e) > 64 {
+            return Err(EngineError::InvalidKey("e too large"));
         }
         let e = strip(e).iter().fold(0u64, |acc, &b| (acc << 8) | b as u64);
         if e < 3 || e & 1 == 0 {
@@ -146,20 +146,18 @@ impl RsaPrivateKey {
                 "public exponent must be odd and >= 3",
             ));
         }
-        if byte_bits(p) != half_bits || byte_bits(q) != half_bits {
-            return Err(EngineError::InvalidKey(
-                "p and q must have half the modulus bits",
-            ));
-        }
-        if byte_bits(dp) > half_bits || byte_bits(dq) > half_bits || byte_bits(qinv) > half_bits {
-            return Err(EngineError::InvalidKey("CRT component too large"));
+        // The secret components are only measured by their byte length (public: the
+        // encoder's output length); their values are checked below without branches.
+        let half_bytes = half_bits.div_ceil(8);
+        if [p, q, dp, dq, qinv].iter().any(|x| x.len() > half_bytes) || d.len() > bits / 8 {
+            return Err(EngineError::InvalidKey("component too large"));
         }
         let nl = bn::from_be_bytes(strip(n), f);
-        let pl = bn::from_be_bytes(strip(p), h);
-        let ql = bn::from_be_bytes(strip(q), h);
-        let dpl = bn::from_be_bytes(strip(dp), h);
-        let dql = bn::from_be_bytes(strip(dq), h);
-        let mut qinvl = bn::from_be_bytes(strip(qinv), h);
+        let pl = bn::from_be_bytes(p, h);
+        let ql = bn::from_be_bytes(q, h);
+        let dpl = bn::from_be_bytes(dp, h);
+        let dql = bn::from_be_bytes(dq, h);
+        let mut qinvl = bn::from_be_bytes(qinv, h);
 
         // Consistency, computed without secret-dependent branches; only the
         // final verdict is branched on.
@@ -172,7 +170,14 @@ impl RsaPrivateKey {
             ok &= bn::sub(&mut t, x, m).wrapping_neg(); // x < m
         }
         ok &= (pl[0] & ql[0] & 1).wrapping_neg(); // both odd
+                                                  // p and q have exactly half the modulus bits: the top bit set, none above.
+        let (top_limb, top_bit) = ((half_bits - 1) / LIMB_BITS, (half_bits - 1) % LIMB_BITS);
+        for x in [&pl, &ql] {
+            ok &= ((x[top_limb] >> top_bit) ^ 1).wrapping_sub(1);
+        }
         t.zeroize();
+        // Whether the key is valid is public (the caller learns it anyway).
+        crate::ct::declassify(core::slice::from_ref(&ok));
         if ok == 0 {
             qinvl.zeroize();
             let (mut a, mut b, mut c, mut d) = (pl, ql, dpl, dql);
@@ -353,11 +358,14 @@ fn exp_pass<K: MontKernel, const H: usize>(
     // x*R^3*R^-1 = c*R. AMM bounds hold since 6m < R.
     let mut x = k.mul(&c_lo, &unit, &m, &k0);
     let mut hi = [0u64; H];
+    // x*R^-1 mod p factors n: every copy of it is zeroized.
+    let mut t = [0u64; H];
     per_lane(&mut x, jobs.len(), |lane, v| {
         get_lane(&c_hi, lane, &mut hi);
-        let t = v.to_vec();
+        t.copy_from_slice(v);
         bn::add(v, &t, &hi);
     });
+    t.zeroize();
     let base = k.mul(&x, &r3, &m, &k0);
     let acc = mod_exp(k, &base, &exp, exp_bits, &m, &k0, &one);
     let mut out = k.mul(&acc, &unit, &m, &k0);
@@ -373,6 +381,9 @@ fn exp_pass<K: MontKernel, const H: usize>(
     ] {
         t.zeroize();
     }
+    // k0 = -p^-1 mod 2^52 gives away the low bits of p.
+    ml.zeroize();
+    k0.zeroize();
     let (mut base, mut acc) = (base, acc);
     base.zeroize();
     acc.zeroize();
@@ -402,7 +413,7 @@ fn recombine(key: &RsaPrivateKey, m1: &[u64], m2: &[u64]) -> Vec<u64> {
     m2x[..h].copy_from_slice(m2);
     let prod = s.clone();
     bn::add(&mut s, &prod, &m2x);
-    for v in [&mut t, &mut diff, &mut hh, &mut m2x] {
+    for v in [&mut two_p, &mut t, &mut diff, &mut hh, &mut m2x] {
         v.zeroize();
     }
     let mut prod = prod;

@@ -1,0 +1,100 @@
+//! What a worker's queue needs from the outside, as two small traits, so that its flush
+//! policy can be driven in tests with a fake signer on any CPU (no engine, no AVX-512).
+//!
+//! - [`BatchSigner`]: computes a flushed batch, and one operation at once. In `serve` it is
+//!   [`EngineSigner`]: the multi-buffer kernel for batches, BoringSSL for single operations.
+//! - [`QueueStats`]: where the queue reports what it did. In `serve` it is
+//!   [`MetricsStats`], the Prometheus registry.
+
+use std::time::Duration;
+
+use super::{KeyKind, OffloadError, Scheme, SigningKey};
+use crate::metrics::{self, FlushCause};
+
+/// One queued operation, as a signer sees it.
+pub struct BatchOp<'a> {
+    pub key: &'a SigningKey,
+    pub scheme: Scheme,
+    pub message: &'a [u8],
+}
+
+/// Computes signatures for the queue.
+///
+/// Contract: `sign_batch` returns exactly one result per operation, in order; an `Err`
+/// makes the queue compute that operation again with `sign_inline`, so a client never
+/// sees an engine failure. `sign_inline` computes one operation at once on the calling
+/// thread.
+pub trait BatchSigner {
+    fn sign_batch(&self, batch: &[BatchOp<'_>]) -> Vec<Result<Vec<u8>, OffloadError>>;
+    fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError>;
+}
+
+/// Receives what the queue did: every call is a fact, never a question.
+pub trait QueueStats {
+    /// An operation waited this long in the queue before its batch ran.
+    fn queue_wait(&self, wait: Duration);
+    /// A batch of `ops` operations ran, for `cause` (`Small`: computed one by one).
+    fn flush(&self, cause: FlushCause, ops: usize);
+    /// A multi-buffer batch of `ops` operations took `elapsed`.
+    fn batch(&self, kind: KeyKind, ops: usize, elapsed: Duration);
+    /// One operation was computed inline (small batch, or redone after an engine error).
+    fn inline_op(&self, kind: KeyKind, elapsed: Duration);
+    /// The engine failed an operation (fault check or refusal); it was redone inline.
+    fn engine_error(&self);
+}
+
+/// The signer of `serve`: the multi-buffer kernel for batches, BoringSSL inline.
+pub struct EngineSigner {
+    pub kernel: tlsterm_engine::Kernel,
+}
+
+impl BatchSigner for EngineSigner {
+    fn sign_batch(&self, batch: &[BatchOp<'_>]) -> Vec<Result<Vec<u8>, OffloadError>> {
+        let requests: Vec<tlsterm_engine::SignRequest<'_>> = batch
+            .iter()
+            .map(|op| tlsterm_engine::SignRequest {
+                key: op.key.engine_key().expect("only engine keys are queued"),
+                padding: match op.scheme {
+                    Scheme::RsaPss(hash) => tlsterm_engine::RsaPadding::Pss(hash.engine()),
+                    Scheme::RsaPkcs1(hash) => tlsterm_engine::RsaPadding::Pkcs1v15(hash.engine()),
+                    Scheme::Ecdsa(_) => unreachable!("ECDSA is never queued"),
+                },
+                message: op.message,
+            })
+            .collect();
+        tlsterm_engine::sign_batch(self.kernel, &requests)
+            .into_iter()
+            .map(|result| {
+                result.map_err(|err| {
+                    tracing::error!(error = %err, "engine operation failed; signing inline");
+                    OffloadError::Engine
+                })
+            })
+            .collect()
+    }
+
+    fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError> {
+        op.key.sign_inline(op.scheme, op.message)
+    }
+}
+
+/// The queue's reports as Prometheus metrics.
+pub struct MetricsStats;
+
+impl QueueStats for MetricsStats {
+    fn queue_wait(&self, wait: Duration) {
+        metrics::record_queue_wait(wait);
+    }
+    fn flush(&self, cause: FlushCause, ops: usize) {
+        metrics::record_flush(cause, ops);
+    }
+    fn batch(&self, kind: KeyKind, ops: usize, elapsed: Duration) {
+        metrics::record_batch(kind, ops, elapsed);
+    }
+    fn inline_op(&self, kind: KeyKind, elapsed: Duration) {
+        metrics::record_inline_op(kind, elapsed);
+    }
+    fn engine_error(&self) {
+        metrics::record_engine_error();
+    }
+}
