@@ -23,6 +23,11 @@ if ! command -v valgrind >/dev/null || ! command -v objdump >/dev/null; then
     echo "ct/run.sh: needs valgrind and objdump (apt-get install valgrind binutils)" >&2
     exit 2
 fi
+# The static check's own test first: a build with a planted branch must be refused.
+cargo build --release -p tlsterm-engine --features ct-valgrind,ct-planted --example ct_check
+cp target/release/examples/ct_check /tmp/ct_check_planted
+python3 crates/engine/ct/ifma_branches.py --expect-fail /tmp/ct_check_planted \
+    tlsterm_engine::ifma::planted_select
 cargo build --release -p tlsterm-engine --features ct-valgrind --example ct_check
 bin=target/release/examples/ct_check
 python3 crates/engine/ct/ifma_branches.py "$bin"

@@ -274,3 +274,22 @@ impl MontKernel for Ifma {
         r
     }
 }
+
+/// The static check's own test (`ct/run.sh`, feature `ct-planted`): a copy of the
+/// selection with a branch on the secret index planted in it, which the check must
+/// refuse. Never called.
+#[cfg(feature = "ct-planted")]
+#[doc(hidden)]
+#[inline(never)]
+pub fn planted_select(table: &[[Lanes; 20]; TABLE], idx: &Lanes) -> [Lanes; 20] {
+    let mut r = [Lanes::default(); 20];
+    for lane in 0..LANES {
+        // The planted leak: a branch on a secret window value.
+        if core::hint::black_box(idx.0[lane]) == 7 {
+            for j in 0..20 {
+                r[j].0[lane] = table[7][j].0[lane];
+            }
+        }
+    }
+    r
+}

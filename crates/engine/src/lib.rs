@@ -16,6 +16,8 @@ mod bn;
 pub mod ct;
 #[cfg(target_arch = "x86_64")]
 mod ifma;
+#[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
+pub use ifma::planted_select;
 mod kernel;
 #[doc(hidden)]
 pub mod microbench;
