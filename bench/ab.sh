@@ -5,7 +5,8 @@
 #   bench/ab.sh [RUNS] [SECONDS] NAME=BINARY[,metrics=off][,early_data] ...
 #
 # A variant is a tlsterm binary (e.g. one built from another commit) with the listener
-# options after it (`early_data` also makes the client send its resumed requests as 0-RTT).
+# options after it (`early_data` also makes the client send its resumed requests as 0-RTT;
+# `inline` signs with BoringSSL instead of batching: `[engine] mode = "inline"`).
 # MODE=full|resume and TLS=1.2|1.3 choose the client's work (default: full TLS 1.3
 # handshakes). Prints one line per run and the median per variant.
 #   bench/ab.sh 5 5 new=target/release/tlsterm old=/tmp/old/tlsterm
@@ -35,6 +36,8 @@ for variant in "$@"; do
     metrics=true
     early_data=false
     [[ $spec == *metrics=off* ]] && metrics=false
+    engine_mode=batch
+    [[ $spec == *inline* ]] && engine_mode=inline
     client_flags[$name]=
     session=
     if [[ $spec == *early_data* ]]; then
@@ -46,6 +49,8 @@ for variant in "$@"; do
     fi
     cat > "$WORK/$name.toml" <<CONF
 workers = 1
+[engine]
+mode = "$engine_mode"
 $session
 [admin]
 enabled = $metrics

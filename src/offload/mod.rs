@@ -123,11 +123,13 @@ fn choose_kernel(asked: EngineKernel) -> tlsterm_engine::Kernel {
 
 /// Below this many queued operations a batch is signed one by one by BoringSSL: the
 /// measured break-even of each kernel against BoringSSL for RSA-2048 (`tlsterm speed
-/// --batch-sizes 1,2,3,4`). With IFMA a lone signature is already faster in the engine.
+/// --batch-sizes`, BENCHMARKS-engine.md). With IFMA a lone signature is already faster
+/// in the engine. With AVX2 a signature takes 2 of a register's 4 lanes: 1 signature
+/// ran at 0.52x BoringSSL, 2 and 3 at 0.89x, a full 4 at 1.11x (AMD EPYC Zen 3).
 fn small_batch_threshold(kernel: tlsterm_engine::Kernel) -> usize {
     match kernel {
         tlsterm_engine::Kernel::Ifma => 1,
-        tlsterm_engine::Kernel::Avx2 => 1,
+        tlsterm_engine::Kernel::Avx2 => 4,
         tlsterm_engine::Kernel::Portable => usize::MAX,
     }
 }

@@ -4,6 +4,7 @@
 # every run and the medians. Usage (from the repository root, after
 # `cargo build --release --bin tlsterm`):
 #   crates/engine/bench/compare.sh [ROUNDS=5] [SECONDS=3] [CPU=1]
+# KERNEL=avx2 (or avx512ifma, portable) measures that kernel; default: the fastest.
 set -euo pipefail
 rounds=${1:-5}; secs=${2:-3}; cpu=${3:-1}
 bin=target/release/tlsterm
@@ -13,8 +14,9 @@ for r in $(seq "$rounds"); do
         taskset -c "$cpu" openssl speed -seconds "$secs" "rsa$bits" 2>/dev/null \
             | awk -v b="$bits" '/^rsa/ && $2 == b {print $6}' >>"$out/openssl$bits"
     done
-    taskset -c "$cpu" "$bin" speed --seconds "$secs" rsa2048 rsa3072 rsa4096 2>/dev/null \
-        | awk -v o="$out" '/^rsa/ {print $2 >> (o "/inline" substr($1,4)); print $3 >> (o "/batch" substr($1,4)); k=$5} END {print k > (o "/kernel")}'
+    # shellcheck disable=SC2086
+    taskset -c "$cpu" "$bin" speed --seconds "$secs" ${KERNEL:+--kernel $KERNEL} rsa2048 rsa3072 rsa4096 2>/dev/null \
+        | awk -v o="$out" '/^algorithm/ {k=$3; sub("/s", "", k)} /^rsa/ {print $2 >> (o "/inline" substr($1,4)); print $3 >> (o "/batch" substr($1,4))} END {print k > (o "/kernel")}'
     echo "round $r: openssl $(tail -qn1 "$out"/openssl2048) inline $(tail -qn1 "$out"/inline2048) batch $(tail -qn1 "$out"/batch2048) (rsa2048 sign/s)" >&2
 done
 median() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }

@@ -2,12 +2,14 @@
 //!
 //! Signs batches of RSA requests (PKCS#1 v1.5 or PSS, 2048/3072/4096-bit
 //! keys, keys may differ within a batch) with 8 modular exponentiations at a
-//! time in the 64-bit lanes of AVX-512 IFMA registers, or with a portable
-//! constant-time kernel on other CPUs. Every signature is checked with the
-//! public key before it is returned.
+//! time in the 64-bit lanes of SIMD registers: AVX-512 IFMA (`ifma.rs`, 8
+//! lanes per zmm) or AVX2 (`avx2.rs`, two halves of 4 lanes per ymm), with a
+//! portable constant-time kernel (`kernel.rs`) as the reference the tests
+//! compare them with. Every signature is checked with the public key before
+//! it is returned.
 //!
-//! `unsafe` appears only in the SIMD kernel (`ifma.rs`) and in the valgrind
-//! client requests of the optional `ct-valgrind` feature (`ct.rs`).
+//! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `avx2.rs`) and in the
+//! valgrind client requests of the optional `ct-valgrind` feature (`ct.rs`).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
