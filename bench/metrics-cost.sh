@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Handshakes per server CPU-second with metrics on and off (issue 5's cost budget: <= 2%).
+# Handshakes per server CPU-second with metrics on and off (the metrics' cost budget: <= 2%).
 # TLS 1.3 full handshakes, RSA-2048, batch engine, server on CPU 0, client on CPU 1, runs
 # alternating (see bench/ab.sh).
 #   bench/metrics-cost.sh [RUNS] [SECONDS]
