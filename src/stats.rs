@@ -213,6 +213,7 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         ("tlsterm_engine_operations_total", "engine ops", 40),
         ("tlsterm_engine_flushes_total", "batch flushes", 22),
         ("tlsterm_tls_versions_total", "version", 22),
+        ("tlsterm_tls_groups_total", "key exchange", 22),
         ("tlsterm_early_data_total", "0-rtt", 22),
         ("tlsterm_ocsp_responses_total", "ocsp", 22),
         ("tlsterm_bytes_total", "bytes", 22),
@@ -348,6 +349,8 @@ mod tests {
     const SAMPLE: &str = "\
 # TYPE tlsterm_handshakes_total counter
 tlsterm_handshakes_total{kind=\"full\"} 10
+# TYPE tlsterm_tls_groups_total counter
+tlsterm_tls_groups_total{group=\"X25519MLKEM768\"} 7
 # TYPE tlsterm_engine_batch_seconds histogram
 tlsterm_engine_batch_seconds_bucket{le=\"0.001\"} 2
 tlsterm_engine_batch_seconds_bucket{le=\"0.002\"} 6
@@ -361,6 +364,10 @@ tlsterm_engine_batch_seconds_count 6
         let snapshot = parse(SAMPLE).unwrap();
         let text = render(&snapshot, None);
         assert!(text.contains("kind=\"full\""), "{text}");
+        assert!(
+            text.contains("key exchange   group=\"X25519MLKEM768\""),
+            "{text}"
+        );
         assert!(
             text.contains("engine batch compute time: count 6, average 1.50ms"),
             "{text}"

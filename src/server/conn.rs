@@ -23,6 +23,8 @@ struct Negotiated {
     alpn: Option<Vec<u8>>,
     version: &'static str,
     cipher: String,
+    /// The key-exchange group (e.g. X25519MLKEM768); none on a TLS 1.2 resumption.
+    group: Option<&'static str>,
     resumed: bool,
     client_cert: Option<ClientIdentity>,
     /// 0-RTT data was accepted: the first bytes may be a replay.
@@ -103,6 +105,7 @@ impl Negotiated {
                 .current_cipher()
                 .map(|c| c.standard_name().unwrap_or(c.name()).to_string())
                 .unwrap_or_default(),
+            group: ssl.curve_name(),
             resumed: ssl.session_reused(),
             client_cert: client_identity(ssl),
             early_data,
@@ -323,6 +326,7 @@ fn log_end(
         alpn: None,
         version: "-",
         cipher: String::new(),
+        group: None,
         resumed: false,
         client_cert: None,
         early_data: false,
@@ -335,6 +339,7 @@ fn log_end(
         alpn = %n.alpn.as_deref().map(String::from_utf8_lossy).as_deref().unwrap_or("-"),
         version = %n.version,
         cipher = %n.cipher,
+        group = %n.group.unwrap_or("-"),
         resumed = n.resumed,
         early_data = n.early_data,
         handshake_us = handshake_time.as_micros() as u64,

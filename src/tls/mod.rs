@@ -10,6 +10,7 @@
 //! check; that check may ask Redis, so the callback is BoringSSL's asynchronous one (the
 //! handshake waits, the worker does not).
 
+pub mod compress;
 pub mod crl;
 pub mod early_data;
 mod keymethod;
@@ -43,6 +44,8 @@ use keymethod::OffloadKeyMethod;
 /// BoringSSL's name for a configured group, or `None` if unknown.
 pub fn group_name(name: &str) -> Option<&'static str> {
     match name.to_ascii_lowercase().as_str() {
+        // The hybrid post-quantum group (ML-KEM-768 with X25519) of current browsers.
+        "x25519mlkem768" => Some("X25519MLKEM768"),
         "x25519" => Some("X25519"),
         "p-256" | "p256" | "prime256v1" | "secp256r1" => Some("P-256"),
         "p-384" | "p384" | "secp384r1" => Some("P-384"),
@@ -641,6 +644,12 @@ impl ServerTls {
             tls13_enabled: listener.max_version >= TlsVersion::Tls13,
             unknown_sni: listener.unknown_sni,
         };
+        let compression: Vec<compress::Algorithm> = listener
+            .cert_compression
+            .get_ref()
+            .iter()
+            .filter_map(|name| compress::Algorithm::parse(name))
+            .collect();
         let first_names = certs[0].names.clone();
         let any_default = certs.iter().any(|c| c.default);
         for (index, cert) in certs.into_iter().enumerate() {
@@ -655,6 +664,8 @@ impl ServerTls {
                 (Some(response), None) => file_staple(response, &cert.chain, &cert.names),
                 _ => None,
             };
+            // On the certificate's context: each keeps its own compressed chain.
+            compress::install(&mut builder, &compression)?;
             builder.set_async_private_key_method(OffloadKeyMethod {
                 key: cert.key.clone(),
             });
@@ -822,6 +833,7 @@ mod tests {
     #[test]
     fn group_names() {
         assert_eq!(group_name("x25519"), Some("X25519"));
+        assert_eq!(group_name("X25519MLKEM768"), Some("X25519MLKEM768"));
         assert_eq!(group_name("prime256v1"), Some("P-256"));
         assert_eq!(group_name("X448"), None);
     }

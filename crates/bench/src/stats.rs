@@ -175,6 +175,9 @@ pub struct Report {
     pub errors: BTreeMap<String, u64>,
     pub status: BTreeMap<u16, u64>,
     pub negotiated: BTreeMap<String, u64>,
+    /// Server certificates that arrived compressed, by algorithm (the others came plain:
+    /// none offered, or a resumed handshake, which sends no certificate).
+    pub certificates_compressed: BTreeMap<String, u64>,
     pub handshake_latency: Latency,
     pub request_latency: Latency,
     pub total_latency: Latency,
@@ -232,6 +235,19 @@ impl Report {
         );
         for (k, v) in &self.negotiated {
             let _ = writeln!(s, "  negotiated: {k} x{v}");
+        }
+        if !self.certificates_compressed.is_empty() {
+            let by: Vec<String> = self
+                .certificates_compressed
+                .iter()
+                .map(|(k, v)| format!("{k} x{v}"))
+                .collect();
+            let full = self.handshakes - self.resumed;
+            let _ = writeln!(
+                s,
+                "  certificates compressed: {} (of {full} full handshakes)",
+                by.join(", ")
+            );
         }
         let _ = writeln!(
             s,
