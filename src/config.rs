@@ -273,6 +273,11 @@ pub struct ListenerConfig {
     /// comes). At most 14,336, all BoringSSL accepts, which is the default.
     #[serde(default = "default_max_early_data")]
     pub max_early_data: Spanned<usize>,
+    /// Encrypted Client Hello key files (`tlsterm ech keygen`), re-read on reload. The
+    /// first is offered in retry configs to clients whose ECH could not be decrypted;
+    /// the others still decrypt (rotation). Certificates, per-name settings and
+    /// client-certificate policy follow the encrypted (inner) SNI.
+    pub ech_keys: Option<Spanned<Vec<PathBuf>>>,
     /// Settings for particular SNI names, overriding the listener's.
     #[serde(default, rename = "server_name")]
     pub server_names: Vec<ServerNameConfig>,
@@ -764,6 +769,22 @@ impl Config {
                         format!("key `groups`: unknown group `{group}` (X25519MLKEM768, X25519, P-256, P-384)"),
                     ));
                 }
+            }
+            if let Some(files) = &mut listener.ech_keys {
+                if files.get_ref().is_empty() || listener.max_version < TlsVersion::Tls13 {
+                    return Err(map.error(
+                        files,
+                        "key `ech_keys`: needs at least one file, and TLS 1.3 (`max_version`)",
+                    ));
+                }
+                let resolved: Vec<PathBuf> =
+                    files.get_ref().iter().map(|f| map.resolve(f)).collect();
+                for file in &resolved {
+                    if let Err(err) = crate::tls::ech::EchKey::load(file) {
+                        return Err(map.error(files, format!("key `ech_keys`: {err:#}")));
+                    }
+                }
+                *files.get_mut() = resolved;
             }
             let algorithms = listener.cert_compression.get_ref();
             for (i, name) in algorithms.iter().enumerate() {

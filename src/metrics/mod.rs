@@ -152,6 +152,7 @@ pub struct Metrics {
     ocsp_fetches: IntCounterVec,
     early_data: IntCounterVec,
     certificates_compressed: IntCounterVec,
+    ech: IntCounterVec,
     backend_connect_time: Histogram,
     handshake_time: HistogramVec,
     engine_ops: IntCounterVec,
@@ -221,6 +222,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "certificates_compressed_total",
             "Certificate messages sent compressed (RFC 8879), by algorithm",
             &["algorithm"]
+        ),
+        ech: counter_vec!(
+            r,
+            "ech_total",
+            "ClientHellos on listeners with ech_keys: Encrypted Client Hello accepted, rejected (retry configs sent) or not_offered",
+            &["result"]
         ),
         handshake_time: register_histogram_vec_with_registry!(
             "handshake_seconds",
@@ -481,6 +488,10 @@ pub fn record_ocsp_fetch(result: &str) {
 
 pub fn record_early_data(result: &str) {
     METRICS.early_data.with_label_values(&[result]).inc();
+}
+
+pub fn record_ech(result: &str) {
+    METRICS.ech.with_label_values(&[result]).inc();
 }
 
 pub fn record_certificate_compressed(algorithm: &str) {

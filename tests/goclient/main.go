@@ -6,7 +6,10 @@ package main
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -58,6 +61,9 @@ type result struct {
 	Group       string   `json:"group"`
 	Certificate []string `json:"certificate_names"`
 	Status      int      `json:"status"`
+	ECHAccepted bool     `json:"ech_accepted"`
+	// On an ECH rejection: the retry configs the server sent (base64), and no request.
+	ECHRetryConfigs string `json:"ech_retry_configs,omitempty"`
 }
 
 func main() {
@@ -65,6 +71,8 @@ func main() {
 	sni := flag.String("sni", "localhost", "server name")
 	groups := flag.String("groups", "", "comma-separated groups to offer (default: Go's, X25519MLKEM768 first)")
 	split := flag.Int("split", 0, "write the ClientHello in pieces of this many bytes (0: at once)")
+	ech := flag.String("ech", "", "ECHConfigList (base64): encrypt the ClientHello to it")
+	caFile := flag.String("cafile", "", "PEM certificates that authenticate the ECH public name on a rejection")
 	flag.Parse()
 
 	config := &tls.Config{ServerName: *sni, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}
@@ -76,6 +84,22 @@ func main() {
 			}
 			config.CurvePreferences = append(config.CurvePreferences, id)
 		}
+	}
+	if *ech != "" {
+		list, err := base64.StdEncoding.DecodeString(*ech)
+		if err != nil {
+			fail(err)
+		}
+		config.EncryptedClientHelloConfigList = list
+		config.MinVersion = tls.VersionTLS13
+	}
+	if *caFile != "" {
+		pem, err := os.ReadFile(*caFile)
+		if err != nil {
+			fail(err)
+		}
+		config.RootCAs = x509.NewCertPool()
+		config.RootCAs.AppendCertsFromPEM(pem)
 	}
 	tcp, err := net.DialTimeout("tcp", *addr, 10*time.Second)
 	if err != nil {
@@ -89,10 +113,16 @@ func main() {
 	}
 	client := tls.Client(conn, config)
 	if err := client.Handshake(); err != nil {
+		var rejected *tls.ECHRejectionError
+		if errors.As(err, &rejected) {
+			retry := base64.StdEncoding.EncodeToString(rejected.RetryConfigList)
+			emit(result{ECHRetryConfigs: retry})
+			return
+		}
 		fail(err)
 	}
 	state := client.ConnectionState()
-	out := result{Version: tls.VersionName(state.Version), Group: state.CurveID.String()}
+	out := result{Version: tls.VersionName(state.Version), Group: state.CurveID.String(), ECHAccepted: state.ECHAccepted}
 	if len(state.PeerCertificates) > 0 {
 		out.Certificate = state.PeerCertificates[0].DNSNames
 	}
@@ -106,6 +136,10 @@ func main() {
 	}
 	response.Body.Close()
 	out.Status = response.StatusCode
+	emit(out)
+}
+
+func emit(out result) {
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 		fail(err)
 	}
