@@ -25,10 +25,12 @@ fn keygen(dir: &Path, stem: &str) -> (PathBuf, String) {
 }
 
 /// A listener with certificates for public.test (default) and secret.test, `ech_keys`
-/// set to `keys`, PROXY v2 to `backend`.
+/// set to `keys`, PROXY v2 to `backend` (unless it is the built-in one).
 fn listener(dir: &Path, port: u16, backend: &str, keys: &[&Path]) -> String {
+    // The built-in backend takes no PROXY header.
+    let proxy = if backend == "builtin" { "none" } else { "v2" };
     let mut text = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\nproxy_protocol = \"v2\"\n\
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\nproxy_protocol = \"{proxy}\"\n\
          ech_keys = {:?}\n",
         keys.iter()
             .map(|k| k.display().to_string())
@@ -181,6 +183,39 @@ async fn ech_with_current_previous_and_unknown_keys_and_reload() {
     assert_eq!(plain["ech_accepted"], false, "{plain}");
     assert_eq!(plain["status"], 200, "{plain}");
     assert_eq!(metric(admin, ECH, "result=\"not_offered\""), 1.0);
+}
+
+/// `tlsterm bench --ech-config` (rustls): `n` connections to secret.test; its JSON report.
+fn bench(port: u16, list: &str, n: &str) -> serde_json::Value {
+    let out = run(Command::new(TLSTERM)
+        .args(["bench", &format!("https://127.0.0.1:{port}/")])
+        .args(["--sni", "secret.test", "--insecure", "--json", "--quiet"])
+        .args(["-c", "1", "-n", n, "--ech-config", list]));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn bench_encrypts_its_client_hello() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, list) = keygen(dir.path(), "key");
+    let (_, unknown) = keygen(dir.path(), "unknown");
+    let port = free_port();
+    let listeners = [listener(dir.path(), port, "builtin", &[&key])];
+    let server = Server::start(&write_config(dir.path(), "", &listeners));
+    let report = bench(port, &list, "3");
+    assert_eq!(report["errors_total"], 0, "{report}");
+    assert_eq!(report["ech_accepted"], 3, "{report}");
+    // rustls does not go on after a rejection, and says why.
+    let report = bench(port, &unknown, "2");
+    assert_eq!(report["ech_accepted"], 0, "{report}");
+    let errors = report["errors"].to_string();
+    assert!(
+        errors.contains("ServerRejectedEncryptedClientHello"),
+        "{report}"
+    );
+    let admin = admin_address(&server.config).unwrap();
+    assert_eq!(metric(admin, ECH, "result=\"accepted\""), 3.0);
+    assert_eq!(metric(admin, ECH, "result=\"rejected\""), 2.0);
 }
 
 #[test]

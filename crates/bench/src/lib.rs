@@ -70,6 +70,12 @@ pub struct BenchArgs {
     /// none. The report says how many certificates arrived compressed.
     #[arg(long, value_delimiter = ',', default_value = "brotli,zlib")]
     pub cert_compression: Vec<String>,
+    /// Encrypt the ClientHello (ECH, TLS 1.3 only) with this ECHConfigList, base64 as in
+    /// a DNS HTTPS record's ech= (or as `tlsterm ech keygen` prints it). The SNI (URL host
+    /// or --sni) goes inside; the config's public name outside. The report counts the
+    /// handshakes whose ECH the server accepted; a rejection is an error.
+    #[arg(long)]
+    pub ech_config: Option<String>,
     /// ALPN protocols to offer, comma-separated (requests are always HTTP/1.1).
     #[arg(long, value_delimiter = ',')]
     pub alpn: Vec<String>,
@@ -206,6 +212,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         alpn: args.alpn.clone(),
         insecure: args.insecure,
         cacert: args.cacert.clone(),
+        ech_config: args.ech_config.clone(),
     })?;
     let decompressors = tls::offer_cert_compression(&mut tls, &args.cert_compression)?;
     let cfg = LoadConfig {
@@ -267,6 +274,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         handshakes: stats.handshakes,
         resumed: stats.resumed,
         early_data_accepted: stats.early_data_accepted,
+        ech_accepted: stats.ech_accepted,
         requests: stats.requests,
         body_bytes: stats.body_bytes,
         wire_bytes: stats.wire_bytes,

@@ -319,6 +319,9 @@ fn record_handshake(ctx: &Ctx, conn: &ClientConnection, start: Instant) {
     if conn.is_early_data_accepted() {
         stats.early_data_accepted += 1;
     }
+    if conn.ech_status() == rustls::client::EchStatus::Accepted {
+        stats.ech_accepted += 1;
+    }
 }
 
 async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), String> {

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::{ClientSessionMemoryCache, Resumption};
+use rustls::client::{ClientSessionMemoryCache, EchConfig, EchMode, Resumption};
 use rustls::compress::{CertDecompressor, DecompressionFailed};
 use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, EchConfigListBytes, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// TLS options as given on the command line.
@@ -26,6 +26,8 @@ pub struct TlsOptions {
     pub insecure: bool,
     /// PEM file with trust anchors (used unless `insecure`).
     pub cacert: Option<String>,
+    /// ECHConfigList (base64) to encrypt the ClientHello to.
+    pub ech_config: Option<String>,
 }
 
 /// Build the base client configuration. Resumption is disabled here: the caller
@@ -66,9 +68,27 @@ pub fn client_config(opts: &TlsOptions) -> anyhow::Result<ClientConfig> {
         Some(v) => bail!("unknown TLS version {v:?} (1.2 or 1.3)"),
     };
     let provider = Arc::new(provider);
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(versions)
-        .context("no cipher suite matches the TLS version")?;
+    let builder = ClientConfig::builder_with_provider(provider.clone());
+    let builder = match &opts.ech_config {
+        None => builder
+            .with_protocol_versions(versions)
+            .context("no cipher suite matches the TLS version")?,
+        Some(list) => {
+            if opts.version.as_deref() == Some("1.2") {
+                bail!("ECH needs TLS 1.3");
+            }
+            let list = boring::base64::decode_block(list.trim())
+                .context("the ECH config list is not base64")?;
+            let config = EchConfig::new(
+                EchConfigListBytes::from(list),
+                aws_lc_rs::hpke::ALL_SUPPORTED_SUITES,
+            )
+            .context("unusable ECH config list")?;
+            builder
+                .with_ech(EchMode::from(config))
+                .context("ECH with these cipher suites")?
+        }
+    };
     let mut config = if opts.insecure {
         builder
             .dangerous()
