@@ -231,3 +231,36 @@ fn a_bad_ech_key_file_is_refused_with_its_line() {
     assert_eq!(err.line, Some(4), "{err}");
     assert!(err.message.contains("key `ech_keys`"), "{err}");
 }
+
+/// The client-certificate policy of the encrypted name applies, not the public name's.
+#[test]
+fn the_inner_name_sets_the_client_certificate_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    make_ca(dir.path(), "client CA");
+    let (key, list) = keygen(dir.path(), "key");
+    let port = free_port();
+    let mut listener = listener(dir.path(), port, "builtin", &[&key]);
+    listener.push_str(&format!(
+        "[[listener.server_name]]\nnames = [\"secret.test\"]\nclient_auth = \"required\"\n\
+         client_ca = \"{}\"\n",
+        dir.path().join("ca.pem").display()
+    ));
+    let _server = Server::start(&write_config(dir.path(), "", &[listener]));
+    let client = |sni: &str| {
+        Command::new(go_client())
+            .arg("-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["-sni", sni, "-ech", &list])
+            .output()
+            .unwrap()
+    };
+    // Both ClientHellos show public.test outside; only secret.test asks for a certificate.
+    let open = client("public.test");
+    assert!(open.status.success(), "{open:?}");
+    let refused = client("secret.test");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("certificate required"),
+        "{stderr}"
+    );
+}
