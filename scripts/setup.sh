@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing tlsterm needs on Debian 12 (as root): compilers and
 # cmake for BoringSSL, the TLS clients the tests drive, valgrind for the constant-time
-# check, and Rust (stable, via rustup) when cargo is missing.
+# check, Go >= 1.25 for the post-quantum client test (Debian's golang-go is 1.19: a release
+# from go.dev goes to /usr/local/go, checked against go.dev's published SHA-256), and Rust
+# (stable, via rustup) when cargo is missing.
 set -euo pipefail
 
 packages=(build-essential cmake clang libclang-dev golang-go perl git curl ca-certificates
@@ -24,4 +26,27 @@ if ! command -v cargo >/dev/null 2>&1; then
         echo "setup: installing Rust (stable) with rustup"
         curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt,clippy
     fi
+fi
+
+# The Go test client needs crypto/tls with X25519MLKEM768 and ConnectionState().CurveID.
+go_new_enough() {
+    local version
+    version=$(GOTOOLCHAIN=local "$1" env GOVERSION 2>/dev/null) || return 1
+    python3 -c 'import sys; v = sys.argv[1].removeprefix("go").split("."); sys.exit(0 if (int(v[0]), int(v[1].split("rc")[0])) >= (1, 25) else 1)' "$version"
+}
+if ! go_new_enough go && ! go_new_enough /usr/local/go/bin/go; then
+    go_version=1.26.8
+    arch=$(dpkg --print-architecture)
+    file="go${go_version}.linux-${arch}.tar.gz"
+    echo "setup: installing Go ${go_version} in /usr/local/go"
+    sum=$(curl -fsSL 'https://go.dev/dl/?mode=json&include=all' | python3 -c '
+import json, sys
+name = sys.argv[1]
+print(next(f["sha256"] for r in json.load(sys.stdin) for f in r["files"] if f["filename"] == name))
+' "$file")
+    curl -fsSL -o "/tmp/$file" "https://go.dev/dl/$file"
+    echo "$sum  /tmp/$file" | sha256sum -c --quiet
+    rm -rf /usr/local/go
+    tar -C /usr/local -xzf "/tmp/$file"
+    rm -f "/tmp/$file"
 fi

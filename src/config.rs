@@ -236,9 +236,14 @@ pub struct ListenerConfig {
     /// schedule has hardware support where AES-256-GCM's SHA-384 has none.
     #[serde(default = "default_tls13_ciphers")]
     pub tls13_ciphers: Spanned<Vec<String>>,
-    /// Key-exchange groups in preference order: X25519, P-256, P-384.
+    /// Key-exchange groups in preference order: X25519MLKEM768 (post-quantum hybrid),
+    /// X25519, P-256, P-384.
     #[serde(default = "default_groups")]
     pub groups: Spanned<Vec<String>>,
+    /// Certificate compression (RFC 8879, TLS 1.3) offered to clients that ask for it, in
+    /// preference order: "brotli", "zlib". Empty: certificates are always sent plain.
+    #[serde(default = "default_cert_compression")]
+    pub cert_compression: Spanned<Vec<String>>,
     #[serde(default = "default_handshake_timeout", with = "humantime_serde")]
     pub handshake_timeout: Duration,
     /// A connection with no traffic either way for this long is closed.
@@ -285,6 +290,11 @@ pub struct ListenerConfig {
     /// comes). At most 14,336, all BoringSSL accepts, which is the default.
     #[serde(default = "default_max_early_data")]
     pub max_early_data: Spanned<usize>,
+    /// Encrypted Client Hello key files (`tlsterm ech keygen`), re-read on reload. The
+    /// first is offered in retry configs to clients whose ECH could not be decrypted;
+    /// the others still decrypt (rotation). Certificates, per-name settings and
+    /// client-certificate policy follow the encrypted (inner) SNI.
+    pub ech_keys: Option<Spanned<Vec<PathBuf>>>,
     /// Settings for particular SNI names, overriding the listener's.
     #[serde(default, rename = "server_name")]
     pub server_names: Vec<ServerNameConfig>,
@@ -465,7 +475,18 @@ pub fn tls13_cipher_id(name: &str) -> Option<u16> {
 }
 
 fn default_groups() -> Spanned<Vec<String>> {
-    Spanned::new(0..0, vec!["X25519".into(), "P-256".into(), "P-384".into()])
+    Spanned::new(
+        0..0,
+        vec![
+            "X25519MLKEM768".into(),
+            "X25519".into(),
+            "P-256".into(),
+            "P-384".into(),
+        ],
+    )
+}
+fn default_cert_compression() -> Spanned<Vec<String>> {
+    Spanned::new(0..0, vec!["brotli".into(), "zlib".into()])
 }
 fn default_handshake_timeout() -> Duration {
     Duration::from_secs(10)
@@ -772,13 +793,46 @@ impl Config {
                     "key `tls13_ciphers`: a non-empty list of TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256 (\"A|B\": client's choice)",
                 ));
             }
+            if listener.groups.get_ref().is_empty() {
+                return Err(map.error(&listener.groups, "key `groups`: must not be empty"));
+            }
             for group in listener.groups.get_ref() {
                 if crate::tls::group_name(group).is_none() {
                     return Err(map.error(
                         &listener.groups,
-                        format!("key `groups`: unknown group `{group}` (X25519, P-256, P-384)"),
+                        format!("key `groups`: unknown group `{group}` (X25519MLKEM768, X25519, P-256, P-384)"),
                     ));
                 }
+            }
+            if let Some(files) = &mut listener.ech_keys {
+                if files.get_ref().is_empty() || listener.max_version < TlsVersion::Tls13 {
+                    return Err(map.error(
+                        files,
+                        "key `ech_keys`: needs at least one file, and TLS 1.3 (`max_version`)",
+                    ));
+                }
+                let resolved: Vec<PathBuf> =
+                    files.get_ref().iter().map(|f| map.resolve(f)).collect();
+                for file in &resolved {
+                    if let Err(err) = crate::tls::ech::EchKey::load(file) {
+                        return Err(map.error(files, format!("key `ech_keys`: {err:#}")));
+                    }
+                }
+                *files.get_mut() = resolved;
+            }
+            let algorithms = listener.cert_compression.get_ref();
+            for (i, name) in algorithms.iter().enumerate() {
+                let message = if crate::tls::compress::Algorithm::parse(name).is_none() {
+                    format!("unknown algorithm `{name}` (brotli, zlib)")
+                } else if algorithms[..i].iter().any(|n| n.eq_ignore_ascii_case(name)) {
+                    format!("`{name}` is listed twice")
+                } else {
+                    continue;
+                };
+                return Err(map.error(
+                    &listener.cert_compression,
+                    format!("key `cert_compression`: {message}"),
+                ));
             }
             match (&mut listener.client_ca, listener.client_auth) {
                 (None, ClientAuth::Optional | ClientAuth::Required) => {
@@ -967,6 +1021,38 @@ mod tests {
             let text = format!("{}{name}", listener(auth));
             assert!(Config::parse("t.toml", &text).is_ok(), "{auth} / {name}");
         }
+    }
+
+    #[test]
+    fn cert_compression_is_checked() {
+        let base = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+        let config = Config::parse("t.toml", base).unwrap();
+        assert_eq!(
+            config.listeners[0].cert_compression.get_ref(),
+            &["brotli", "zlib"]
+        );
+        for bad in ["[\"zstd\"]", "[\"zlib\", \"ZLIB\"]"] {
+            let text = format!("{base}cert_compression = {bad}\n");
+            let err = Config::parse("t.toml", &text).unwrap_err();
+            assert_eq!(err.line, Some(4), "{err}");
+            assert!(err.message.contains("key `cert_compression`"), "{err}");
+        }
+        let off = format!("{base}cert_compression = []\n");
+        assert!(Config::parse("t.toml", &off).unwrap().listeners[0]
+            .cert_compression
+            .get_ref()
+            .is_empty());
+    }
+
+    #[test]
+    fn post_quantum_group_is_first_by_default() {
+        let base = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+        let config = Config::parse("t.toml", base).unwrap();
+        assert_eq!(config.listeners[0].groups.get_ref()[0], "X25519MLKEM768");
+        let text = format!("{base}groups = [\"x25519mlkem768\", \"x25519\"]\n");
+        assert!(Config::parse("t.toml", &text).is_ok());
+        let err = Config::parse("t.toml", &format!("{base}groups = []\n")).unwrap_err();
+        assert_eq!(err.line, Some(4), "{err}");
     }
 
     #[test]

@@ -43,6 +43,38 @@ enum Command {
     Speed(tlsterm::speed::SpeedArgs),
     /// Live metrics of a running server: handshake and engine latency histograms, rates.
     Stats(tlsterm::stats::StatsArgs),
+    /// Encrypted Client Hello keys.
+    Ech {
+        #[command(subcommand)]
+        command: EchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum EchCommand {
+    /// Write a new ECH key file (mode 0600) for a listener's `ech_keys`, and print its
+    /// ECHConfigList in base64: the `ech=` value of the DNS HTTPS record.
+    Keygen {
+        /// The name clients show in the clear (a certificate for it must be served).
+        #[arg(long)]
+        public_name: String,
+        /// The key file to create (an existing file is not overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+fn ech_keygen(public_name: &str, out: &std::path::Path) -> anyhow::Result<()> {
+    let key = tlsterm::tls::ech::EchKey::generate(public_name)?;
+    key.write_new(out)?;
+    let list = tlsterm::tls::ech::config_list([&key.config[..]]);
+    println!("{}", boring::base64::encode_block(&list));
+    eprintln!(
+        "wrote {}; publish the line above as the ech= parameter of the names' HTTPS records, e.g.\n  \
+         example.com. 3600 IN HTTPS 1 . alpn=h2,http/1.1 ech=<it>",
+        out.display()
+    );
+    Ok(())
 }
 
 fn init_logging(level: &str) {
@@ -100,6 +132,9 @@ fn main() -> ExitCode {
         Command::Bench(args) => tlsterm_bench::run(&args),
         Command::Speed(args) => tlsterm::speed::run(&args),
         Command::Stats(args) => tlsterm::stats::run(&args),
+        Command::Ech {
+            command: EchCommand::Keygen { public_name, out },
+        } => ech_keygen(&public_name, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -219,6 +219,9 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         ("tlsterm_engine_operations_total", "engine ops", 40),
         ("tlsterm_engine_flushes_total", "batch flushes", 22),
         ("tlsterm_tls_versions_total", "version", 22),
+        ("tlsterm_tls_groups_total", "key exchange", 22),
+        ("tlsterm_certificates_compressed_total", "compressed", 22),
+        ("tlsterm_ech_total", "ech", 22),
         ("tlsterm_early_data_total", "0-rtt", 22),
         ("tlsterm_ocsp_responses_total", "ocsp", 22),
         ("tlsterm_bytes_total", "bytes", 22),
@@ -356,6 +359,10 @@ mod tests {
 tlsterm_handshakes_total{kind=\"full\"} 10
 # TYPE tlsterm_engine_info gauge
 tlsterm_engine_info{kernel=\"avx2\",signing=\"batch\"} 1
+# TYPE tlsterm_tls_groups_total counter
+tlsterm_tls_groups_total{group=\"X25519MLKEM768\"} 7
+# TYPE tlsterm_ech_total counter
+tlsterm_ech_total{result=\"accepted\"} 3
 # TYPE tlsterm_engine_batch_seconds histogram
 tlsterm_engine_batch_seconds_bucket{le=\"0.001\"} 2
 tlsterm_engine_batch_seconds_bucket{le=\"0.002\"} 6
@@ -371,6 +378,14 @@ tlsterm_engine_batch_seconds_count 6
         assert!(text.contains("kind=\"full\""), "{text}");
         assert!(
             text.contains("engine         kernel=\"avx2\",signing=\"batch\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("key exchange   group=\"X25519MLKEM768\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("ech            result=\"accepted\""),
             "{text}"
         );
         assert!(

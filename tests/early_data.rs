@@ -90,6 +90,8 @@ enum Relay {
     /// Only the client's first flight (see [`first_flight`]): the server never gets the
     /// Finished that would confirm its early data.
     FirstFlight,
+    /// Everything, in pieces of this many bytes, each its own TCP segment.
+    Pieces(usize),
 }
 
 /// A TCP relay for one connection to `target` that records what the client sent.
@@ -97,16 +99,24 @@ async fn recording_proxy(target: u16, relay: Relay) -> (u16, tokio::task::JoinHa
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(async move {
-        let (client, _) = listener.accept().await.unwrap();
-        let server = TcpStream::connect(("127.0.0.1", target)).await.unwrap();
+        let (mut client, _) = listener.accept().await.unwrap();
+        let mut server = TcpStream::connect(("127.0.0.1", target)).await.unwrap();
+        let mut recorded = Vec::new();
+        if let Relay::Pieces(piece) = relay {
+            // The client's first flight (ClientHello and early data) in pieces; the rest
+            // as it comes.
+            let mut first = vec![0u8; 16 * 1024];
+            let n = client.read(&mut first).await.unwrap();
+            recorded.extend_from_slice(&first[..n]);
+            write_in_pieces(&mut server, &recorded, piece).await;
+        }
         let (mut client_read, mut client_write) = client.into_split();
         let (mut server_read, mut server_write) = server.into_split();
         let back = tokio::spawn(async move {
             let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
             let _ = client_write.shutdown().await;
         });
-        let mut recorded = Vec::new();
-        let mut forwarded = 0;
+        let mut forwarded = recorded.len();
         let mut chunk = [0u8; 4096];
         loop {
             let n = client_read.read(&mut chunk).await.unwrap_or(0);
@@ -115,7 +125,7 @@ async fn recording_proxy(target: u16, relay: Relay) -> (u16, tokio::task::JoinHa
             }
             recorded.extend_from_slice(&chunk[..n]);
             let forward = match relay {
-                Relay::Everything => recorded.len(),
+                Relay::Everything | Relay::Pieces(_) => recorded.len(),
                 Relay::FirstFlight => first_flight(&recorded).len(),
             };
             if server_write
@@ -287,6 +297,39 @@ async fn early_data_is_accepted_marked_and_never_replayed() {
         line("result=\"accepted\"") && line("result=\"replayed\""),
         "{text}"
     );
+}
+
+/// A ClientHello that arrives in small TCP segments (large post-quantum key shares make
+/// that common) is read whole by the anti-replay check: its early data is accepted once,
+/// and the same bytes replayed in pieces are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_hello_in_pieces_is_checked_for_replay() {
+    let (backend, mut seen) = recording_backend().await;
+    let setup = Setup::start(backend, "", "true");
+    let session = setup.save_session(&mut seen).await;
+    let (relay_port, recorded) = recording_proxy(setup.port, Relay::Pieces(40)).await;
+    let request = setup.file("request.txt");
+    let early = ["-sess_in", &session, "-early_data", &request];
+    let out = client(relay_port, &early, "").await;
+    assert!(out.contains("Early data was accepted"), "{out}");
+    let got = next_request(&mut seen).await;
+    assert!(
+        got.early_tlv && got.request == "GET /early HTTP/1.1",
+        "{got:?}"
+    );
+    let recorded = recorded.await.unwrap();
+    assert!(recorded.len() > 200, "{} bytes", recorded.len());
+
+    let mut replay = TcpStream::connect(("127.0.0.1", setup.port)).await.unwrap();
+    write_in_pieces(&mut replay, &recorded, 40).await;
+    replay.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(DEADLINE, replay.read_to_end(&mut answer))
+        .await
+        .expect("tlsterm closes the replayed connection");
+    assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"replayed\""), 1.0);
+    assert_eq!(metric(setup.admin, EARLY_DATA, "result=\"accepted\""), 1.0);
+    assert!(seen.try_recv().is_err(), "nothing reached the backend");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,10 +26,13 @@ fn sslyze_finds_nothing_and_exactly_the_configured_protocols() {
         .groups
         .get_ref()
         .iter()
-        .map(|g| match g.as_str() {
-            "P-256" => "secp256r1",
-            "P-384" => "secp384r1",
-            other => other,
+        .filter_map(|g| match g.as_str() {
+            // sslyze (OpenSSL 1.1.1 underneath) cannot offer the post-quantum hybrid;
+            // tests/modern_clients.rs checks it with Go's client.
+            "X25519MLKEM768" => None,
+            "P-256" => Some("secp256r1"),
+            "P-384" => Some("secp384r1"),
+            other => Some(other),
         })
         .collect();
 

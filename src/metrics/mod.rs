@@ -151,6 +151,8 @@ pub struct Metrics {
     ocsp: IntCounterVec,
     ocsp_fetches: IntCounterVec,
     early_data: IntCounterVec,
+    certificates_compressed: IntCounterVec,
+    ech: IntCounterVec,
     backend_connect_time: Histogram,
     handshake_time: HistogramVec,
     engine_ops: IntCounterVec,
@@ -193,7 +195,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         handshake_failures: counter_vec!(r, "handshake_failures_total", "Failed handshakes, by reason", &["reason"]),
         tls_versions: counter_vec!(r, "tls_versions_total", "Completed handshakes by TLS version", &["version"]),
         tls_ciphers: counter_vec!(r, "tls_ciphers_total", "Completed handshakes by cipher suite", &["cipher"]),
-        tls_groups: counter_vec!(r, "tls_groups_total", "Completed full handshakes by key-exchange group", &["group"]),
+        tls_groups: counter_vec!(r, "tls_groups_total", "Completed handshakes by key-exchange group (X25519MLKEM768: post-quantum hybrid)", &["group"]),
         tls_alpn: counter_vec!(r, "tls_alpn_total", "Completed handshakes by negotiated ALPN protocol", &["protocol"]),
         bytes: counter_vec!(r, "bytes_total", "Plaintext bytes relayed", &["direction"]),
         backend_connect_failures: register_int_counter_with_registry!("backend_connect_failures_total", "Backend connection attempts that failed", r).expect("metric"),
@@ -214,6 +216,18 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             r,
             "early_data_total",
             "TLS 1.3 ClientHellos offering 0-RTT: accepted, or why refused",
+            &["result"]
+        ),
+        certificates_compressed: counter_vec!(
+            r,
+            "certificates_compressed_total",
+            "Certificate messages sent compressed (RFC 8879), by algorithm",
+            &["algorithm"]
+        ),
+        ech: counter_vec!(
+            r,
+            "ech_total",
+            "ClientHellos on listeners with ech_keys: Encrypted Client Hello accepted, rejected (retry configs sent) or not_offered",
             &["result"]
         ),
         handshake_time: register_histogram_vec_with_registry!(
@@ -491,6 +505,17 @@ pub fn record_ocsp_fetch(result: &str) {
 
 pub fn record_early_data(result: &str) {
     METRICS.early_data.with_label_values(&[result]).inc();
+}
+
+pub fn record_ech(result: &str) {
+    METRICS.ech.with_label_values(&[result]).inc();
+}
+
+pub fn record_certificate_compressed(algorithm: &str) {
+    METRICS
+        .certificates_compressed
+        .with_label_values(&[algorithm])
+        .inc();
 }
 
 pub fn record_accept(listener: &ListenerMetrics) {

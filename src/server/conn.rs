@@ -23,7 +23,11 @@ struct Negotiated {
     alpn: Option<Vec<u8>>,
     version: &'static str,
     cipher: String,
+    /// The key-exchange group (e.g. X25519MLKEM768); none on a TLS 1.2 resumption.
+    group: Option<&'static str>,
     resumed: bool,
+    /// Encrypted Client Hello: accepted, rejected or not_offered; none without ech_keys.
+    ech: Option<&'static str>,
     client_cert: Option<ClientIdentity>,
     /// 0-RTT data was accepted: the first bytes may be a replay.
     early_data: bool,
@@ -86,7 +90,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl Negotiated {
-    fn from_ssl(ssl: &SslRef, early_data: bool) -> Negotiated {
+    fn from_ssl(ssl: &SslRef, early_data: bool, ech: Option<&'static str>) -> Negotiated {
         Negotiated {
             sni: ssl
                 .servername(boring::ssl::NameType::HOST_NAME)
@@ -97,7 +101,9 @@ impl Negotiated {
                 .current_cipher()
                 .map(|c| c.standard_name().unwrap_or(c.name()).to_string())
                 .unwrap_or_default(),
+            group: ssl.curve_name(),
             resumed: ssl.session_reused(),
+            ech,
             client_cert: client_identity(ssl),
             early_data,
         }
@@ -170,7 +176,7 @@ pub async fn handle(
     let result = tokio::time::timeout(state.config.handshake_timeout, handshake).await;
     drop(guard);
     let handshake_time = started.elapsed();
-    let (mut tls, early_data) = match result {
+    let (mut tls, early_data, ech) = match result {
         Ok((Ok(tls), in_tls)) => {
             let ssl = tls.ssl();
             metrics::record_handshake(
@@ -193,7 +199,12 @@ pub async fn handle(
                 metrics::record_early_data(outcome);
             }
             let accepted = early_data == Some("accepted");
-            (tls, accepted)
+            let ech = state
+                .config
+                .ech_keys
+                .is_some()
+                .then(|| crate::tls::ech_outcome(ssl));
+            (tls, accepted, ech)
         }
         Ok((Err(err), _)) => {
             let reason = HandshakeFailure::classify(&format!("{err} {err:?}"));
@@ -225,7 +236,7 @@ pub async fn handle(
             return;
         }
     };
-    let negotiated = Negotiated::from_ssl(tls.ssl(), early_data);
+    let negotiated = Negotiated::from_ssl(tls.ssl(), early_data, ech);
 
     let mut backend = match open_backend(&state, client, local, &negotiated).await {
         Ok(backend) => backend,
@@ -317,7 +328,9 @@ fn log_end(
         alpn: None,
         version: "-",
         cipher: String::new(),
+        group: None,
         resumed: false,
+        ech: None,
         client_cert: None,
         early_data: false,
     };
@@ -329,7 +342,9 @@ fn log_end(
         alpn = %n.alpn.as_deref().map(String::from_utf8_lossy).as_deref().unwrap_or("-"),
         version = %n.version,
         cipher = %n.cipher,
+        group = %n.group.unwrap_or("-"),
         resumed = n.resumed,
+        ech = %n.ech.unwrap_or("-"),
         early_data = n.early_data,
         handshake_us = handshake_time.as_micros() as u64,
         bytes_in = to_backend,

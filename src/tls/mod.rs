@@ -10,8 +10,10 @@
 //! check; that check may ask Redis, so the callback is BoringSSL's asynchronous one (the
 //! handshake waits, the worker does not).
 
+pub mod compress;
 pub mod crl;
 pub mod early_data;
+pub mod ech;
 mod keymethod;
 pub mod ocsp;
 pub mod ocsp_fetch;
@@ -43,6 +45,8 @@ use keymethod::OffloadKeyMethod;
 /// BoringSSL's name for a configured group, or `None` if unknown.
 pub fn group_name(name: &str) -> Option<&'static str> {
     match name.to_ascii_lowercase().as_str() {
+        // The hybrid post-quantum group (ML-KEM-768 with X25519) of current browsers.
+        "x25519mlkem768" => Some("X25519MLKEM768"),
         "x25519" => Some("X25519"),
         "p-256" | "p256" | "prime256v1" | "secp256r1" => Some("P-256"),
         "p-384" | "p384" | "secp384r1" => Some("P-384"),
@@ -524,6 +528,24 @@ fn client_prefers_chacha(hello: &ClientHello<'_>) -> bool {
 static CLIENT_ADDRESS: LazyLock<Index<Ssl, IpAddr>> =
     LazyLock::new(|| Ssl::new_ex_index().expect("an SSL ex_data index"));
 
+/// Set on connections whose ClientHello carried an ECH extension (decrypted or not).
+static ECH_OFFERED: LazyLock<Index<Ssl, bool>> =
+    LazyLock::new(|| Ssl::new_ex_index().expect("an SSL ex_data index"));
+
+/// What became of a connection's Encrypted Client Hello, once its ClientHello is read:
+/// "accepted" (decrypted: the inner ClientHello is used), "rejected" (offered but not
+/// decrypted, GREASE from browsers included: the client gets the public name's
+/// certificate and the retry configs), or "not_offered".
+pub fn ech_outcome(ssl: &SslRef) -> &'static str {
+    if ssl.ech_accepted() {
+        "accepted"
+    } else if ssl.ex_data(*ECH_OFFERED).is_some() {
+        "rejected"
+    } else {
+        "not_offered"
+    }
+}
+
 /// The anti-replay check for a ClientHello that offers 0-RTT with a PSK (without a PSK
 /// there is no resumption, and BoringSSL refuses the early data itself).
 fn early_data_check(hello: &ClientHello<'_>, sessions: &Sessions) -> Option<EarlyDataCheck> {
@@ -642,6 +664,23 @@ impl ServerTls {
             tls13_enabled: listener.max_version >= TlsVersion::Tls13,
             unknown_sni: listener.unknown_sni,
         };
+        let compression: Vec<compress::Algorithm> = listener
+            .cert_compression
+            .get_ref()
+            .iter()
+            .filter_map(|name| compress::Algorithm::parse(name))
+            .collect();
+        let ech_keys = match &listener.ech_keys {
+            Some(files) => {
+                let keys: Vec<ech::EchKey> = files
+                    .get_ref()
+                    .iter()
+                    .map(|file| ech::EchKey::load(file))
+                    .collect::<anyhow::Result<_>>()?;
+                Some(ech::server_keys(&keys)?)
+            }
+            None => None,
+        };
         let first_names = certs[0].names.clone();
         let any_default = certs.iter().any(|c| c.default);
         for (index, cert) in certs.into_iter().enumerate() {
@@ -656,6 +695,12 @@ impl ServerTls {
                 (Some(response), None) => file_staple(response, &cert.chain, &cert.names),
                 _ => None,
             };
+            // On the certificate's context: each keeps its own compressed chain.
+            compress::install(&mut builder, &compression)?;
+            if let Some(keys) = &ech_keys {
+                // Each context: the retry configs come from the one a connection ends on.
+                builder.set_ech_keys(keys)?;
+            }
             builder.set_async_private_key_method(OffloadKeyMethod {
                 key: cert.key.clone(),
             });
@@ -677,16 +722,31 @@ impl ServerTls {
         let mut base = SslContextBuilder::new(SslMethod::tls())?;
         configure(&mut base, listener, &profiles)?;
         sessions.install(&mut base, session_config)?;
+        if let Some(keys) = &ech_keys {
+            // ClientHellos are decrypted on the base context, before certificate selection.
+            base.set_ech_keys(keys)?;
+        }
         let replay_check = (*listener.early_data.get_ref()).then(|| sessions.clone());
         let selector = Arc::new(selector);
         let per_name = profiles.clone();
         let chacha_first = Tls13Order::parse(listener.tls13_ciphers.get_ref())?.chacha_first();
+        let has_ech_keys = ech_keys.is_some();
         // Runs once the anti-replay verdict is known (at once unless Redis is asked).
         let select = move |hello: &mut ClientHello<'_>, early_data_refused: bool| {
             let chosen = selector.select(hello).ok_or(SelectCertError::ERROR)?;
             let prefers_chacha = client_prefers_chacha(hello);
             let wants_ocsp = hello.get_extension(ExtensionType::STATUS_REQUEST).is_some();
+            let offers_ech = hello
+                .get_extension(ExtensionType::ENCRYPTED_CLIENT_HELLO)
+                .is_some();
             let ssl = hello.ssl_mut();
+            if offers_ech {
+                ssl.set_ex_data(*ECH_OFFERED, true);
+            }
+            if has_ech_keys {
+                // Here, as a client whose ECH was refused may abort after the handshake.
+                crate::metrics::record_ech(ech_outcome(ssl));
+            }
             if let (true, Some(order)) = (prefers_chacha, &chacha_first) {
                 if !order.apply_to_connection(ssl) {
                     return Err(SelectCertError::ERROR);
@@ -836,6 +896,7 @@ mod tests {
     #[test]
     fn group_names() {
         assert_eq!(group_name("x25519"), Some("X25519"));
+        assert_eq!(group_name("X25519MLKEM768"), Some("X25519MLKEM768"));
         assert_eq!(group_name("prime256v1"), Some("P-256"));
         assert_eq!(group_name("X448"), None);
     }

@@ -572,3 +572,71 @@ impl Drop for Redis {
         self.kill();
     }
 }
+
+/// Writes `bytes` in pieces of `piece` bytes, each its own send on a TCP_NODELAY socket
+/// (so its own segment), with a millisecond between them so that the reader gets them
+/// apart: how a large ClientHello (post-quantum key shares) may arrive.
+pub async fn write_in_pieces(stream: &mut TcpStream, bytes: &[u8], piece: usize) {
+    stream.set_nodelay(true).unwrap();
+    for chunk in bytes.chunks(piece) {
+        stream.write_all(chunk).await.unwrap();
+        stream.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The Go crypto/tls test client (tests/goclient), built once per test process with a Go
+/// new enough for X25519MLKEM768 and `ConnectionState().CurveID` (1.25): `go` on PATH or
+/// /usr/local/go/bin/go (scripts/setup.sh installs one). Without one the test fails.
+pub fn go_client() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let go = ["go", "/usr/local/go/bin/go"]
+                .into_iter()
+                .find(|go| {
+                    Command::new(go)
+                        .args(["env", "GOVERSION"])
+                        .env("GOTOOLCHAIN", "local")
+                        .output()
+                        .ok()
+                        .and_then(|out| go_version_at_least(&out.stdout, (1, 25)))
+                        .unwrap_or(false)
+                })
+                .unwrap_or_else(|| {
+                    panic!(
+                        "these tests need Go >= 1.25 (`go` on PATH or /usr/local/go/bin/go); \
+                         Debian 12's golang-go (1.19) is too old: run scripts/setup.sh"
+                    )
+                });
+            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("goclient");
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goclient");
+            run(Command::new(go)
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(".")
+                .current_dir(source)
+                .env("GOTOOLCHAIN", "local")
+                .env("GOFLAGS", "-mod=mod"));
+            out
+        })
+        .clone()
+}
+
+/// Whether `go env GOVERSION` output (e.g. "go1.26.8") is at least `want`.
+fn go_version_at_least(output: &[u8], want: (u32, u32)) -> Option<bool> {
+    let text = std::str::from_utf8(output).ok()?.trim();
+    let mut parts = text.strip_prefix("go")?.split(['.', 'r', 'b']);
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next()?.parse().ok()?;
+    Some((major, minor) >= want)
+}
+
+/// Runs the Go client against 127.0.0.1:`port` with `args`; returns its JSON report.
+pub fn go_connect(port: u16, args: &[&str]) -> serde_json::Value {
+    let out = run(Command::new(go_client())
+        .arg("-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(args));
+    serde_json::from_slice(&out.stdout).expect("the Go client prints JSON")
+}

@@ -62,9 +62,20 @@ pub struct BenchArgs {
     /// e.g. ECDHE-RSA-AES128-GCM-SHA256 or TLS_AES_128_GCM_SHA256).
     #[arg(long)]
     pub cipher: Option<String>,
-    /// Key exchange group to offer: x25519, p256 or p384.
+    /// Key exchange group to offer: x25519mlkem768 (post-quantum hybrid), x25519, p256 or
+    /// p384.
     #[arg(long, default_value = "x25519")]
     pub group: String,
+    /// Certificate compression to offer (RFC 8879), in preference order: brotli, zlib, or
+    /// none. The report says how many certificates arrived compressed.
+    #[arg(long, value_delimiter = ',', default_value = "brotli,zlib")]
+    pub cert_compression: Vec<String>,
+    /// Encrypt the ClientHello (ECH, TLS 1.3 only) with this ECHConfigList, base64 as in
+    /// a DNS HTTPS record's ech= (or as `tlsterm ech keygen` prints it). The SNI (URL host
+    /// or --sni) goes inside; the config's public name outside. The report counts the
+    /// handshakes whose ECH the server accepted; a rejection is an error.
+    #[arg(long)]
+    pub ech_config: Option<String>,
     /// ALPN protocols to offer, comma-separated (requests are always HTTP/1.1).
     #[arg(long, value_delimiter = ',')]
     pub alpn: Vec<String>,
@@ -194,14 +205,16 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
             bail!("--rate must be positive");
         }
     }
-    let tls = tls::client_config(&tls::TlsOptions {
+    let mut tls = tls::client_config(&tls::TlsOptions {
         version: args.tls_version.clone(),
         ciphers: args.cipher.clone(),
         group: args.group.clone(),
         alpn: args.alpn.clone(),
         insecure: args.insecure,
         cacert: args.cacert.clone(),
+        ech_config: args.ech_config.clone(),
     })?;
+    let decompressors = tls::offer_cert_compression(&mut tls, &args.cert_compression)?;
     let cfg = LoadConfig {
         mode,
         addr,
@@ -261,6 +274,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         handshakes: stats.handshakes,
         resumed: stats.resumed,
         early_data_accepted: stats.early_data_accepted,
+        ech_accepted: stats.ech_accepted,
         requests: stats.requests,
         body_bytes: stats.body_bytes,
         wire_bytes: stats.wire_bytes,
@@ -271,6 +285,10 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         errors: stats.errors.clone(),
         status: stats.status.clone(),
         negotiated: stats.negotiated.clone(),
+        certificates_compressed: decompressors
+            .iter()
+            .map(|d| (d.name(), d.count()))
+            .collect(),
         handshake_latency: Latency::of(&stats.handshake),
         request_latency: Latency::of(&stats.request),
         total_latency: Latency::of(&stats.total),

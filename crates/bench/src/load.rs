@@ -79,8 +79,8 @@ struct Ctx {
     live: Arc<Live>,
     budget: Arc<Budget>,
     stats: RefCell<Stats>,
-    /// (protocol version, cipher suite) codes seen.
-    negotiated: RefCell<HashMap<(u16, u16), u64>>,
+    /// (protocol version, cipher suite, key-exchange group) codes seen.
+    negotiated: RefCell<HashMap<(u16, u16, u16), u64>>,
 }
 
 /// The state a unit of work carries from one unit to the next.
@@ -176,9 +176,13 @@ fn thread_main(
     drop(local);
     let ctx = Rc::try_unwrap(ctx).unwrap_or_else(|_| panic!("tasks still hold the context"));
     let mut stats = ctx.stats.into_inner();
-    for ((v, s), n) in ctx.negotiated.into_inner() {
+    for ((v, s, g), n) in ctx.negotiated.into_inner() {
+        let group = match g {
+            0 => "-".to_string(),
+            g => format!("{:?}", rustls::NamedGroup::from(g)),
+        };
         let name = format!(
-            "{:?} {:?}",
+            "{:?} {:?} {group}",
             rustls::ProtocolVersion::from(v),
             rustls::CipherSuite::from(s)
         );
@@ -299,6 +303,9 @@ fn record_handshake(ctx: &Ctx, conn: &ClientConnection, start: Instant) {
         conn.negotiated_cipher_suite()
             .map(|s| u16::from(s.suite()))
             .unwrap_or(0),
+        conn.negotiated_key_exchange_group()
+            .map(|g| u16::from(g.name()))
+            .unwrap_or(0),
     );
     *ctx.negotiated.borrow_mut().entry(key).or_default() += 1;
     let mut stats = ctx.stats.borrow_mut();
@@ -311,6 +318,9 @@ fn record_handshake(ctx: &Ctx, conn: &ClientConnection, start: Instant) {
     }
     if conn.is_early_data_accepted() {
         stats.early_data_accepted += 1;
+    }
+    if conn.ech_status() == rustls::client::EchStatus::Accepted {
+        stats.ech_accepted += 1;
     }
 }
 

@@ -50,6 +50,8 @@ pub struct Stats {
     pub resumed: u64,
     /// Resumed connections whose request the server accepted as 0-RTT early data.
     pub early_data_accepted: u64,
+    /// Handshakes whose Encrypted Client Hello the server accepted.
+    pub ech_accepted: u64,
     pub requests: u64,
     pub body_bytes: u64,
     pub wire_bytes: u64,
@@ -69,6 +71,7 @@ impl Default for Stats {
             handshakes: 0,
             resumed: 0,
             early_data_accepted: 0,
+            ech_accepted: 0,
             requests: 0,
             body_bytes: 0,
             wire_bytes: 0,
@@ -96,6 +99,7 @@ impl Stats {
         self.handshakes += o.handshakes;
         self.resumed += o.resumed;
         self.early_data_accepted += o.early_data_accepted;
+        self.ech_accepted += o.ech_accepted;
         self.requests += o.requests;
         self.body_bytes += o.body_bytes;
         self.wire_bytes += o.wire_bytes;
@@ -164,6 +168,8 @@ pub struct Report {
     pub handshakes: u64,
     pub resumed: u64,
     pub early_data_accepted: u64,
+    /// Handshakes whose Encrypted Client Hello the server accepted.
+    pub ech_accepted: u64,
     pub requests: u64,
     pub body_bytes: u64,
     pub wire_bytes: u64,
@@ -175,6 +181,9 @@ pub struct Report {
     pub errors: BTreeMap<String, u64>,
     pub status: BTreeMap<u16, u64>,
     pub negotiated: BTreeMap<String, u64>,
+    /// Server certificates that arrived compressed, by algorithm (the others came plain:
+    /// none offered, or a resumed handshake, which sends no certificate).
+    pub certificates_compressed: BTreeMap<String, u64>,
     pub handshake_latency: Latency,
     pub request_latency: Latency,
     pub total_latency: Latency,
@@ -232,6 +241,26 @@ impl Report {
         );
         for (k, v) in &self.negotiated {
             let _ = writeln!(s, "  negotiated: {k} x{v}");
+        }
+        if self.ech_accepted > 0 {
+            let _ = writeln!(
+                s,
+                "  encrypted client hello accepted: {}",
+                self.ech_accepted
+            );
+        }
+        if !self.certificates_compressed.is_empty() {
+            let by: Vec<String> = self
+                .certificates_compressed
+                .iter()
+                .map(|(k, v)| format!("{k} x{v}"))
+                .collect();
+            let full = self.handshakes - self.resumed;
+            let _ = writeln!(
+                s,
+                "  certificates compressed: {} (of {full} full handshakes)",
+                by.join(", ")
+            );
         }
         let _ = writeln!(
             s,

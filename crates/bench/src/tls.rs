@@ -1,14 +1,16 @@
 //! The client TLS configuration: rustls with the aws-lc-rs provider, the cheapest
 //! correct client path on this machine (its X25519 is about 3x cheaper than BoringSSL's).
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::{ClientSessionMemoryCache, Resumption};
+use rustls::client::{ClientSessionMemoryCache, EchConfig, EchMode, Resumption};
+use rustls::compress::{CertDecompressor, DecompressionFailed};
 use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, EchConfigListBytes, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// TLS options as given on the command line.
@@ -18,12 +20,14 @@ pub struct TlsOptions {
     pub version: Option<String>,
     /// Comma-separated cipher suites (rustls, IANA or OpenSSL names).
     pub ciphers: Option<String>,
-    /// "x25519", "p256" or "p384".
+    /// "x25519mlkem768", "x25519", "p256" or "p384".
     pub group: String,
     pub alpn: Vec<String>,
     pub insecure: bool,
     /// PEM file with trust anchors (used unless `insecure`).
     pub cacert: Option<String>,
+    /// ECHConfigList (base64) to encrypt the ClientHello to.
+    pub ech_config: Option<String>,
 }
 
 /// Build the base client configuration. Resumption is disabled here: the caller
@@ -31,10 +35,11 @@ pub struct TlsOptions {
 pub fn client_config(opts: &TlsOptions) -> anyhow::Result<ClientConfig> {
     let base = aws_lc_rs::default_provider();
     let kx_groups: Vec<&'static dyn SupportedKxGroup> = vec![match opts.group.as_str() {
+        "x25519mlkem768" | "X25519MLKEM768" => aws_lc_rs::kx_group::X25519MLKEM768,
         "x25519" | "X25519" => aws_lc_rs::kx_group::X25519,
         "p256" | "P-256" | "secp256r1" | "prime256v1" => aws_lc_rs::kx_group::SECP256R1,
         "p384" | "P-384" | "secp384r1" => aws_lc_rs::kx_group::SECP384R1,
-        g => bail!("unknown group {g:?} (x25519, p256, p384)"),
+        g => bail!("unknown group {g:?} (x25519mlkem768, x25519, p256, p384)"),
     }];
     let cipher_suites = match &opts.ciphers {
         None => base.cipher_suites.clone(),
@@ -63,9 +68,27 @@ pub fn client_config(opts: &TlsOptions) -> anyhow::Result<ClientConfig> {
         Some(v) => bail!("unknown TLS version {v:?} (1.2 or 1.3)"),
     };
     let provider = Arc::new(provider);
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(versions)
-        .context("no cipher suite matches the TLS version")?;
+    let builder = ClientConfig::builder_with_provider(provider.clone());
+    let builder = match &opts.ech_config {
+        None => builder
+            .with_protocol_versions(versions)
+            .context("no cipher suite matches the TLS version")?,
+        Some(list) => {
+            if opts.version.as_deref() == Some("1.2") {
+                bail!("ECH needs TLS 1.3");
+            }
+            let list = boring::base64::decode_block(list.trim())
+                .context("the ECH config list is not base64")?;
+            let config = EchConfig::new(
+                EchConfigListBytes::from(list),
+                aws_lc_rs::hpke::ALL_SUPPORTED_SUITES,
+            )
+            .context("unusable ECH config list")?;
+            builder
+                .with_ech(EchMode::from(config))
+                .context("ECH with these cipher suites")?
+        }
+    };
     let mut config = if opts.insecure {
         builder
             .dangerous()
@@ -87,6 +110,66 @@ pub fn client_config(opts: &TlsOptions) -> anyhow::Result<ClientConfig> {
     config.alpn_protocols = opts.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
     config.resumption = Resumption::disabled();
     Ok(config)
+}
+
+/// Counts the server certificates that arrived compressed with one algorithm (RFC 8879)
+/// and were decompressed; one per algorithm and client configuration.
+#[derive(Debug)]
+pub struct CountingDecompressor {
+    inner: &'static dyn CertDecompressor,
+    count: AtomicU64,
+}
+
+impl CountingDecompressor {
+    /// The algorithm's name, as on the command line.
+    pub fn name(&self) -> String {
+        format!("{:?}", self.inner.algorithm()).to_ascii_lowercase()
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Relaxed)
+    }
+}
+
+impl CertDecompressor for CountingDecompressor {
+    fn decompress(&self, input: &[u8], output: &mut [u8]) -> Result<(), DecompressionFailed> {
+        self.inner.decompress(input, output)?;
+        self.count.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    fn algorithm(&self) -> rustls::CertificateCompressionAlgorithm {
+        self.inner.algorithm()
+    }
+}
+
+/// Offers certificate compression with `algorithms` ("brotli", "zlib"; in this order of
+/// preference; "none" or nothing: no compression) and returns the counters of the
+/// certificates that arrived compressed. The counters live as long as the process (rustls
+/// wants `'static` decompressors): one small allocation per algorithm and run.
+pub fn offer_cert_compression(
+    config: &mut ClientConfig,
+    algorithms: &[String],
+) -> anyhow::Result<Vec<&'static CountingDecompressor>> {
+    let mut counters = Vec::new();
+    for name in algorithms {
+        let inner = match name.to_ascii_lowercase().as_str() {
+            "none" => continue,
+            "brotli" => rustls::compress::BROTLI_DECOMPRESSOR,
+            "zlib" => rustls::compress::ZLIB_DECOMPRESSOR,
+            other => bail!("unknown certificate compression {other:?} (brotli, zlib, none)"),
+        };
+        let counter: &'static CountingDecompressor = Box::leak(Box::new(CountingDecompressor {
+            inner,
+            count: AtomicU64::new(0),
+        }));
+        counters.push(counter);
+    }
+    config.cert_decompressors = counters
+        .iter()
+        .map(|&c| c as &'static dyn CertDecompressor)
+        .collect();
+    Ok(counters)
 }
 
 /// A copy of `base` with a fresh session store of its own: one per connection

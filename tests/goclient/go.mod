@@ -1,0 +1,3 @@
+module tlsterm.test/goclient
+
+go 1.25
