@@ -6,9 +6,10 @@
 #
 # A variant is a tlsterm binary (e.g. one built from another commit) with the listener
 # options after it (`early_data` also makes the client send its resumed requests as 0-RTT;
-# `inline` signs with BoringSSL instead of batching: `[engine] mode = "inline"`).
+# `inline` signs with BoringSSL instead of batching: `[engine] mode = "inline"`;
+# `group=NAME` makes the client offer only that key-exchange group).
 # MODE=full|resume and TLS=1.2|1.3 choose the client's work (default: full TLS 1.3
-# handshakes). Prints one line per run and the median per variant.
+# handshakes); KEY=rsa:2048 (default) or ec:p256 the certificate (an ECDSA P-256 key). Prints one line per run and the median per variant.
 #   bench/ab.sh 5 5 new=target/release/tlsterm old=/tmp/old/tlsterm
 set -euo pipefail
 RUNS=${1:-5}
@@ -21,7 +22,14 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CLIENT=$ROOT/target/release/tlsterm
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-openssl req -x509 -nodes -days 2 -newkey rsa:2048 -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
+KEY=${KEY:-rsa:2048}
+if [ "$KEY" = ec:p256 ]; then
+    openssl ecparam -name prime256v1 -out "$WORK/p256.pem"
+    newkey=ec:$WORK/p256.pem
+else
+    newkey=$KEY
+fi
+openssl req -x509 -nodes -days 2 -newkey "$newkey" -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
     -subj /CN=localhost 2>/dev/null
 "$CLIENT" backend --listen 127.0.0.1:9719 2>/dev/null &
 backend=$!
@@ -39,10 +47,13 @@ for variant in "$@"; do
     engine_mode=batch
     [[ $spec == *inline* ]] && engine_mode=inline
     client_flags[$name]=
+    if [[ $spec =~ group=([a-z0-9]+) ]]; then
+        client_flags[$name]="--group ${BASH_REMATCH[1]}"
+    fi
     session=
     if [[ $spec == *early_data* ]]; then
         early_data=true
-        client_flags[$name]=--early-data
+        client_flags[$name]+=" --early-data"
         # The load generator is one client network: let it fill the whole 0-RTT replay
         # memory (binaries from before this key existed refuse it).
         session=$'[session]\nearly_data_replay_client_share = 1.0'
@@ -67,7 +78,7 @@ CONF
 done
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-echo "mode=$MODE tls=$TLS runs=$RUNS seconds=$SECS load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "key=$KEY mode=$MODE tls=$TLS runs=$RUNS seconds=$SECS load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq 1 "$RUNS"); do
     for name in "${names[@]}"; do
         taskset -c 0 "${binary[$name]}" serve -c "$WORK/$name.toml" 2>"$WORK/serve.log" &
