@@ -2,10 +2,26 @@
 //! operation inline: signatures are queued per worker and computed in multi-buffer
 //! batches by `tlsterm-engine`.
 //!
-//! Layout: `config` (TOML), `tls` (BoringSSL contexts, certificate selection, the async
-//! private-key hook), `offload` (per-worker queue and flush policy in front of the
-//! engine), `proxy` (backends, PROXY protocol, relay), `server` (workers, reload,
-//! shutdown), `backend` (built-in HTTP responder), `metrics`, `speed`.
+//! # Layout
+//!
+//! Modules in layers; a module uses the ones in the layers below it.
+//!
+//! | layer | module | what it owns |
+//! |---|---|---|
+//! | 0 | `config` | the TOML configuration: types, parsing, validation with line numbers |
+//! | 0 | `metrics` | the Prometheus registry and the admin listener (`/metrics`, `/healthz`) |
+//! | 1 | `offload` | private-key operations: the per-worker queue, its flush policy, the signer it calls (the engine crate, or BoringSSL inline) |
+//! | 1 | `session` | resumption: tickets and their keys, the session cache, Redis, 0-RTT anti-replay |
+//! | 1 | `proxy` | backends, the PROXY protocol header, the byte relay |
+//! | 2 | `tls` | BoringSSL contexts: certificates, selection by SNI, per-name profiles, client certificates and CRLs, OCSP, ECH, the async private-key hook |
+//! | 3 | `server` | listeners, workers, one connection's life, reload and drain |
+//! | 4 | `speed`, `stats`, `backend` | the commands: `tlsterm speed`, `tlsterm stats`, the built-in HTTP responder (`main.rs` parses the command line) |
+//!
+//! The multi-buffer RSA engine is its own crate (`crates/engine`), below all of these;
+//! the load generator `tlsterm bench` is `crates/bench`.
+//!
+//! Not yet as the table says: `config` still names a few types of `session` and `tls`,
+//! and `metrics` a few of `offload`, so those layers still import sideways in places.
 
 pub mod backend;
 pub mod config;

@@ -1,5 +1,5 @@
 //! `tlsterm stats`: the admin listener's metrics as terminal tables and histograms, the
-//! way bpftrace's ssllatency showed handshake and crypto latency in seed 000.
+//! way a bpftrace latency script shows handshake and crypto latency, built in.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -1,4 +1,4 @@
-//! Session resumption end to end (issue 6): tickets shared through a key file, in-memory key
+//! Session resumption end to end: tickets shared through a key file, in-memory key
 //! rotation with a grace period, session IDs and ticket keys shared through a real Redis
 //! (plain and TLS), Redis dying under load, the session cache bound. The client is BoringSSL in-process, with its own session
 //! capture (the common `tls_connect` does not resume).

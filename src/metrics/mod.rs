@@ -4,7 +4,7 @@
 //! exposed in the Prometheus text format by the admin listener (`admin.rs`) and rendered
 //! by `tlsterm stats`.
 //!
-//! The histograms split a handshake the way seed 000 did with bpftrace: total time, time
+//! The histograms split a handshake the way a bpftrace latency trace does: total time, time
 //! spent inside BoringSSL (the handshake future's polls), and time waiting on the
 //! private-key engine. Label sets are small and fixed; the label lookups of hot counters
 //! are resolved once.
@@ -232,7 +232,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ),
         handshake_time: register_histogram_vec_with_registry!(
             "handshake_seconds",
-            "Handshake time split as seed 000 does: total (accept to done), tls (inside BoringSSL), engine_wait (signature requested to signature ready)",
+            "Handshake time, split: total (accept to done), tls (inside BoringSSL), engine_wait (signature requested to signature ready)",
             &["phase"],
             latency_buckets(),
             r

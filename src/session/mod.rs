@@ -1,6 +1,6 @@
 //! Session resumption: ticket keys shared by all workers (from a file or rotated in
 //! memory), a bounded session-ID cache, and a Redis-backed distributed cache.
-//! (Issue 6; this is the hook the TLS setup calls.)
+//! (This is the hook the TLS setup calls.)
 //!
 //! All of it lives in one [`Sessions`] per process, created before the workers start and
 //! kept across reloads, so that a SIGHUP (which builds new TLS contexts) does not turn the

@@ -209,7 +209,7 @@ pub fn measure(
     })
 }
 
-/// The ciphers of seed 002. TLS 1.2 suites pin the AEAD (BoringSSL does not let
+/// The ciphers of the bulk-throughput comparison. TLS 1.2 suites pin the AEAD (BoringSSL does not let
 /// TLS 1.3 suites be configured); the record-layer AEAD work is the same in 1.3.
 pub const CIPHERS: &[Option<&str>] = &[
     Some("ECDHE-ECDSA-AES128-GCM-SHA256"),
