@@ -50,3 +50,13 @@ print(next(f["sha256"] for r in json.load(sys.stdin) for f in r["files"] if f["f
     tar -C /usr/local -xzf "/tmp/$file"
     rm -f "/tmp/$file"
 fi
+
+# Pebble (Let's Encrypt's test ACME server) and its DNS helper for the ACME tests, fetched
+# now at the version tests/common/pebble.rs pins (the tests build them from Go's cache).
+pebble_version=v2.8.0
+go_bin=go
+go_new_enough go || go_bin=/usr/local/go/bin/go
+for command in pebble pebble-challtestsrv; do
+    GOTOOLCHAIN=local "$go_bin" install "github.com/letsencrypt/pebble/v2/cmd/${command}@${pebble_version}"
+done
+

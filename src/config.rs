@@ -13,6 +13,12 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod acme;
+pub use acme::{
+    read_fleet_key, AcmeCertificate, AcmeConfig, AcmeKeyType, AcmeNames, ChallengeKind,
+    ExternalAccount,
+};
+
 /// Address of the built-in HTTP responder, usable in `backends` (the embedded default uses it).
 pub const BUILTIN_BACKEND: &str = "builtin";
 
@@ -48,6 +54,8 @@ pub struct Config {
     /// Timing of the OCSP responses tlsterm fetches (`ocsp_fetch = true` on a certificate).
     #[serde(default)]
     pub ocsp: OcspConfig,
+    /// Certificates obtained and renewed from an ACME CA (names in each listener's `acme`).
+    pub acme: Option<AcmeConfig>,
     #[serde(default, rename = "listener")]
     pub listeners: Vec<ListenerConfig>,
 }
@@ -298,6 +306,12 @@ pub struct ListenerConfig {
     /// Settings for particular SNI names, overriding the listener's.
     #[serde(default, rename = "server_name")]
     pub server_names: Vec<ServerNameConfig>,
+    /// Names to obtain certificates for from the `[acme]` CA.
+    pub acme: Option<AcmeNames>,
+    /// Filled at validation: every certificate to obtain for this listener (its own
+    /// `acme` and its server names').
+    #[serde(skip)]
+    pub acme_certificates: Vec<AcmeCertificate>,
 }
 
 /// A `client_crl` file: its path, and its CRLs as read when the configuration was
@@ -351,6 +365,8 @@ pub struct ServerNameConfig {
     /// load they join the listener's certificates.
     #[serde(default, rename = "certificate")]
     pub certificates: Vec<CertificateConfig>,
+    /// Obtain a certificate for these names (default: the block's `names`) from `[acme]`.
+    pub acme: Option<AcmeNames>,
 }
 
 impl ServerNameConfig {
@@ -714,6 +730,10 @@ impl Config {
         {
             *path = map.resolve(path);
         }
+        let redis = self.session.redis_url.is_some();
+        if let Some(acme) = &mut self.acme {
+            acme.validate(map, redis)?;
+        }
         if let Some(0) = self.engine.batch_size {
             return Err(map.plain("key `engine.batch_size`: must be at least 1"));
         }
@@ -854,6 +874,17 @@ impl Config {
                 (None, ClientAuth::None) => {}
             }
             check_crl(map, &mut listener.client_crl, listener_ca)?;
+            let has_acme = self.acme.is_some();
+            let mut acme_certificates = match &listener.acme {
+                Some(acme) => acme.resolve(map, None, has_acme)?,
+                None => Vec::new(),
+            };
+            for name in &listener.server_names {
+                if let Some(acme) = &name.acme {
+                    acme_certificates.extend(acme.resolve(map, Some(&name.names), has_acme)?);
+                }
+            }
+            listener.acme_certificates = acme_certificates;
             for name in &mut listener.server_names {
                 for mut cert in std::mem::take(&mut name.certificates) {
                     if cert.names.is_empty() {

@@ -14,6 +14,7 @@
 //! | 1 | `session` | resumption: tickets and their keys, the session cache, Redis, 0-RTT anti-replay |
 //! | 1 | `proxy` | backends, the PROXY protocol header, the byte relay |
 //! | 2 | `tls` | BoringSSL contexts: certificates, selection by SNI, per-name profiles, client certificates and CRLs, OCSP, ECH, the async private-key hook |
+//! | 3 | `acme` | certificates obtained and renewed from an ACME CA: orders, TLS-ALPN-01 and HTTP-01 answers, storage, a fleet's shared lock and certificates |
 //! | 3 | `server` | listeners, workers, one connection's life, reload and drain |
 //! | 4 | `speed`, `stats`, `backend` | the commands: `tlsterm speed`, `tlsterm stats`, the built-in HTTP responder (`main.rs` parses the command line) |
 //!
@@ -23,6 +24,8 @@
 //! Not yet as the table says: `config` still names a few types of `session` and `tls`,
 //! and `metrics` a few of `offload`, so those layers still import sideways in places.
 
+#[cfg(feature = "acme")]
+pub mod acme;
 pub mod backend;
 pub mod config;
 pub mod metrics;

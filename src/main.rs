@@ -100,6 +100,7 @@ fn serve(config: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
             &loaded,
             Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             &sessions,
+            None,
         )?;
         println!("configuration OK");
         return Ok(());

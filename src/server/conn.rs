@@ -177,6 +177,15 @@ pub async fn handle(
     drop(guard);
     let handshake_time = started.elapsed();
     let (mut tls, early_data, ech) = match result {
+        Ok((Ok(mut tls), _))
+            if tls.ssl().selected_alpn_protocol()
+                == Some(crate::tls::acme_challenge::ACME_TLS_ALPN) =>
+        {
+            // An ACME CA has seen the challenge certificate; nothing else is served here.
+            tracing::debug!(%client, "ACME TLS-ALPN-01 validation connection answered");
+            let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+            return;
+        }
         Ok((Ok(tls), in_tls)) => {
             let ssl = tls.ssl();
             metrics::record_handshake(

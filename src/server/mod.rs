@@ -30,6 +30,9 @@ use crate::tls::{CertifiedKey, ServerTls};
 pub struct ListenerState {
     pub config: ListenerConfig,
     pub tls: ServerTls,
+    /// The certificates read from files (or the embedded pair), kept so that an ACME
+    /// certificate can be installed without reading them again.
+    pub file_certificates: Vec<CertifiedKey>,
     /// Backend pools by `ServerTls::profile_index`: 0 is the listener's, then one per
     /// `[[listener.server_name]]` (sharing the listener's when it names no backends).
     pub pools: Vec<Arc<BackendPool>>,
@@ -132,19 +135,71 @@ fn resolve_backends(
         .collect()
 }
 
+/// The certificates ACME provides for a listener (none in a build without ACME).
+#[cfg(feature = "acme")]
+type AcmeCertificates<'a> = Option<&'a crate::acme::Acme>;
+#[cfg(not(feature = "acme"))]
+type AcmeCertificates<'a> = Option<&'a std::convert::Infallible>;
+
+fn acme_certificates(acme: AcmeCertificates<'_>, listener: &ListenerConfig) -> Vec<CertifiedKey> {
+    #[cfg(feature = "acme")]
+    return acme.map_or_else(Vec::new, |acme| {
+        acme.certificates(&listener.acme_certificates)
+    });
+    #[cfg(not(feature = "acme"))]
+    {
+        let _ = (acme, listener);
+        Vec::new()
+    }
+}
+
+/// A listener's TLS from its file certificates and the ACME ones it has now.
+fn build_tls(
+    listener: &ListenerConfig,
+    file_certificates: &[CertifiedKey],
+    acme: AcmeCertificates<'_>,
+    sessions: &Sessions,
+    session_config: &crate::session::SessionConfig,
+) -> anyhow::Result<ServerTls> {
+    let mut certs = file_certificates.to_vec();
+    certs.extend(acme_certificates(acme, listener));
+    ServerTls::build(listener, certs, sessions, session_config)
+        .with_context(|| format!("listener {}", listener.address()))
+}
+
+/// Publishes the expiry of every certificate the listeners serve.
+fn publish_expiry(states: &[Arc<ListenerState>], acme: AcmeCertificates<'_>) {
+    let acme: Vec<CertifiedKey> = states
+        .iter()
+        .flat_map(|s| acme_certificates(acme, &s.config))
+        .collect();
+    crate::tls::expiry::publish(
+        states
+            .iter()
+            .flat_map(|s| &s.file_certificates)
+            .chain(&acme),
+    );
+}
+
 /// Builds every listener's state; fails as a whole so a broken reload changes nothing.
 pub fn build_states(
     config: &Config,
     builtin: Option<SocketAddr>,
     sessions: &Sessions,
+    acme: AcmeCertificates<'_>,
 ) -> anyhow::Result<Vec<Arc<ListenerState>>> {
-    config
+    let states = config
         .listeners
         .iter()
         .map(|listener| {
-            let certs = load_certificates(listener)?;
-            let tls = ServerTls::build(listener, certs, sessions, &config.session)
-                .with_context(|| format!("listener {}", listener.address()))?;
+            let file_certificates = load_certificates(listener)?;
+            let tls = build_tls(
+                listener,
+                &file_certificates,
+                acme,
+                sessions,
+                &config.session,
+            )?;
             let pool = |backends: &[String]| -> anyhow::Result<Arc<BackendPool>> {
                 Ok(Arc::new(BackendPool::new(
                     resolve_backends(backends, builtin)?,
@@ -163,11 +218,14 @@ pub fn build_states(
             Ok(Arc::new(ListenerState {
                 config: listener.clone(),
                 tls,
+                file_certificates,
                 pools,
                 metrics: crate::metrics::ListenerMetrics::new(listener.address()),
             }))
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    publish_expiry(&states, acme);
+    Ok(states)
 }
 
 fn uses_builtin(config: &Config) -> bool {
@@ -239,7 +297,20 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let sessions = Sessions::new(&config.session)?;
     sessions.start_background();
     crate::tls::ocsp_fetch::configure(&config.ocsp);
-    let states = build_states(&config, builtin, &sessions)?;
+    #[cfg(feature = "acme")]
+    let (mut acme, mut acme_installed) = match crate::acme::Acme::load(&config)? {
+        Some((acme, installed)) => (Some(acme), Some(installed)),
+        None => (None, None),
+    };
+    #[cfg(not(feature = "acme"))]
+    let acme: Option<std::convert::Infallible> = {
+        anyhow::ensure!(
+            config.acme.is_none(),
+            "this build has no ACME (feature acme): remove [acme]"
+        );
+        None
+    };
+    let states = build_states(&config, builtin, &sessions, acme.as_ref())?;
     let early_data = config.listeners.iter().any(|l| *l.early_data.get_ref());
     if early_data && config.session.ticket_key_file.is_some() && config.session.redis_url.is_none()
     {
@@ -298,6 +369,11 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     if let Some(admin) = admin {
         admin.start()?;
     }
+    #[cfg(feature = "acme")]
+    if let Some(acme) = &mut acme {
+        let _runtime = runtime.enter();
+        acme.start()?;
+    }
     let admin_address = config.admin.enabled.then_some(config.admin.address);
     tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, signing = offload.signing(), kernel = offload.kernel_name(), "tlsterm serving");
 
@@ -309,15 +385,27 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         shared,
         builtin,
         sessions,
+        session_config: config.session.clone(),
         settings: settings_tx,
+        acme,
     };
     runtime.block_on(async {
         // Connection bursts leave their buffers in glibc's arenas; hand the free pages
         // back now and then so the resident size follows the load down again.
         let mut trim = tokio::time::interval(std::time::Duration::from_secs(10));
         loop {
+            #[cfg(feature = "acme")]
+            let installed = async {
+                match &mut acme_installed {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            #[cfg(not(feature = "acme"))]
+            let installed = std::future::pending::<Option<()>>();
             tokio::select! {
                 _ = hangup.recv() => running.reload(),
+                Some(()) = installed => running.install_acme_certificates(),
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,
                 _ = trim.tick() => release_freed_memory(),
@@ -379,10 +467,53 @@ struct Running {
     shared: Arc<Shared>,
     builtin: Option<SocketAddr>,
     sessions: Sessions,
+    /// The `[session]` settings in force (ACME installs build contexts with them).
+    session_config: crate::session::SessionConfig,
     settings: watch::Sender<OffloadSettings>,
+    #[cfg(feature = "acme")]
+    acme: Option<crate::acme::Acme>,
+    #[cfg(not(feature = "acme"))]
+    acme: Option<std::convert::Infallible>,
 }
 
 impl Running {
+    /// An ACME certificate was installed: each listener that serves ACME names gets new
+    /// contexts with it; connections keep the state they started with.
+    fn install_acme_certificates(&mut self) {
+        let mut states = Vec::new();
+        for listener in &self.listeners {
+            let state = listener.state.load_full();
+            if state.config.acme_certificates.is_empty() {
+                states.push(state);
+                continue;
+            }
+            match build_tls(
+                &state.config,
+                &state.file_certificates,
+                self.acme.as_ref(),
+                &self.sessions,
+                &self.session_config,
+            ) {
+                Ok(tls) => {
+                    let fresh = Arc::new(ListenerState {
+                        config: state.config.clone(),
+                        tls,
+                        file_certificates: state.file_certificates.clone(),
+                        pools: state.pools.clone(),
+                        metrics: crate::metrics::ListenerMetrics::new(listener.address),
+                    });
+                    listener.state.store(fresh.clone());
+                    states.push(fresh);
+                }
+                Err(err) => {
+                    tracing::error!(address = %listener.address, error = format!("{err:#}"), "cannot install the new ACME certificate; the previous ones keep serving");
+                    states.push(state);
+                }
+            }
+        }
+        publish_expiry(&states, self.acme.as_ref());
+    }
+
     /// SIGHUP: re-read configuration and certificates, open new listeners and close
     /// removed ones; on any error keep serving the old ones.
     fn reload(&mut self) {
@@ -402,7 +533,7 @@ impl Running {
         let new = self.source.load()?;
         // Everything that can fail is done first (contexts built, new sockets bound); the
         // `[session]` part is committed last of those.
-        let fresh = build_states(&new, self.builtin, &self.sessions)?;
+        let fresh = build_states(&new, self.builtin, &self.sessions, self.acme.as_ref())?;
         let mut opened = Vec::new();
         for state in &fresh {
             let address = state.config.address();
@@ -413,8 +544,17 @@ impl Running {
         }
         crate::tls::ocsp_fetch::configure(&new.ocsp);
         self.sessions.reload(&new.session)?;
+        self.session_config = new.session.clone();
 
         let mut unapplied = self.started_with.changed_keys(&new.process_settings());
+        #[cfg(feature = "acme")]
+        if let Some(acme) = &self.acme {
+            if !acme.unmanaged(&new).is_empty() {
+                unapplied.push("[[listener]] acme (names added since start)");
+            }
+        } else if new.acme.is_some() {
+            unapplied.push("[acme]");
+        }
         self.listeners.retain(|listener| {
             match fresh.iter().find(|s| s.config.address() == listener.address) {
                 Some(state) => {

@@ -15,7 +15,7 @@
 //!   callback: the handshake is suspended while Redis answers, the worker is not.
 
 mod cache;
-mod redis;
+pub mod redis;
 pub mod replay;
 pub mod tickets;
 

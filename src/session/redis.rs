@@ -168,6 +168,31 @@ fn client_with_roots(_url: &str, _roots: Vec<u8>) -> anyhow::Result<redis::Clien
     anyhow::bail!(NO_TLS)
 }
 
+/// A Redis client for `url`; with a "rediss://" URL, `ca` (PEM) holds the roots its
+/// certificate must chain to (else the system's roots). Connects nothing yet.
+pub fn client(url: &str, ca: Option<&Path>) -> anyhow::Result<redis::Client> {
+    let client = match ca {
+        Some(ca) => {
+            let roots = std::fs::read(ca)
+                .with_context(|| format!("cannot read redis_ca_file {}", ca.display()))?;
+            anyhow::ensure!(
+                roots
+                    .windows(PEM_CERTIFICATE.len())
+                    .any(|w| w == PEM_CERTIFICATE),
+                "redis_ca_file {} holds no PEM certificate",
+                ca.display()
+            );
+            client_with_roots(url, roots)
+        }
+        None => redis::Client::open(url).map_err(anyhow::Error::from),
+    };
+    let client = client.with_context(|| format!("invalid redis_url `{}`", redacted(url)))?;
+    if uses_tls(&client) {
+        install_tls_provider()?;
+    }
+    Ok(client)
+}
+
 /// A lookup in flight: the serialized session, if Redis has it.
 pub type PendingGet = JoinHandle<Outcome<Option<Vec<u8>>>>;
 /// A claim in flight: whether this process was first.
@@ -233,25 +258,7 @@ impl RedisStore {
         prefix: &str,
         timeout: Duration,
     ) -> anyhow::Result<RedisStore> {
-        let client = match ca {
-            Some(ca) => {
-                let roots = std::fs::read(ca)
-                    .with_context(|| format!("cannot read redis_ca_file {}", ca.display()))?;
-                anyhow::ensure!(
-                    roots
-                        .windows(PEM_CERTIFICATE.len())
-                        .any(|w| w == PEM_CERTIFICATE),
-                    "redis_ca_file {} holds no PEM certificate",
-                    ca.display()
-                );
-                client_with_roots(url, roots)
-            }
-            None => redis::Client::open(url).map_err(anyhow::Error::from),
-        };
-        let client = client.with_context(|| format!("invalid redis_url `{}`", redacted(url)))?;
-        if uses_tls(&client) {
-            install_tls_provider()?;
-        }
+        let client = client(url, ca)?;
         let handle = runtime()?;
         let connection = connect(&handle, &client, timeout)
             .with_context(|| format!("cannot set up Redis at `{}`", redacted(url)))?;

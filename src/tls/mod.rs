@@ -10,10 +10,12 @@
 //! check; that check may ask Redis, so the callback is BoringSSL's asynchronous one (the
 //! handshake waits, the worker does not).
 
+pub mod acme_challenge;
 pub mod compress;
 pub mod crl;
 pub mod early_data;
 pub mod ech;
+pub mod expiry;
 mod keymethod;
 pub mod ocsp;
 pub mod ocsp_fetch;
@@ -55,6 +57,7 @@ pub fn group_name(name: &str) -> Option<&'static str> {
 }
 
 /// A certificate chain with its key, as loaded from PEM files or generated.
+#[derive(Clone)]
 pub struct CertifiedKey {
     pub chain: Vec<X509>,
     pub key: Arc<SigningKey>,
@@ -733,6 +736,15 @@ impl ServerTls {
         let has_ech_keys = ech_keys.is_some();
         // Runs once the anti-replay verdict is known (at once unless Redis is asked).
         let select = move |hello: &mut ClientHello<'_>, early_data_refused: bool| {
+            if acme_challenge::offered(hello) {
+                // An ACME CA validating a name: the challenge certificate or nothing.
+                let answer = acme_challenge::context_for(hello.servername(NameType::HOST_NAME))
+                    .ok_or(SelectCertError::ERROR)?;
+                return hello
+                    .ssl_mut()
+                    .set_ssl_context(&answer)
+                    .map_err(|_| SelectCertError::ERROR);
+            }
             let chosen = selector.select(hello).ok_or(SelectCertError::ERROR)?;
             let prefers_chacha = client_prefers_chacha(hello);
             let wants_ocsp = hello.get_extension(ExtensionType::STATUS_REQUEST).is_some();
@@ -799,8 +811,12 @@ impl ServerTls {
             let check = replay_check
                 .as_ref()
                 .and_then(|sessions| early_data_check(hello, sessions));
+            let fleet_answer = acme_challenge::fleet_answer(hello);
             let select = select.clone();
             Ok(Box::pin(async move {
+                if let Some(fetching) = fleet_answer {
+                    fetching.await;
+                }
                 let refused = match check {
                     Some(check) => early_data_refused(check.verdict().await),
                     None => false,

@@ -3,6 +3,8 @@
 //! in-process TLS client. Everything runs on 127.0.0.1 and ends by itself.
 #![allow(dead_code)]
 
+pub mod pebble;
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
@@ -97,6 +99,48 @@ pub struct Log {
 }
 
 impl Log {
+    /// Collects the lines `reader` (a child's output) writes, on a thread of its own.
+    pub fn follow(reader: impl std::io::Read + Send + 'static) -> Log {
+        let log = Log::default();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(reader).lines() {
+                let Ok(line) = line else { break };
+                let (lines, changed) = &*sink.lines;
+                lines.lock().unwrap().push(line);
+                changed.notify_all();
+            }
+        });
+        log
+    }
+
+    /// How many lines contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
+        self.lines
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// Waits until at least `times` lines contain `needle`.
+    pub fn wait_for_count(&self, needle: &str, times: usize) {
+        let (lines, changed) = &*self.lines;
+        let guard = lines.lock().unwrap();
+        let (guard, timeout) = changed
+            .wait_timeout_while(guard, DEADLINE, |lines| {
+                lines.iter().filter(|l| l.contains(needle)).count() < times
+            })
+            .unwrap();
+        assert!(
+            !timeout.timed_out(),
+            "fewer than {times} log lines containing {needle:?}; log:\n{}",
+            guard.join("\n")
+        );
+    }
+
     /// Waits until a line containing `needle` appears after the first `skip` lines.
     pub fn wait_for(&self, needle: &str, skip: usize) -> String {
         let (lines, changed) = &*self.lines;
@@ -156,17 +200,7 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("tlsterm starts");
-        let log = Log::default();
-        let stderr = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let (lines, changed) = &*sink.lines;
-                lines.lock().unwrap().push(line);
-                changed.notify_all();
-            }
-        });
+        let log = Log::follow(child.stderr.take().unwrap());
         log.wait_for("tlsterm serving", 0);
         Server {
             child,
@@ -592,23 +626,7 @@ pub fn go_client() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let go = ["go", "/usr/local/go/bin/go"]
-                .into_iter()
-                .find(|go| {
-                    Command::new(go)
-                        .args(["env", "GOVERSION"])
-                        .env("GOTOOLCHAIN", "local")
-                        .output()
-                        .ok()
-                        .and_then(|out| go_version_at_least(&out.stdout, (1, 25)))
-                        .unwrap_or(false)
-                })
-                .unwrap_or_else(|| {
-                    panic!(
-                        "these tests need Go >= 1.25 (`go` on PATH or /usr/local/go/bin/go); \
-                         Debian 12's golang-go (1.19) is too old: run scripts/setup.sh"
-                    )
-                });
+            let go = go();
             let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("goclient");
             let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goclient");
             run(Command::new(go)
@@ -621,6 +639,28 @@ pub fn go_client() -> PathBuf {
             out
         })
         .clone()
+}
+
+/// A Go of at least 1.25: `go` on PATH or /usr/local/go/bin/go (scripts/setup.sh installs
+/// one). Without one the test fails.
+pub fn go() -> &'static str {
+    ["go", "/usr/local/go/bin/go"]
+        .into_iter()
+        .find(|go| {
+            Command::new(go)
+                .args(["env", "GOVERSION"])
+                .env("GOTOOLCHAIN", "local")
+                .output()
+                .ok()
+                .and_then(|out| go_version_at_least(&out.stdout, (1, 25)))
+                .unwrap_or(false)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "these tests need Go >= 1.25 (`go` on PATH or /usr/local/go/bin/go); \
+                 Debian 12's golang-go (1.19) is too old: run scripts/setup.sh"
+            )
+        })
 }
 
 /// Whether `go env GOVERSION` output (e.g. "go1.26.8") is at least `want`.

@@ -1,0 +1,115 @@
+//! The plain-HTTP listener of `[acme] http_address`: answers HTTP-01 challenges
+//! (`/.well-known/acme-challenge/<token>`) and redirects every other request to https.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{header, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+
+const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
+/// Connections served at once; more wait in the kernel's accept queue.
+const MAX_CONNECTIONS: usize = 256;
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pending challenges: token → (name, key authorization).
+static PENDING: LazyLock<RwLock<HashMap<String, (String, String)>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
+pub fn set(name: &str, token: String, key_authorization: String) {
+    PENDING
+        .write()
+        .expect("challenge table")
+        .insert(token, (name.to_ascii_lowercase(), key_authorization));
+}
+
+pub fn clear(name: &str) {
+    PENDING
+        .write()
+        .expect("challenge table")
+        .retain(|_, (pending, _)| pending != name);
+}
+
+fn respond(request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name))
+        .unwrap_or("");
+    if let Some(token) = path.strip_prefix(CHALLENGE_PATH) {
+        let pending = PENDING.read().expect("challenge table");
+        let answer = pending
+            .get(token)
+            .filter(|(name, _)| name.eq_ignore_ascii_case(host));
+        return match answer {
+            Some((_, key_authorization)) => Response::builder()
+                .header(header::CONTENT_TYPE, "application/octet-stream")
+                .body(Full::new(Bytes::from(key_authorization.clone()))),
+            None => Response::builder()
+                .status(StatusCode::NOT_FOUND)
+                .body(Full::new(Bytes::from_static(b"no such challenge\n"))),
+        }
+        .expect("response");
+    }
+    let valid_host = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+    if !valid_host {
+        return Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .body(Full::new(Bytes::from_static(b"missing or invalid Host\n")))
+            .expect("response");
+    }
+    let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    Response::builder()
+        .status(StatusCode::MOVED_PERMANENTLY)
+        .header(header::LOCATION, format!("https://{host}{target}"))
+        .body(Full::new(Bytes::new()))
+        .expect("response")
+}
+
+/// Binds `address` (an error now, not later) and serves it on the current runtime.
+pub fn start(address: SocketAddr) -> anyhow::Result<()> {
+    let listener = std::net::TcpListener::bind(address)
+        .with_context(|| format!("acme.http_address: cannot bind {address}"))?;
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    tracing::info!(%address, "plain-HTTP listener: ACME challenges, redirects to https");
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    tokio::spawn(async move {
+        loop {
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|request| async move {
+                    Ok::<_, Infallible>(respond(&request))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+                drop(permit);
+            });
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! TLS-ALPN-01 (RFC 8737): the answer to an ACME CA's validation connection.
+//!
+//! While an order for a name is pending, the CA connects to the listener that serves the
+//! name with SNI = the name and ALPN = `acme-tls/1` only. Such a ClientHello gets a
+//! self-signed certificate for the name carrying the critical acmeIdentifier extension
+//! (the SHA-256 of the key authorization); the connection is closed after the handshake.
+//! A ClientHello without `acme-tls/1` never sees a challenge certificate, and one with
+//! `acme-tls/1` for a name without a pending challenge is refused.
+//!
+//! In a fleet the CA's connection may reach a process other than the one that ordered:
+//! a name without a local answer is then looked up through the fleet (`set_fleet_lookup`)
+//! while the handshake waits.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use boring::asn1::Asn1Time;
+use boring::bn::{BigNum, MsbOption};
+use boring::ec::{EcGroup, EcKey};
+use boring::hash::MessageDigest;
+use boring::nid::Nid;
+use boring::pkey::PKey;
+use boring::ssl::{
+    AlpnError, ClientHello, ExtensionType, SslContext, SslContextBuilder, SslMethod, SslOptions,
+    SslVersion,
+};
+use boring::x509::extension::SubjectAlternativeName;
+use boring::x509::{X509Extension, X509NameBuilder, X509};
+
+/// The ALPN protocol of validation connections.
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// id-pe-acmeIdentifier.
+const ACME_IDENTIFIER_OID: &str = "1.3.6.1.5.5.7.1.31";
+
+/// Pending challenges by lower-case name: the context that answers them, and until when
+/// (answers learnt from the fleet are forgotten by themselves).
+static PENDING: LazyLock<RwLock<HashMap<String, Answer>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// The context that answers a name's validation connections, and until when.
+type Answer = (SslContext, Option<Instant>);
+
+/// How long an answer learnt from the fleet is kept.
+const FLEET_ANSWER_TTL: Duration = Duration::from_secs(120);
+
+/// Finds the digest another process of the fleet answers with for a name.
+pub type FleetLookup =
+    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Option<[u8; 32]>> + Send>> + Send + Sync>;
+
+static FLEET: OnceLock<FleetLookup> = OnceLock::new();
+
+/// Lets validation connections for names this process has no answer for be answered with
+/// the fleet's.
+pub fn set_fleet_lookup(lookup: FleetLookup) {
+    let _ = FLEET.set(lookup);
+}
+
+/// Answers validation connections for `name` with the digest of the key authorization.
+pub fn set(name: &str, key_authorization_sha256: &[u8; 32]) -> anyhow::Result<()> {
+    insert(name, key_authorization_sha256, None)
+}
+
+fn insert(name: &str, digest: &[u8; 32], until: Option<Instant>) -> anyhow::Result<()> {
+    let context = challenge_context(name, digest)?;
+    PENDING
+        .write()
+        .expect("challenge table")
+        .insert(name.to_ascii_lowercase(), (context, until));
+    Ok(())
+}
+
+/// For a validation ClientHello whose name has no answer here: a lookup through the
+/// fleet that installs the answer it finds (the handshake resumes after it).
+pub fn fleet_answer(hello: &ClientHello<'_>) -> Option<impl Future<Output = ()> + Send + 'static> {
+    let lookup = FLEET.get()?.clone();
+    if !offered(hello) {
+        return None;
+    }
+    let name = hello.servername(boring::ssl::NameType::HOST_NAME)?;
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    if context_for(Some(&name)).is_some() {
+        return None;
+    }
+    Some(async move {
+        if let Some(digest) = lookup(name.clone()).await {
+            let until = Instant::now() + FLEET_ANSWER_TTL;
+            if let Err(err) = insert(&name, &digest, Some(until)) {
+                tracing::warn!(name, error = %err, "cannot build the challenge certificate");
+            }
+        }
+    })
+}
+
+/// The challenge for `name` is over (validated or failed).
+pub fn clear(name: &str) {
+    PENDING
+        .write()
+        .expect("challenge table")
+        .remove(&name.to_ascii_lowercase());
+}
+
+/// Whether the ClientHello offers `acme-tls/1`: a validation connection.
+pub fn offered(hello: &ClientHello<'_>) -> bool {
+    let Some(data) = hello.get_extension(ExtensionType::APPLICATION_LAYER_PROTOCOL_NEGOTIATION)
+    else {
+        return false;
+    };
+    // u16 list length, then u8-length-prefixed protocol names.
+    let mut rest = data.get(2..).unwrap_or_default();
+    while let Some((&len, tail)) = rest.split_first() {
+        let Some(protocol) = tail.get(..len as usize) else {
+            return false;
+        };
+        if protocol == ACME_TLS_ALPN {
+            return true;
+        }
+        rest = &tail[len as usize..];
+    }
+    false
+}
+
+/// The context answering the pending challenge for `sni`, if any.
+pub fn context_for(sni: Option<&str>) -> Option<SslContext> {
+    let sni = sni?.strip_suffix('.').unwrap_or(sni?).to_ascii_lowercase();
+    let pending = PENDING.read().expect("challenge table");
+    let (context, until) = pending.get(&sni)?;
+    until
+        .is_none_or(|until| Instant::now() < until)
+        .then(|| context.clone())
+}
+
+fn challenge_context(name: &str, digest: &[u8; 32]) -> anyhow::Result<SslContext> {
+    // A throwaway key: the certificate proves control of the listener, not of a key.
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
+    let key = PKey::from_ec_key(EcKey::generate(&group)?)?;
+    let mut subject = X509NameBuilder::new()?;
+    subject.append_entry_by_nid(Nid::COMMONNAME, name)?;
+    let subject = subject.build();
+    let mut serial = BigNum::new()?;
+    serial.rand(120, MsbOption::MAYBE_ZERO, false)?;
+    let mut builder = X509::builder()?;
+    builder.set_version(2)?;
+    let serial = serial.to_asn1_integer()?;
+    builder.set_serial_number(&serial)?;
+    builder.set_subject_name(&subject)?;
+    builder.set_issuer_name(&subject)?;
+    builder.set_pubkey(&key)?;
+    let (not_before, not_after) = (Asn1Time::days_from_now(0)?, Asn1Time::days_from_now(7)?);
+    builder.set_not_before(&not_before)?;
+    builder.set_not_after(&not_after)?;
+    let san = SubjectAlternativeName::new()
+        .dns(name)
+        .build(&builder.x509v3_context(None, None))?;
+    builder.append_extension(&san)?;
+    // The extension's value is an OCTET STRING holding the 32-byte digest.
+    let hex: Vec<String> = digest.iter().map(|b| format!("{b:02X}")).collect();
+    let value = format!("critical,DER:04:20:{}", hex.join(":"));
+    let identifier = X509Extension::new(None, None, ACME_IDENTIFIER_OID, &value)?;
+    builder.append_extension(&identifier)?;
+    builder.sign(&key, MessageDigest::sha256())?;
+    let cert = builder.build();
+
+    let mut ctx = SslContextBuilder::new(SslMethod::tls())?;
+    ctx.set_min_proto_version(Some(SslVersion::TLS1_2))?;
+    ctx.set_options(SslOptions::NO_TICKET);
+    ctx.set_certificate(&cert)?;
+    ctx.set_private_key(&key)?;
+    ctx.set_alpn_select_callback(|_, client| {
+        let mut rest = client;
+        while let Some((&len, tail)) = rest.split_first() {
+            let protocol = tail.get(..len as usize).ok_or(AlpnError::ALERT_FATAL)?;
+            if protocol == ACME_TLS_ALPN {
+                return Ok(protocol);
+            }
+            rest = &tail[len as usize..];
+        }
+        Err(AlpnError::ALERT_FATAL)
+    });
+    Ok(ctx.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn challenge_certificate_carries_the_digest() {
+        let digest = [0xA5u8; 32];
+        set("chal.example", &digest).unwrap();
+        let ctx = context_for(Some("CHAL.example.")).expect("pending");
+        let cert = ctx.certificate().expect("certificate");
+        let der = cert.to_der().unwrap();
+        // OID 1.3.6.1.5.5.7.1.31, critical, OCTET STRING { OCTET STRING(32) digest }.
+        let oid = [0x06, 0x08, 0x2B, 0x06, 0x01, 0x05, 0x05, 0x07, 0x01, 0x1F];
+        let at = der
+            .windows(oid.len())
+            .position(|w| w == oid)
+            .expect("acmeIdentifier extension");
+        let rest = &der[at + oid.len()..];
+        assert_eq!(&rest[..3], &[0x01, 0x01, 0xFF], "critical");
+        assert_eq!(&rest[3..7], &[0x04, 0x22, 0x04, 0x20]);
+        assert_eq!(&rest[7..39], &digest);
+        clear("chal.example");
+        assert!(context_for(Some("chal.example")).is_none());
+    }
+}

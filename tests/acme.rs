@@ -1,0 +1,353 @@
+//! Certificates from an ACME CA: Pebble (Let's Encrypt's test server) on loopback,
+//! validating TLS-ALPN-01 against tlsterm's listener and HTTP-01 against its plain-HTTP
+//! listener, with short-lived certificates for renewal.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use boring::ssl::SslVersion;
+use common::pebble::Pebble;
+use common::*;
+
+const NAME: &str = "a.example";
+
+/// A config with `[acme]` pointing at `pebble`, storage in `dir`, and one listener on
+/// `port` obtaining a certificate for `a.example`.
+fn acme_config(dir: &Path, pebble: &Pebble, port: u16, acme_extra: &str, header: &str) -> PathBuf {
+    let acme = format!(
+        "{header}\n[acme]\ndirectory = \"{}\"\nstorage = \"acme\"\nca_file = \"{}\"\nretry_min = \"1s\"\nretry_max = \"2s\"\n{acme_extra}",
+        pebble.directory(),
+        Pebble::https_ca().display()
+    );
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nalpn = [\"http/1.1\"]\nacme = {{ names = [\"{NAME}\"] }}"
+    );
+    write_config(dir, &acme, &[listener])
+}
+
+/// The certificate served for `name` on `port`: whether it verifies against `root`, its
+/// serial and its subjectAltName text.
+fn served(port: u16, name: &str, root: &Path) -> (bool, String, String) {
+    let out = s_client(
+        port,
+        &["-servername", name, "-CAfile", &root.display().to_string()],
+        "",
+    );
+    let pem_start = out.find("-----BEGIN CERTIFICATE-----").expect(&out);
+    let pem_end = out.find("-----END CERTIFICATE-----").expect(&out) + 25;
+    let pem = &out[pem_start..pem_end];
+    let mut x509 = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-serial", "-ext", "subjectAltName"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    x509.stdin
+        .take()
+        .unwrap()
+        .write_all(pem.as_bytes())
+        .unwrap();
+    let text = String::from_utf8(x509.wait_with_output().unwrap().stdout).unwrap();
+    let serial = text
+        .lines()
+        .find_map(|l| l.strip_prefix("serial="))
+        .unwrap()
+        .to_string();
+    (out.contains("Verify return code: 0 (ok)"), serial, text)
+}
+
+/// Polls `condition` until it holds; failing the test at the deadline.
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[test]
+fn first_issuance_chains_to_pebble_and_a_restart_reuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 90 * 86_400);
+    let config = acme_config(dir.path(), &pebble, port, "", "");
+    let admin = admin_address(&config).unwrap();
+    let server = Server::start(&config);
+    server.log.wait_for("ACME certificate installed", 0);
+
+    let root = pebble.root(&dir.path().join("root.pem"));
+    let (verified, serial, text) = served(port, NAME, &root);
+    assert!(verified, "the certificate chains to Pebble's root: {text}");
+    assert!(text.contains("DNS:a.example"), "{text}");
+    assert_eq!(
+        metric(admin, "tlsterm_acme_orders_total", "result=\"issued\""),
+        1.0
+    );
+    let expiry = metric(
+        admin,
+        "tlsterm_certificate_expiry_seconds",
+        "name=\"a.example\"",
+    );
+    assert!(expiry > now_unix() + 80.0 * 86_400.0, "{expiry}");
+    // The key is kept for restarts, readable by its owner only.
+    use std::os::unix::fs::PermissionsExt as _;
+    let key = dir.path().join("acme/a.example_ecdsa-p256/key.pem");
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // A validation connection with no challenge pending is refused, for this name and
+    // for one tlsterm does not serve; a normal client never sees a challenge certificate.
+    for name in [NAME, "unknown.example"] {
+        let out = s_client(port, &["-servername", name, "-alpn", "acme-tls/1"], "");
+        assert!(!out.contains("BEGIN CERTIFICATE"), "{name}: {out}");
+    }
+    assert!(served(port, NAME, &root).0);
+
+    drop(server);
+    let server = Server::start(&config);
+    server
+        .log
+        .wait_for("ACME certificate loaded from storage", 0);
+    let (verified, again, _) = served(port, NAME, &root);
+    assert!(verified);
+    assert_eq!(
+        again, serial,
+        "the stored certificate is served after a restart"
+    );
+    // Once its schedule is computed (from the CA's renewal information), nothing was ordered.
+    wait_until("the next renewal time", || {
+        metric(
+            admin,
+            "tlsterm_acme_next_renewal_seconds",
+            "name=\"a.example\"",
+        ) > 0.0
+    });
+    assert!(metric(admin, "tlsterm_acme_next_renewal_seconds", "") > now_unix());
+    assert_eq!(metric(admin, "tlsterm_acme_orders_total", ""), 0.0);
+    assert_eq!(pebble.log.count("Issued certificate serial"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_lived_certificates_are_renewed_while_connections_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 8);
+    let config = acme_config(dir.path(), &pebble, port, "", "");
+    let server = Server::start(&config);
+    let log = server.log.clone();
+    tokio::task::spawn_blocking(move || log.wait_for("ACME certificate installed", 0))
+        .await
+        .unwrap();
+    let root = pebble.root(&dir.path().join("root.pem"));
+    let first = tokio::task::block_in_place(|| served(port, NAME, &root)).1;
+
+    let mut open = tls_connect(port, NAME, SslVersion::TLS1_3, &["http/1.1"])
+        .await
+        .unwrap();
+    http_get(&mut open, "/").await.unwrap();
+    let log = server.log.clone();
+    tokio::task::spawn_blocking(move || log.wait_for_count("ACME certificate installed", 2))
+        .await
+        .unwrap();
+    let renewed = tokio::task::block_in_place(|| served(port, NAME, &root));
+    assert!(renewed.0, "the renewed certificate chains to Pebble's root");
+    assert_ne!(renewed.1, first, "a new certificate is served");
+    // The connection made before the renewal keeps relaying.
+    http_get(&mut open, "/").await.unwrap();
+    // Each renewal names the certificate it replaces (RFC 9773).
+    assert!(pebble.log.count("Issued certificate serial") >= 2);
+}
+
+#[test]
+fn a_failed_renewal_keeps_the_old_certificate_and_the_next_attempt_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut pebble = Pebble::start(dir.path(), port, free_port(), 15);
+    let config = acme_config(dir.path(), &pebble, port, "", "");
+    let admin = admin_address(&config).unwrap();
+    let server = Server::start(&config);
+    server.log.wait_for("ACME certificate installed", 0);
+    let root = pebble.root(&dir.path().join("root.pem"));
+    let (_, first, _) = served(port, NAME, &root);
+
+    pebble.stop();
+    server.log.wait_for("ACME order failed", 0);
+    assert!(metric(admin, "tlsterm_acme_orders_total", "result=\"failed\"") >= 1.0);
+    let (_, still, _) = served(port, NAME, &root);
+    assert_eq!(still, first, "the old certificate keeps serving");
+
+    // Pebble comes back with a new CA and without the account: tlsterm registers again.
+    pebble.resume();
+    server.log.wait_for_count("ACME certificate installed", 2);
+    let root = pebble.root(&dir.path().join("root2.pem"));
+    let (verified, renewed, _) = served(port, NAME, &root);
+    assert!(verified, "the new certificate chains to the new root");
+    assert_ne!(renewed, first);
+    assert!(metric(admin, "tlsterm_acme_orders_total", "result=\"issued\"") >= 2.0);
+}
+
+#[test]
+fn a_fleet_sharing_redis_orders_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let (port_a, port_b) = (free_port(), free_port());
+    // The CA validates on A's port; if B wins the lock, A answers with B's challenge.
+    let pebble = Pebble::start(dir.path(), port_a, free_port(), 3600);
+    std::fs::write(dir.path().join("fleet.key"), "11".repeat(32)).unwrap();
+    // Both processes are up before either may order: the test holds the lock meanwhile.
+    let mut connection = redis.connection().unwrap();
+    let lock = format!("tlsterm:acme:lock:{NAME}_ecdsa-p256");
+    let _: () = redis::cmd("SET")
+        .arg(&lock)
+        .arg("test")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut connection)
+        .unwrap();
+    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
+    let mut servers = Vec::new();
+    for (name, port) in [("a", port_a), ("b", port_b)] {
+        let own = dir.path().join(name);
+        std::fs::create_dir(&own).unwrap();
+        std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
+        let config = acme_config(
+            &own,
+            &pebble,
+            port,
+            "fleet_key_file = \"fleet.key\"",
+            &session,
+        );
+        servers.push((
+            Server::start(&config),
+            admin_address(&config).unwrap(),
+            port,
+        ));
+    }
+    let _: () = redis::cmd("DEL").arg(&lock).query(&mut connection).unwrap();
+    for (server, _, _) in &servers {
+        server.log.wait_for("ACME certificate installed", 0);
+    }
+    let orders: f64 = servers
+        .iter()
+        .map(|(_, admin, _)| metric(*admin, "tlsterm_acme_orders_total", "result=\"issued\""))
+        .sum();
+    assert_eq!(orders, 1.0, "one order for the fleet");
+    assert_eq!(pebble.log.count("Issued certificate serial"), 1);
+    let shared: f64 = servers
+        .iter()
+        .map(|(_, admin, _)| {
+            metric(
+                *admin,
+                "tlsterm_acme_certificates_installed_total",
+                "source=\"fleet\"",
+            )
+        })
+        .sum();
+    assert_eq!(
+        shared, 1.0,
+        "the other process installed the shared certificate"
+    );
+    let root = pebble.root(&dir.path().join("root.pem"));
+    let serials: Vec<String> = servers
+        .iter()
+        .map(|(_, _, port)| {
+            let (verified, serial, _) = served(*port, NAME, &root);
+            assert!(verified);
+            serial
+        })
+        .collect();
+    assert_eq!(serials[0], serials[1], "both serve the same certificate");
+    // Redis holds the certificate and key sealed, not in the clear.
+    let sealed: Vec<u8> = redis::cmd("GET")
+        .arg(format!("tlsterm:acme:cert:{NAME}_ecdsa-p256"))
+        .query(&mut connection)
+        .unwrap();
+    assert!(!sealed.is_empty());
+    assert!(!sealed.windows(11).any(|w| w == b"PRIVATE KEY"));
+}
+
+#[test]
+fn http01_is_answered_on_the_plain_http_listener_which_redirects_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, http_port) = (free_port(), free_port());
+    let pebble = Pebble::start(dir.path(), free_port(), http_port, 3600);
+    let extra = format!("challenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\"");
+    let config = acme_config(dir.path(), &pebble, port, &extra, "");
+    let server = Server::start(&config);
+    server.log.wait_for("ACME certificate installed", 0);
+    let root = pebble.root(&dir.path().join("root.pem"));
+    assert!(served(port, NAME, &root).0);
+    assert!(pebble.log.contains("Attempting to validate w/ HTTP"));
+
+    let out = run(Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{redirect_url}",
+        ])
+        .args(["-H", "Host: a.example:80"])
+        .arg(format!("http://127.0.0.1:{http_port}/path?q=1")));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "301 https://a.example/path?q=1"
+    );
+    let out = run(Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args(["-H", "Host: a.example"])
+        .arg(format!(
+            "http://127.0.0.1:{http_port}/.well-known/acme-challenge/nope"
+        )));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
+}
+
+#[test]
+fn check_validates_an_acme_configuration_without_ordering() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tlsterm.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[acme]\ndirectory = \"https://127.0.0.1:{}/dir\"\nstorage = \"acme\"\n\n[[listener]]\naddress = \"127.0.0.1:{}\"\nbackends = [\"builtin\"]\nacme = {{ names = [\"{NAME}\"], key_types = [\"ecdsa-p256\", \"rsa-2048\"] }}\n",
+            free_port(),
+            free_port()
+        ),
+    )
+    .unwrap();
+    let out = run(Command::new(TLSTERM)
+        .args(["serve", "--check", "-c"])
+        .arg(&config));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration OK"));
+    assert!(
+        !dir.path().join("acme").exists(),
+        "nothing ordered, nothing stored"
+    );
+
+    // A name an ACME CA cannot validate is refused with its line.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(NAME, "*.a.example");
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(TLSTERM)
+        .args(["serve", "--check", "-c"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(":8:") && err.contains("acme.names"), "{err}");
+}
