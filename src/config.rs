@@ -1092,4 +1092,53 @@ mod tests {
         let err = Config::parse("t.toml", text).unwrap_err();
         assert_eq!(err.line, Some(4), "{err}");
     }
+
+    #[test]
+    fn acme_names_come_from_the_listener_or_the_server_name() {
+        let text = r#"
+[acme]
+directory = "https://ca.example/dir"
+storage = "/tmp/acme"
+
+[[listener]]
+address = "127.0.0.1:1"
+backends = ["builtin"]
+acme = { names = ["A.example", "b.example."] }
+
+[[listener.server_name]]
+names = ["api.example"]
+acme = { key_types = ["rsa-2048", "ecdsa-p256"] }
+"#;
+        let config = Config::parse("t.toml", text).unwrap();
+        let got: Vec<(Vec<String>, AcmeKeyType)> = config.listeners[0]
+            .acme_certificates
+            .iter()
+            .map(|c| (c.names.clone(), c.key_type))
+            .collect();
+        let ab = vec!["a.example".to_string(), "b.example".to_string()];
+        let api = vec!["api.example".to_string()];
+        assert_eq!(
+            got,
+            [
+                (ab, AcmeKeyType::EcdsaP256),
+                (api.clone(), AcmeKeyType::Rsa2048),
+                (api, AcmeKeyType::EcdsaP256)
+            ]
+        );
+    }
+
+    #[test]
+    fn acme_names_without_acme_section_name_their_line() {
+        let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nacme = { names = [\"a.example\"] }\n";
+        let err = Config::parse("t.toml", text).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.toml:4:") && err.contains("[acme]"),
+            "{err}"
+        );
+        let with_redis = "[session]\nredis_url = \"redis://127.0.0.1\"\n[acme]\ndirectory = \"https://ca.example/dir\"\nstorage = \"s\"\n".to_string() + text;
+        let err = Config::parse("t.toml", &with_redis)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fleet_key_file"), "{err}");
+    }
 }

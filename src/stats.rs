@@ -224,6 +224,12 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         ("tlsterm_ech_total", "ech", 22),
         ("tlsterm_early_data_total", "0-rtt", 22),
         ("tlsterm_ocsp_responses_total", "ocsp", 22),
+        ("tlsterm_acme_orders_total", "acme orders", 22),
+        (
+            "tlsterm_acme_certificates_installed_total",
+            "acme installed",
+            22,
+        ),
         ("tlsterm_bytes_total", "bytes", 22),
     ];
     for (metric, title, width) in counters {
@@ -232,6 +238,10 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         }
     }
     render_workers(&mut out, &view, now);
+    let unix_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    render_certificates(&mut out, now, unix_now);
 
     let histograms: [(&str, &str, &str, bool); 7] = [
         (
@@ -290,6 +300,54 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         }
     }
     out
+}
+
+/// How long until `at` (Unix seconds), in days and hours.
+fn format_until(at: f64, now: f64) -> String {
+    let left = at - now;
+    let (sign, left) = if left < 0.0 { ("-", -left) } else { ("", left) };
+    let hours = (left / 3600.0) as u64;
+    match hours {
+        0 => format!("{sign}{:.0}s", left),
+        h if h < 48 => format!("{sign}{h}h"),
+        h => format!("{sign}{}d {}h", h / 24, h % 24),
+    }
+}
+
+/// One row per served name: when its certificate expires and, for ACME certificates,
+/// when it is renewed next.
+fn render_certificates(out: &mut String, now: &Snapshot, unix_now: f64) {
+    let mut expiry = now.series("tlsterm_certificate_expiry_seconds");
+    if expiry.is_empty() {
+        return;
+    }
+    expiry.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    let renewals = now.series("tlsterm_acme_next_renewal_seconds");
+    out.push_str("\ncertificates (soonest expiry first)\n");
+    for (labels, at) in expiry {
+        let name = labels
+            .strip_prefix("name=\"")
+            .and_then(|l| l.strip_suffix('"'))
+            .unwrap_or(&labels);
+        let mut line = format!("  {name:<40} expires in {:>9}", format_until(at, unix_now));
+        let renew: Vec<String> = renewals
+            .iter()
+            .filter(|(l, _)| l.contains(&format!("name=\"{name}\"")))
+            .map(|(l, at)| {
+                let key = l
+                    .split("key_type=\"")
+                    .nth(1)
+                    .and_then(|rest| rest.split('"').next())
+                    .unwrap_or("");
+                format!("{key} renews in {}", format_until(*at, unix_now))
+            })
+            .collect();
+        if !renew.is_empty() {
+            line.push_str(&format!("   ({})", renew.join(", ")));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
 }
 
 /// One row per worker: how the kernel spread the connections, and each core's handshakes
@@ -370,6 +428,30 @@ tlsterm_engine_batch_seconds_bucket{le=\"+Inf\"} 6
 tlsterm_engine_batch_seconds_sum 0.009
 tlsterm_engine_batch_seconds_count 6
 ";
+
+    #[test]
+    fn certificates_by_expiry_with_their_renewal() {
+        let snapshot = parse(
+            "\
+# TYPE tlsterm_certificate_expiry_seconds gauge
+tlsterm_certificate_expiry_seconds{name=\"a.example\"} 1000000
+tlsterm_certificate_expiry_seconds{name=\"b.example\"} 20000
+# TYPE tlsterm_acme_next_renewal_seconds gauge
+tlsterm_acme_next_renewal_seconds{key_type=\"ecdsa-p256\",name=\"b.example\"} 13600
+",
+        )
+        .unwrap();
+        let mut out = String::new();
+        render_certificates(&mut out, &snapshot, 10000.0);
+        let b = out.find("b.example").expect(&out);
+        let a = out.find("a.example").expect(&out);
+        assert!(b < a, "soonest first: {out}");
+        assert!(
+            out.contains("expires in        2h   (ecdsa-p256 renews in 1h)"),
+            "{out}"
+        );
+        assert!(out.contains("expires in   11d 11h"), "{out}");
+    }
 
     #[test]
     fn renders_counts_averages_and_bars() {

@@ -82,17 +82,36 @@ fn first_issuance_chains_to_pebble_and_a_restart_reuses_it() {
     let port = free_port();
     let pebble = Pebble::start(dir.path(), port, free_port(), 90 * 86_400);
     let config = acme_config(dir.path(), &pebble, port, "", "");
+    // An ECDSA and an RSA certificate, served side by side.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "acme = { names = [\"a.example\"] }",
+        "acme = { names = [\"a.example\"], key_types = [\"ecdsa-p256\", \"rsa-2048\"] }",
+    );
+    std::fs::write(&config, text).unwrap();
     let admin = admin_address(&config).unwrap();
     let server = Server::start(&config);
-    server.log.wait_for("ACME certificate installed", 0);
+    server.log.wait_for_count("ACME certificate installed", 2);
 
     let root = pebble.root(&dir.path().join("root.pem"));
     let (verified, serial, text) = served(port, NAME, &root);
     assert!(verified, "the certificate chains to Pebble's root: {text}");
     assert!(text.contains("DNS:a.example"), "{text}");
+    let root_arg = root.display().to_string();
+    let rsa_only = [
+        "-servername",
+        NAME,
+        "-CAfile",
+        &root_arg,
+        "-tls1_2",
+        "-cipher",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+    ];
+    let out = s_client(port, &rsa_only, "");
+    assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+    assert!(out.contains("Server public key is 2048 bit"), "{out}");
     assert_eq!(
         metric(admin, "tlsterm_acme_orders_total", "result=\"issued\""),
-        1.0
+        2.0
     );
     let expiry = metric(
         admin,
@@ -137,7 +156,7 @@ fn first_issuance_chains_to_pebble_and_a_restart_reuses_it() {
     });
     assert!(metric(admin, "tlsterm_acme_next_renewal_seconds", "") > now_unix());
     assert_eq!(metric(admin, "tlsterm_acme_orders_total", ""), 0.0);
-    assert_eq!(pebble.log.count("Issued certificate serial"), 1);
+    assert_eq!(pebble.log.count("Issued certificate serial"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
