@@ -7,7 +7,10 @@
 # A variant is a tlsterm binary (e.g. one built from another commit) with the listener
 # options after it (`early_data` also makes the client send its resumed requests as 0-RTT;
 # `inline` signs with BoringSSL instead of batching: `[engine] mode = "inline"`;
-# `group=NAME` makes the client offer only that key-exchange group).
+# `group=NAME` makes the client offer only that key-exchange group; `acme` serves a
+# certificate of the same key type obtained from Pebble, the test ACME CA, which the
+# script starts on loopback (installed by scripts/setup.sh), and prints how long the first
+# one took from start to installed; every variant's client then sends SNI a.example).
 # MODE=full|resume and TLS=1.2|1.3 choose the client's work (default: full TLS 1.3
 # handshakes); KEY=rsa:2048 (default) or ec:p256 the certificate (an ECDSA P-256 key). Prints one line per run and the median per variant.
 #   bench/ab.sh 5 5 new=target/release/tlsterm old=/tmp/old/tlsterm
@@ -35,8 +38,34 @@ openssl req -x509 -nodes -days 2 -newkey "$newkey" -keyout "$WORK/key.pem" -out 
 backend=$!
 trap 'kill $backend 2>/dev/null; rm -rf "$WORK"' EXIT
 
+# Pebble and its DNS helper (every name resolves to 127.0.0.1), validating TLS-ALPN-01 on
+# the benchmark's listener port.
+start_pebble() {
+    local bin certs
+    bin=$(go env GOPATH 2>/dev/null || /usr/local/go/bin/go env GOPATH)/bin
+    certs=$( (go env GOMODCACHE 2>/dev/null || /usr/local/go/bin/go env GOMODCACHE) )/github.com/letsencrypt/pebble/v2@v2.8.0/test/certs
+    PEBBLE_CA=$certs/pebble.minica.pem
+    cat > "$WORK/pebble.json" <<PEBBLE
+{"pebble": {"listenAddress": "127.0.0.1:9714", "managementListenAddress": "127.0.0.1:9715",
+ "certificate": "$certs/localhost/cert.pem", "privateKey": "$certs/localhost/key.pem",
+ "httpPort": 9716, "tlsPort": 9717, "ocspResponderURL": "", "externalAccountBindingRequired": false,
+ "retryAfter": {"authz": 1, "order": 1}, "profiles": {"default": {"description": "bench", "validityPeriod": 86400}}}}
+PEBBLE
+    "$bin/pebble-challtestsrv" -http01 "" -https01 "" -tlsalpn01 "" -doh "" -defaultIPv6 "" \
+        -dns01 127.0.0.1:9712 -management 127.0.0.1:9713 >/dev/null 2>&1 &
+    PEBBLE_PIDS="$!"
+    PEBBLE_VA_NOSLEEP=1 PEBBLE_WFE_NONCEREJECT=0 "$bin/pebble" -config "$WORK/pebble.json" \
+        -dnsserver 127.0.0.1:9712 > "$WORK/pebble.log" 2>&1 &
+    PEBBLE_PIDS+=" $!"
+    until grep -q "ACME directory available" "$WORK/pebble.log"; do sleep 0.05; done
+    trap 'kill $backend $PEBBLE_PIDS 2>/dev/null; rm -rf "$WORK"' EXIT
+}
+[[ "$*" == *acme* ]] && start_pebble
+acme_key_type=rsa-2048
+[ "$KEY" = ec:p256 ] && acme_key_type=ecdsa-p256
+
 names=()
-declare -A binary client_flags
+declare -A binary client_flags acme
 for variant in "$@"; do
     name=${variant%%=*}
     spec=${variant#*=}
@@ -50,6 +79,15 @@ for variant in "$@"; do
     if [[ $spec =~ group=([a-z0-9]+) ]]; then
         client_flags[$name]="--group ${BASH_REMATCH[1]}"
     fi
+    acme[$name]=false
+    certificate=$'[[listener.certificate]]\ncert = "'"$WORK/cert.pem"$'"\nkey = "'"$WORK/key.pem"'"'
+    acme_section=
+    if [[ $spec == *acme* ]]; then
+        acme[$name]=true
+        certificate="acme = { names = [\"a.example\"], key_types = [\"$acme_key_type\"] }"
+        acme_section=$'[acme]\ndirectory = "https://127.0.0.1:9714/dir"\nstorage = "'"$WORK/acme-$name"$'"\nca_file = "'"$PEBBLE_CA"'"'
+    fi
+    [[ "$*" == *acme* ]] && client_flags[$name]+=" --sni a.example"
     session=
     if [[ $spec == *early_data* ]]; then
         early_data=true
@@ -63,6 +101,7 @@ workers = 1
 [engine]
 mode = "$engine_mode"
 $session
+$acme_section
 [admin]
 enabled = $metrics
 address = "127.0.0.1:9718"
@@ -70,9 +109,7 @@ address = "127.0.0.1:9718"
 address = "127.0.0.1:9717"
 backends = ["127.0.0.1:9719"]
 early_data = $early_data
-[[listener.certificate]]
-cert = "$WORK/cert.pem"
-key = "$WORK/key.pem"
+$certificate
 CONF
     names+=("$name")
 done
@@ -83,7 +120,15 @@ for run in $(seq 1 "$RUNS"); do
     for name in "${names[@]}"; do
         taskset -c 0 "${binary[$name]}" serve -c "$WORK/$name.toml" 2>"$WORK/serve.log" &
         server=$!
+        started=$(date +%s.%N)
         until grep -q "tlsterm serving" "$WORK/serve.log"; do sleep 0.05; done
+        if ${acme[$name]}; then
+            # The first run orders the certificate; later ones load it from storage.
+            until grep -q "ACME certificate installed\|loaded from storage" "$WORK/serve.log"; do sleep 0.01; done
+            if grep -q "ACME certificate installed" "$WORK/serve.log"; then
+                echo "$name: first ACME certificate installed $(echo "$(date +%s.%N) - $started" | bc) s after start"
+            fi
+        fi
         before=$(cpu_ticks $server)
         handshakes=$(taskset -c 1 "$CLIENT" bench https://127.0.0.1:9717/ --insecure --json -c 64 \
             -d "${SECS}s" --mode "$MODE" --tls-version "$TLS" ${client_flags[$name]} 2>/dev/null \

@@ -103,24 +103,27 @@ pub fn clear(name: &str) {
         .remove(&name.to_ascii_lowercase());
 }
 
-/// Whether the ClientHello offers `acme-tls/1`: a validation connection.
+/// Whether the ClientHello is a validation connection: its ALPN offers `acme-tls/1` and
+/// nothing else, as RFC 8737 has the CA do (a client that lists it among others is served
+/// normally).
 pub fn offered(hello: &ClientHello<'_>) -> bool {
-    let Some(data) = hello.get_extension(ExtensionType::APPLICATION_LAYER_PROTOCOL_NEGOTIATION)
-    else {
-        return false;
-    };
-    // u16 list length, then u8-length-prefixed protocol names.
-    let mut rest = data.get(2..).unwrap_or_default();
+    hello
+        .get_extension(ExtensionType::APPLICATION_LAYER_PROTOCOL_NEGOTIATION)
+        .is_some_and(only_acme_tls)
+}
+
+/// `extension`: the ALPN extension's body (u16 length, then u8-length-prefixed names).
+fn only_acme_tls(extension: &[u8]) -> bool {
+    let mut protocols = Vec::new();
+    let mut rest = extension.get(2..).unwrap_or_default();
     while let Some((&len, tail)) = rest.split_first() {
         let Some(protocol) = tail.get(..len as usize) else {
             return false;
         };
-        if protocol == ACME_TLS_ALPN {
-            return true;
-        }
+        protocols.push(protocol);
         rest = &tail[len as usize..];
     }
-    false
+    protocols == [ACME_TLS_ALPN]
 }
 
 /// The context answering the pending challenge for `sni`, if any.
@@ -186,6 +189,23 @@ fn challenge_context(name: &str, digest: &[u8; 32]) -> anyhow::Result<SslContext
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_hello_offering_just_acme_tls_is_a_validation() {
+        let list = |protocols: &[&[u8]]| {
+            let mut body = Vec::new();
+            for p in protocols {
+                body.push(p.len() as u8);
+                body.extend_from_slice(p);
+            }
+            [&(body.len() as u16).to_be_bytes()[..], &body].concat()
+        };
+        assert!(only_acme_tls(&list(&[ACME_TLS_ALPN])));
+        assert!(!only_acme_tls(&list(&[b"h2", ACME_TLS_ALPN])));
+        assert!(!only_acme_tls(&list(&[b"http/1.1"])));
+        assert!(!only_acme_tls(&list(&[])));
+        assert!(!only_acme_tls(&[0, 5, 10, b'a']), "truncated");
+    }
 
     #[test]
     fn challenge_certificate_carries_the_digest() {
