@@ -335,6 +335,25 @@ fn http01_is_answered_on_the_plain_http_listener_which_redirects_the_rest() {
 }
 
 #[test]
+fn an_external_account_binding_is_sent_when_the_ca_requires_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let key = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
+    let eab = serde_json::json!({
+        "externalAccountBindingRequired": true,
+        "externalAccountMACKeys": { "kid-1": key },
+    });
+    let pebble = Pebble::start_with(dir.path(), port, free_port(), 3600, eab);
+    std::fs::write(dir.path().join("eab.key"), format!("{key}\n")).unwrap();
+    let extra = "external_account = { key_id = \"kid-1\", hmac_key_file = \"eab.key\" }";
+    let config = acme_config(dir.path(), &pebble, port, extra, "");
+    let server = Server::start(&config);
+    server.log.wait_for("ACME certificate installed", 0);
+    let root = pebble.root(&dir.path().join("root.pem"));
+    assert!(served(port, NAME, &root).0);
+}
+
+#[test]
 fn check_validates_an_acme_configuration_without_ordering() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("tlsterm.toml");

@@ -48,12 +48,29 @@ impl Pebble {
     /// A Pebble that validates TLS-ALPN-01 on `tls_port` and HTTP-01 on `http_port`, and
     /// issues certificates valid for `validity_seconds`.
     pub fn start(dir: &Path, tls_port: u16, http_port: u16, validity_seconds: u64) -> Pebble {
+        Pebble::start_with(
+            dir,
+            tls_port,
+            http_port,
+            validity_seconds,
+            serde_json::json!({}),
+        )
+    }
+
+    /// As `start`, with more keys of Pebble's configuration (`extra` overrides).
+    pub fn start_with(
+        dir: &Path,
+        tls_port: u16,
+        http_port: u16,
+        validity_seconds: u64,
+        extra: serde_json::Value,
+    ) -> Pebble {
         let bin = binaries();
         let certs = test_certs();
         let (port, management, dns_port, dns_management) =
             (free_port(), free_port(), free_port(), free_port());
         let config = dir.join("pebble.json");
-        let text = serde_json::json!({ "pebble": {
+        let mut text = serde_json::json!({ "pebble": {
             "listenAddress": format!("127.0.0.1:{port}"),
             "managementListenAddress": format!("127.0.0.1:{management}"),
             "certificate": certs.join("localhost/cert.pem"),
@@ -65,6 +82,9 @@ impl Pebble {
             "retryAfter": { "authz": 1, "order": 1 },
             "profiles": { "default": { "description": "test", "validityPeriod": validity_seconds } },
         }});
+        if let serde_json::Value::Object(extra) = extra {
+            text["pebble"].as_object_mut().unwrap().extend(extra);
+        }
         std::fs::write(&config, text.to_string()).unwrap();
         let dns = Command::new(bin.join("pebble-challtestsrv"))
             .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
