@@ -354,6 +354,42 @@ fn an_external_account_binding_is_sent_when_the_ca_requires_one() {
 }
 
 #[test]
+fn a_reload_starts_and_ends_the_names_it_adds_and_removes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    let config = acme_config(dir.path(), &pebble, port, "", "");
+    let admin = admin_address(&config).unwrap();
+    let server = Server::start(&config);
+    server.log.wait_for("ACME certificate installed", 0);
+    let root = pebble.root(&dir.path().join("root.pem"));
+    assert!(served(port, NAME, &root).0);
+
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("names = [\"a.example\"]", "names = [\"b.example\"]");
+    std::fs::write(&config, text).unwrap();
+    assert!(server.reload().contains("reloaded"));
+    server
+        .log
+        .wait_for("certificate=b.example_ecdsa-p256 source=\"order\"", 0);
+    let (verified, _, san) = served(port, "b.example", &root);
+    assert!(verified && san.contains("DNS:b.example"), "{san}");
+    // a.example is no longer served from ACME, nor renewed.
+    assert!(!served(port, NAME, &root).0);
+    assert!(server.log.contains("certificate=a.example_ecdsa-p256"));
+    assert!(server.log.contains("no longer configured"));
+    assert_eq!(
+        metric(
+            admin,
+            "tlsterm_acme_next_renewal_seconds",
+            "name=\"a.example\""
+        ),
+        0.0
+    );
+}
+
+#[test]
 fn check_validates_an_acme_configuration_without_ordering() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("tlsterm.toml");

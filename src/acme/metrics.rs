@@ -61,3 +61,10 @@ pub fn next_renewal(cert: &AcmeCertificate, at: SystemTime) {
         .with_label_values(&[cert.names[0].as_str(), cert.key_type.label()])
         .set(unix);
 }
+
+/// A certificate no longer managed has no next renewal.
+pub fn forget(cert: &AcmeCertificate) {
+    let _ = SERIES
+        .next_renewal
+        .remove_label_values(&[cert.names[0].as_str(), cert.key_type.label()]);
+}

@@ -8,7 +8,7 @@
 //! up to `retry_max`) while the old certificate keeps serving. A new certificate is stored
 //! (key 0600) and installed into the running listeners the way a reload swaps contexts:
 //! new handshakes get it, established connections keep theirs. With Redis, a fleet orders
-//! once (`fleet.rs`).
+//! once (`fleet.rs`). A reload starts and ends tasks as names are added and removed.
 
 mod fleet;
 pub mod http01;
@@ -17,6 +17,8 @@ mod order;
 mod store;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -30,39 +32,89 @@ use store::{Facts, Material, Storage};
 /// The certificates ACME currently provides, by what they were ordered for.
 type Installed = Arc<Mutex<HashMap<AcmeCertificate, CertifiedKey>>>;
 
-/// What the server keeps of ACME: the installed certificates.
+/// ACME in a running server: the installed certificates and one task per certificate.
+/// A reload adds and removes tasks as names come and go; a changed `[acme]` (or Redis)
+/// restarts them all from what is stored.
 pub struct Acme {
     installed: Installed,
-    managed: Vec<AcmeCertificate>,
-    tasks: Option<Tasks>,
+    /// Tells the server that a certificate was installed (it rebuilds the contexts).
+    announce: UnboundedSender<()>,
+    running: Option<Running>,
+    tasks: HashMap<AcmeCertificate, tokio::task::AbortHandle>,
+    http_address: Option<SocketAddr>,
 }
 
-/// What the tasks need; handed over when they start.
-struct Tasks {
+/// What the tasks share, for one `[acme]` configuration.
+struct Running {
     config: AcmeConfig,
+    redis: Option<(String, Option<PathBuf>)>,
     storage: Arc<Storage>,
     fleet: Option<Arc<Fleet>>,
+    account: Arc<tokio::sync::Mutex<Option<instant_acme::Account>>>,
+}
+
+/// A configuration's ACME, prepared (storage read, Redis client made) before a start or
+/// reload commits to it.
+pub struct Plan {
+    wanted: Vec<AcmeCertificate>,
+    running: Option<Running>,
+    restart: bool,
     loaded: HashMap<AcmeCertificate, (Material, Facts)>,
 }
 
 impl Acme {
-    /// Reads the stored certificates so they serve from the first connection; `None` when
-    /// the configuration asks for no ACME certificate and no HTTP listener.
-    pub fn load(config: &Config) -> anyhow::Result<Option<(Acme, UnboundedReceiver<()>)>> {
-        let Some(acme) = &config.acme else {
-            return Ok(None);
+    pub fn new() -> (Acme, UnboundedReceiver<()>) {
+        let (announce, installed) = unbounded_channel();
+        let acme = Acme {
+            installed: Arc::default(),
+            announce,
+            running: None,
+            tasks: HashMap::new(),
+            http_address: None,
         };
-        let mut managed: Vec<AcmeCertificate> = Vec::new();
+        (acme, installed)
+    }
+
+    /// Reads what `config` needs: stored certificates of names not yet managed (served
+    /// from the first connection: they are installed at once), the fleet's Redis client.
+    pub fn prepare(&self, config: &Config) -> anyhow::Result<Plan> {
+        let mut wanted: Vec<AcmeCertificate> = Vec::new();
         for cert in config.listeners.iter().flat_map(|l| &l.acme_certificates) {
-            if !managed.contains(cert) {
-                managed.push(cert.clone());
+            if !wanted.contains(cert) {
+                wanted.push(cert.clone());
             }
         }
+        let Some(acme) = &config.acme else {
+            return Ok(Plan {
+                wanted: Vec::new(),
+                running: None,
+                restart: self.running.is_some(),
+                loaded: HashMap::new(),
+            });
+        };
+        let redis = config
+            .session
+            .redis_url
+            .clone()
+            .map(|url| (url, config.session.redis_ca_file.clone()));
+        let restart = self
+            .running
+            .as_ref()
+            .is_none_or(|r| r.config != *acme || r.redis != redis);
+        let fleet = match (&redis, &acme.fleet_key_file) {
+            (Some((url, ca)), Some(key)) => {
+                let client = crate::session::redis::client(url, ca.as_deref())?;
+                Some(Arc::new(Fleet::new(client, read_fleet_key(key.get_ref())?)))
+            }
+            _ => None,
+        };
         let storage = Arc::new(Storage::new(acme.storage.get_ref()));
-        let mut installed = HashMap::new();
-        let mut loaded = HashMap::new();
         let now = SystemTime::now();
-        for cert in &managed {
+        let mut loaded = HashMap::new();
+        for cert in &wanted {
+            if !restart && self.tasks.contains_key(cert) {
+                continue;
+            }
             let Some(material) = storage.load(cert) else {
                 continue;
             };
@@ -70,7 +122,10 @@ impl Acme {
                 Ok((certified, facts)) => {
                     tracing::info!(certificate = %cert.id(), not_after = %humantime::format_rfc3339_seconds(facts.not_after), "ACME certificate loaded from storage");
                     metrics::installed("storage");
-                    installed.insert(cert.clone(), certified);
+                    self.installed
+                        .lock()
+                        .expect("acme certificates")
+                        .insert(cert.clone(), certified);
                     loaded.insert(cert.clone(), (material, facts));
                 }
                 Err(err) => {
@@ -78,68 +133,94 @@ impl Acme {
                 }
             }
         }
-        let fleet = match (&config.session.redis_url, &acme.fleet_key_file) {
-            (Some(url), Some(key)) => {
-                let client =
-                    crate::session::redis::client(url, config.session.redis_ca_file.as_deref())?;
-                Some(Arc::new(Fleet::new(client, read_fleet_key(key.get_ref())?)))
-            }
-            _ => None,
-        };
-        let (tx, rx) = unbounded_channel();
-        let acme = Acme {
-            installed: Arc::new(Mutex::new(installed)),
-            managed,
-            tasks: Some(Tasks {
+        Ok(Plan {
+            wanted,
+            running: Some(Running {
                 config: acme.clone(),
+                redis,
                 storage,
                 fleet,
-                loaded,
+                account: Arc::default(),
             }),
-        };
-        INSTALLED_TX.lock().expect("acme channel").replace(tx);
-        Ok(Some((acme, rx)))
+            restart,
+            loaded,
+        })
     }
 
-    /// Starts the HTTP listener (if configured) and one task per certificate on the
-    /// current runtime.
-    pub fn start(&mut self) -> anyhow::Result<()> {
-        let Some(tasks) = self.tasks.take() else {
+    /// Commits to a prepared configuration: starts the HTTP listener (once), ends the
+    /// tasks of certificates no longer wanted, starts those of new ones. On the runtime
+    /// the tasks are to run on.
+    pub fn apply(&mut self, plan: Plan) -> anyhow::Result<()> {
+        let Plan {
+            wanted,
+            running,
+            restart,
+            mut loaded,
+        } = plan;
+        if restart {
+            for (_, task) in self.tasks.drain() {
+                task.abort();
+            }
+            self.running = running;
+            crate::tls::acme_challenge::set_fleet_lookup(self.fleet_lookup());
+        }
+        self.tasks.retain(|cert, task| {
+            let keep = wanted.contains(cert);
+            if !keep {
+                task.abort();
+                metrics::forget(cert);
+                tracing::info!(certificate = %cert.id(), "ACME certificate no longer configured: not renewed any more");
+            }
+            keep
+        });
+        self.installed
+            .lock()
+            .expect("acme certificates")
+            .retain(|cert, _| wanted.contains(cert));
+        let Some(running) = &self.running else {
             return Ok(());
         };
-        if let Some(address) = &tasks.config.http_address {
-            http01::start(*address.get_ref())?;
+        let http = running.config.http_address.as_ref().map(|a| *a.get_ref());
+        match (http, self.http_address) {
+            (Some(address), None) => {
+                http01::start(address)?;
+                self.http_address = Some(address);
+            }
+            (Some(address), Some(open)) if address != open => {
+                tracing::warn!(%open, "acme.http_address changes at the next restart");
+            }
+            _ => {}
         }
-        if let Some(fleet) = &tasks.fleet {
-            let fleet = fleet.clone();
-            crate::tls::acme_challenge::set_fleet_lookup(Arc::new(move |name| {
-                let fleet = fleet.clone();
-                Box::pin(async move { fleet.challenge(&name).await.ok().flatten() })
-            }));
-        }
-        let account = Arc::new(tokio::sync::Mutex::new(None));
-        let Tasks {
-            config,
-            storage,
-            fleet,
-            mut loaded,
-        } = tasks;
-        for cert in &self.managed {
+        for cert in wanted {
+            if self.tasks.contains_key(&cert) {
+                continue;
+            }
             let task = CertificateTask {
+                current: loaded.remove(&cert),
                 cert: cert.clone(),
-                config: config.clone(),
-                storage: storage.clone(),
-                fleet: fleet.clone(),
-                account: account.clone(),
+                config: running.config.clone(),
+                storage: running.storage.clone(),
+                fleet: running.fleet.clone(),
+                account: running.account.clone(),
                 installed: self.installed.clone(),
-                current: loaded.remove(cert),
+                announce: self.announce.clone(),
                 ari: None,
                 failures: 0,
                 last_attempt: None,
             };
-            tokio::spawn(task.run());
+            self.tasks
+                .insert(cert, tokio::spawn(task.run()).abort_handle());
         }
         Ok(())
+    }
+
+    /// How validation connections reaching this process learn another one's answer.
+    fn fleet_lookup(&self) -> Option<crate::tls::acme_challenge::FleetLookup> {
+        let fleet = self.running.as_ref()?.fleet.clone()?;
+        Some(Arc::new(move |name| {
+            let fleet = fleet.clone();
+            Box::pin(async move { fleet.challenge(&name).await.ok().flatten() })
+        }))
     }
 
     /// The installed certificates among `wanted` (a listener's).
@@ -150,20 +231,15 @@ impl Acme {
             .filter_map(|cert| installed.get(cert).cloned())
             .collect()
     }
-
-    /// Certificates in `config` this process does not manage (added since start).
-    pub fn unmanaged<'a>(&self, config: &'a Config) -> Vec<&'a AcmeCertificate> {
-        config
-            .listeners
-            .iter()
-            .flat_map(|l| &l.acme_certificates)
-            .filter(|cert| !self.managed.contains(cert))
-            .collect()
-    }
 }
 
-/// Tells the server that a certificate was installed.
-static INSTALLED_TX: Mutex<Option<UnboundedSender<()>>> = Mutex::new(None);
+impl Drop for Acme {
+    fn drop(&mut self) {
+        for task in self.tasks.values() {
+            task.abort();
+        }
+    }
+}
 
 /// A stored or shared certificate, checked and ready to serve for `cert`.
 fn usable(
@@ -200,6 +276,7 @@ struct CertificateTask {
     fleet: Option<Arc<Fleet>>,
     account: Arc<tokio::sync::Mutex<Option<instant_acme::Account>>>,
     installed: Installed,
+    announce: UnboundedSender<()>,
     current: Option<(Material, Facts)>,
     ari: Option<AriWindow>,
     failures: u32,
@@ -466,9 +543,7 @@ impl CertificateTask {
         metrics::installed(source);
         self.current = Some((material, facts));
         self.ari = None;
-        if let Some(tx) = &*INSTALLED_TX.lock().expect("acme channel") {
-            let _ = tx.send(());
-        }
+        let _ = self.announce.send(());
         Ok(())
     }
 }

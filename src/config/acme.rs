@@ -11,7 +11,7 @@ use toml::Spanned;
 use super::{ConfigError, SourceMap};
 
 /// `[acme]`: the certificate authority and where the account and certificates are kept.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcmeConfig {
     /// The CA's directory URL (Let's Encrypt: https://acme-v02.api.letsencrypt.org/directory).
@@ -58,7 +58,7 @@ pub enum ChallengeKind {
     Http01,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExternalAccount {
     pub key_id: String,

@@ -167,6 +167,15 @@ fn build_tls(
         .with_context(|| format!("listener {}", listener.address()))
 }
 
+#[cfg(not(feature = "acme"))]
+fn no_acme_in_this_build(config: &Config) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.acme.is_none(),
+        "this build has no ACME (feature acme): remove [acme]"
+    );
+    Ok(())
+}
+
 /// Publishes the expiry of every certificate the listeners serve.
 fn publish_expiry(states: &[Arc<ListenerState>], acme: AcmeCertificates<'_>) {
     let acme: Vec<CertifiedKey> = states
@@ -298,19 +307,16 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     sessions.start_background();
     crate::tls::ocsp_fetch::configure(&config.ocsp);
     #[cfg(feature = "acme")]
-    let (mut acme, mut acme_installed) = match crate::acme::Acme::load(&config)? {
-        Some((acme, installed)) => (Some(acme), Some(installed)),
-        None => (None, None),
-    };
+    let (mut acme, mut acme_installed) = crate::acme::Acme::new();
+    #[cfg(feature = "acme")]
+    let acme_plan = acme.prepare(&config)?;
+    #[cfg(feature = "acme")]
+    let states = build_states(&config, builtin, &sessions, Some(&acme))?;
     #[cfg(not(feature = "acme"))]
-    let acme: Option<std::convert::Infallible> = {
-        anyhow::ensure!(
-            config.acme.is_none(),
-            "this build has no ACME (feature acme): remove [acme]"
-        );
-        None
+    let states = {
+        no_acme_in_this_build(&config)?;
+        build_states(&config, builtin, &sessions, None)?
     };
-    let states = build_states(&config, builtin, &sessions, acme.as_ref())?;
     let early_data = config.listeners.iter().any(|l| *l.early_data.get_ref());
     if early_data && config.session.ticket_key_file.is_some() && config.session.redis_url.is_none()
     {
@@ -370,9 +376,9 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         admin.start()?;
     }
     #[cfg(feature = "acme")]
-    if let Some(acme) = &mut acme {
+    {
         let _runtime = runtime.enter();
-        acme.start()?;
+        acme.apply(acme_plan)?;
     }
     let admin_address = config.admin.enabled.then_some(config.admin.address);
     tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, signing = offload.signing(), kernel = offload.kernel_name(), "tlsterm serving");
@@ -387,6 +393,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         sessions,
         session_config: config.session.clone(),
         settings: settings_tx,
+        #[cfg(feature = "acme")]
         acme,
     };
     runtime.block_on(async {
@@ -395,12 +402,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         let mut trim = tokio::time::interval(std::time::Duration::from_secs(10));
         loop {
             #[cfg(feature = "acme")]
-            let installed = async {
-                match &mut acme_installed {
-                    Some(rx) => rx.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
+            let installed = acme_installed.recv();
             #[cfg(not(feature = "acme"))]
             let installed = std::future::pending::<Option<()>>();
             tokio::select! {
@@ -471,12 +473,17 @@ struct Running {
     session_config: crate::session::SessionConfig,
     settings: watch::Sender<OffloadSettings>,
     #[cfg(feature = "acme")]
-    acme: Option<crate::acme::Acme>,
-    #[cfg(not(feature = "acme"))]
-    acme: Option<std::convert::Infallible>,
+    acme: crate::acme::Acme,
 }
 
 impl Running {
+    fn acme(&self) -> AcmeCertificates<'_> {
+        #[cfg(feature = "acme")]
+        return Some(&self.acme);
+        #[cfg(not(feature = "acme"))]
+        None
+    }
+
     /// An ACME certificate was installed: each listener that serves ACME names gets new
     /// contexts with it; connections keep the state they started with.
     fn install_acme_certificates(&mut self) {
@@ -490,7 +497,7 @@ impl Running {
             match build_tls(
                 &state.config,
                 &state.file_certificates,
-                self.acme.as_ref(),
+                self.acme(),
                 &self.sessions,
                 &self.session_config,
             ) {
@@ -511,7 +518,7 @@ impl Running {
                 }
             }
         }
-        publish_expiry(&states, self.acme.as_ref());
+        publish_expiry(&states, self.acme());
     }
 
     /// SIGHUP: re-read configuration and certificates, open new listeners and close
@@ -533,7 +540,11 @@ impl Running {
         let new = self.source.load()?;
         // Everything that can fail is done first (contexts built, new sockets bound); the
         // `[session]` part is committed last of those.
-        let fresh = build_states(&new, self.builtin, &self.sessions, self.acme.as_ref())?;
+        #[cfg(feature = "acme")]
+        let acme_plan = self.acme.prepare(&new)?;
+        #[cfg(not(feature = "acme"))]
+        no_acme_in_this_build(&new)?;
+        let fresh = build_states(&new, self.builtin, &self.sessions, self.acme())?;
         let mut opened = Vec::new();
         for state in &fresh {
             let address = state.config.address();
@@ -548,12 +559,11 @@ impl Running {
 
         let mut unapplied = self.started_with.changed_keys(&new.process_settings());
         #[cfg(feature = "acme")]
-        if let Some(acme) = &self.acme {
-            if !acme.unmanaged(&new).is_empty() {
-                unapplied.push("[[listener]] acme (names added since start)");
-            }
-        } else if new.acme.is_some() {
-            unapplied.push("[acme]");
+        if let Err(err) = self.acme.apply(acme_plan) {
+            tracing::warn!(
+                error = format!("{err:#}"),
+                "ACME: part of the new configuration is not applied"
+            );
         }
         self.listeners.retain(|listener| {
             match fresh.iter().find(|s| s.config.address() == listener.address) {

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock, OnceLock, RwLock};
+use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
 use boring::asn1::Asn1Time;
@@ -51,12 +51,12 @@ const FLEET_ANSWER_TTL: Duration = Duration::from_secs(120);
 pub type FleetLookup =
     Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Option<[u8; 32]>> + Send>> + Send + Sync>;
 
-static FLEET: OnceLock<FleetLookup> = OnceLock::new();
+static FLEET: RwLock<Option<FleetLookup>> = RwLock::new(None);
 
 /// Lets validation connections for names this process has no answer for be answered with
-/// the fleet's.
-pub fn set_fleet_lookup(lookup: FleetLookup) {
-    let _ = FLEET.set(lookup);
+/// the fleet's (`None`: no fleet).
+pub fn set_fleet_lookup(lookup: Option<FleetLookup>) {
+    *FLEET.write().expect("fleet lookup") = lookup;
 }
 
 /// Answers validation connections for `name` with the digest of the key authorization.
@@ -76,10 +76,10 @@ fn insert(name: &str, digest: &[u8; 32], until: Option<Instant>) -> anyhow::Resu
 /// For a validation ClientHello whose name has no answer here: a lookup through the
 /// fleet that installs the answer it finds (the handshake resumes after it).
 pub fn fleet_answer(hello: &ClientHello<'_>) -> Option<impl Future<Output = ()> + Send + 'static> {
-    let lookup = FLEET.get()?.clone();
     if !offered(hello) {
         return None;
     }
+    let lookup = FLEET.read().expect("fleet lookup").clone()?;
     let name = hello.servername(boring::ssl::NameType::HOST_NAME)?;
     let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
     if context_for(Some(&name)).is_some() {
