@@ -299,6 +299,55 @@ fn a_fleet_sharing_redis_orders_once() {
 }
 
 #[test]
+fn a_fleet_picks_up_each_renewal_ordered_by_one_of_its_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 6);
+    std::fs::write(dir.path().join("fleet.key"), "22".repeat(32)).unwrap();
+    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
+    // Both listen on the port the CA validates on (SO_REUSEPORT): either may be asked.
+    let servers: Vec<(Server, std::net::SocketAddr)> = ["a", "b"]
+        .into_iter()
+        .map(|name| {
+            let own = dir.path().join(name);
+            std::fs::create_dir(&own).unwrap();
+            std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
+            let config = acme_config(
+                &own,
+                &pebble,
+                port,
+                "fleet_key_file = \"fleet.key\"",
+                &session,
+            );
+            (Server::start(&config), admin_address(&config).unwrap())
+        })
+        .collect();
+    let total = |metric_name: &str, labels: &str| -> f64 {
+        servers
+            .iter()
+            .map(|(_, admin)| metric(*admin, metric_name, labels))
+            .sum()
+    };
+    // The first certificate and at least two renewals, each ordered by one member.
+    wait_until("two renewals", || {
+        total("tlsterm_acme_orders_total", "result=\"issued\"") >= 3.0
+    });
+    let orders = total("tlsterm_acme_orders_total", "result=\"issued\"");
+    let shared = total(
+        "tlsterm_acme_certificates_installed_total",
+        "source=\"fleet\"",
+    );
+    // Every certificate but possibly the newest (ordered just now) was also installed by
+    // the other member from Redis: one order per renewal for the fleet.
+    assert!(
+        shared >= orders - 1.0,
+        "orders {orders}, installed from the fleet {shared}"
+    );
+    assert_eq!(pebble.log.count("Issued certificate serial") as f64, orders);
+}
+
+#[test]
 fn http01_is_answered_on_the_plain_http_listener_which_redirects_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let (port, http_port) = (free_port(), free_port());
