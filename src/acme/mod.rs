@@ -29,6 +29,14 @@ use crate::tls::CertifiedKey;
 use fleet::Fleet;
 use store::{Facts, Material, Storage};
 
+/// A certificate that is ready to serve: the server puts it into its contexts and logs it.
+pub struct Announcement {
+    pub certificate: String,
+    /// "order" or "fleet".
+    pub source: &'static str,
+    pub not_after: SystemTime,
+}
+
 /// The certificates ACME currently provides, by what they were ordered for.
 type Installed = Arc<Mutex<HashMap<AcmeCertificate, CertifiedKey>>>;
 
@@ -38,7 +46,7 @@ type Installed = Arc<Mutex<HashMap<AcmeCertificate, CertifiedKey>>>;
 pub struct Acme {
     installed: Installed,
     /// Tells the server that a certificate was installed (it rebuilds the contexts).
-    announce: UnboundedSender<()>,
+    announce: UnboundedSender<Announcement>,
     running: Option<Running>,
     tasks: HashMap<AcmeCertificate, tokio::task::AbortHandle>,
     http_address: Option<SocketAddr>,
@@ -63,7 +71,7 @@ pub struct Plan {
 }
 
 impl Acme {
-    pub fn new() -> (Acme, UnboundedReceiver<()>) {
+    pub fn new() -> (Acme, UnboundedReceiver<Announcement>) {
         let (announce, installed) = unbounded_channel();
         let acme = Acme {
             installed: Arc::default(),
@@ -276,7 +284,7 @@ struct CertificateTask {
     fleet: Option<Arc<Fleet>>,
     account: Arc<tokio::sync::Mutex<Option<instant_acme::Account>>>,
     installed: Installed,
-    announce: UnboundedSender<()>,
+    announce: UnboundedSender<Announcement>,
     current: Option<(Material, Facts)>,
     ari: Option<AriWindow>,
     failures: u32,
@@ -539,11 +547,14 @@ impl CertificateTask {
             .lock()
             .expect("acme certificates")
             .insert(self.cert.clone(), certified);
-        tracing::info!(certificate = %self.cert.id(), source, not_after = %humantime::format_rfc3339_seconds(facts.not_after), "ACME certificate installed");
         metrics::installed(source);
+        let _ = self.announce.send(Announcement {
+            certificate: self.cert.id(),
+            source,
+            not_after: facts.not_after,
+        });
         self.current = Some((material, facts));
         self.ari = None;
-        let _ = self.announce.send(());
         Ok(())
     }
 }

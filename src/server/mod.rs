@@ -404,10 +404,10 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
             #[cfg(feature = "acme")]
             let installed = acme_installed.recv();
             #[cfg(not(feature = "acme"))]
-            let installed = std::future::pending::<Option<()>>();
+            let installed = std::future::pending::<Option<std::convert::Infallible>>();
             tokio::select! {
                 _ = hangup.recv() => running.reload(),
-                Some(()) = installed => running.install_acme_certificates(),
+                Some(announced) = installed => running.install_acme_certificates(announced),
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,
                 _ = trim.tick() => release_freed_memory(),
@@ -486,7 +486,8 @@ impl Running {
 
     /// An ACME certificate was installed: each listener that serves ACME names gets new
     /// contexts with it; connections keep the state they started with.
-    fn install_acme_certificates(&mut self) {
+    #[cfg(feature = "acme")]
+    fn install_acme_certificates(&mut self, announced: crate::acme::Announcement) {
         let mut states = Vec::new();
         for listener in &self.listeners {
             let state = listener.state.load_full();
@@ -519,6 +520,12 @@ impl Running {
             }
         }
         publish_expiry(&states, self.acme());
+        tracing::info!(certificate = %announced.certificate, source = announced.source, not_after = %humantime::format_rfc3339_seconds(announced.not_after), "ACME certificate installed");
+    }
+
+    #[cfg(not(feature = "acme"))]
+    fn install_acme_certificates(&mut self, never: std::convert::Infallible) {
+        match never {}
     }
 
     /// SIGHUP: re-read configuration and certificates, open new listeners and close
