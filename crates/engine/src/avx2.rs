@@ -362,30 +362,36 @@ unsafe fn body<const L: usize>(r: &Reduction, i0: usize, y: Digits) {
     }
 }
 
-/// The upper L columns plus the final carry, normalized to 26-bit limbs at
-/// `out`.
+/// The upper L columns plus the final carry, normalized and joined in pairs
+/// of 26-bit limbs into the `L / 2` limbs of 52 bits of half `h` of `res`.
 #[inline(always)]
-unsafe fn finish<const L: usize>(r: &Reduction, out: *mut Y) {
-    // SAFETY: t has 2L entries, out L.
+unsafe fn finish<const L: usize>(r: &Reduction, res: &mut [Lanes], h: usize) {
+    // SAFETY: t has 2L entries; res has L / 2 limbs (checked by `mont`).
     unsafe {
         let mask = _mm256_set1_epi64x((1 << 26) - 1);
         let mut carry = r.carry;
-        for k in 0..L {
-            let v = _mm256_add_epi64(ld(r.t.add(L + k)), carry);
-            st(out.add(k), _mm256_and_si256(v, mask));
-            carry = _mm256_srli_epi64::<26>(v);
+        for (k, rk) in res.iter_mut().enumerate() {
+            let lo = _mm256_add_epi64(ld(r.t.add(L + 2 * k)), carry);
+            carry = _mm256_srli_epi64::<26>(lo);
+            let hi = _mm256_add_epi64(ld(r.t.add(L + 2 * k + 1)), carry);
+            carry = _mm256_srli_epi64::<26>(hi);
+            let v = _mm256_or_si256(
+                _mm256_and_si256(lo, mask),
+                _mm256_slli_epi64::<26>(_mm256_and_si256(hi, mask)),
+            );
+            st_half(rk, h, v);
         }
     }
 }
 
 /// Montgomery reduction of the 2L columns by `m`, for the first `halves`
 /// halves together: adds `m*y` with the quotient digits `y_i = t_i * k0 mod
-/// 2^26`, 4 at a time, and writes the upper L columns, normalized, to
-/// `outs`. Per block the two halves' serial heads come first, side by side
+/// 2^26`, 4 at a time, and writes the upper L columns, normalized, as
+/// 52-bit limbs to `res`. Per block the two halves' serial heads come first, side by side
 /// (independent chains), then the two bodies. The result is `< 2m` for a
 /// column value `< 4m^2` (`4m < R`).
 #[inline(always)]
-unsafe fn reduce<const L: usize>(red: &mut [Reduction; 2], outs: [*mut Y; 2], halves: usize) {
+unsafe fn reduce<const L: usize>(red: &mut [Reduction; 2], res: &mut [Lanes], halves: usize) {
     // SAFETY: as for `head`, `body` and `finish`.
     unsafe {
         let [r0, r1] = red;
@@ -396,14 +402,14 @@ unsafe fn reduce<const L: usize>(red: &mut [Reduction; 2], outs: [*mut Y; 2], ha
                 body::<L>(r0, i0, y0);
                 body::<L>(r1, i0, y1);
             }
-            finish::<L>(r0, outs[0]);
-            finish::<L>(r1, outs[1]);
+            finish::<L>(r0, res, 0);
+            finish::<L>(r1, res, 1);
         } else {
             for i0 in (0..L).step_by(ROWS) {
                 let y0 = head(r0, i0);
                 body::<L>(r0, i0, y0);
             }
-            finish::<L>(r0, outs[0]);
+            finish::<L>(r0, res, 0);
         }
     }
 }
@@ -416,19 +422,6 @@ unsafe fn clear_upper<const L: usize>(t: *mut Y) {
     unsafe {
         for k in L + 3..2 * L {
             st(t.add(k), _mm256_setzero_si256());
-        }
-    }
-}
-
-/// Joins pairs of 26-bit limbs at `src` into the 52-bit limbs of half `h`.
-#[inline(always)]
-unsafe fn join(r: &mut [Lanes], h: usize, src: *const Y) {
-    // SAFETY: src has 2 * r.len() entries.
-    unsafe {
-        for (k, rk) in r.iter_mut().enumerate() {
-            let lo = ld(src.add(2 * k));
-            let hi = _mm256_slli_epi64::<26>(ld(src.add(2 * k + 1)));
-            st_half(rk, h, _mm256_or_si256(lo, hi));
         }
     }
 }
@@ -483,12 +476,7 @@ unsafe fn mont<const L: usize>(
                 }
             }
         }
-        // The results go to the `a` buffers (no longer needed).
-        let outs = [s.a[0].as_mut_ptr(), s.a[1].as_mut_ptr()];
-        reduce::<L>(&mut red, outs, halves);
-        for (h, out) in outs.into_iter().enumerate().take(halves) {
-            join(r, h, out);
-        }
+        reduce::<L>(&mut red, r, halves);
     }
 }
 
