@@ -22,7 +22,10 @@
 //! and stored once per 4 rows. The Montgomery reduction runs the same way, 4
 //! quotient digits at a time: a short serial head computes y_i..y_i+3 from
 //! the lowest columns (with the carries), then the window adds `m*y` to the
-//! rest.
+//! rest. With two halves, both heads of a block run side by side (two
+//! independent chains) before the two bodies. The first block of the product
+//! writes its columns instead of adding to them, so only the columns above it
+//! are cleared.
 //!
 //! Constant time: straight-line code over the public limb count and table
 //! size; no branch or address depends on lane values. valgrind executes AVX2,
@@ -161,80 +164,132 @@ unsafe fn split(x: &[Lanes], h: usize, dst: *mut Y) {
     }
 }
 
-/// Column accumulators `t[0..2L]` += `a * b`, 4 rows of `b` at a time.
+/// Column `k` of the accumulators, or zero in the first block (`FIRST`),
+/// which writes the columns instead of adding to them (no clearing pass).
 #[inline(always)]
-unsafe fn product<const L: usize>(t: *mut Y, a: *const Y, b: *const Y) {
-    // SAFETY: a, b have L entries, t has 2L (column i0 + j + 3 <= 2L - 2).
+unsafe fn col<const FIRST: bool>(t: *const Y, k: usize) -> __m256i {
+    // SAFETY: k < 2L (caller); AVX2 enabled.
     unsafe {
-        for i0 in (0..L).step_by(ROWS) {
-            let (b0, b1, b2, b3) = (
-                ld(b.add(i0)),
-                ld(b.add(i0 + 1)),
-                ld(b.add(i0 + 2)),
-                ld(b.add(i0 + 3)),
-            );
-            let (mut w0, mut w1, mut w2) = (ld(t.add(i0)), ld(t.add(i0 + 1)), ld(t.add(i0 + 2)));
-            for j in 0..L {
-                let aj = ld(a.add(j));
-                let w3 = mac(ld(t.add(i0 + j + 3)), aj, b3);
-                st(t.add(i0 + j), mac(w0, aj, b0));
-                w0 = mac(w1, aj, b1);
-                w1 = mac(w2, aj, b2);
-                w2 = w3;
-            }
-            st(t.add(i0 + L), w0);
-            st(t.add(i0 + L + 1), w1);
-            st(t.add(i0 + L + 2), w2);
+        if FIRST {
+            _mm256_setzero_si256()
+        } else {
+            ld(t.add(k))
         }
     }
 }
 
-/// Column accumulators `t[0..2L]` += `a^2`: rows `a_i`, columns `2a_j` for
-/// `j > i` (`d` holds `2a`) plus the squares `a_i^2`.
+/// One block of 4 rows of `a * b` into the columns (see `product`).
+#[inline(always)]
+unsafe fn product_block<const L: usize, const FIRST: bool>(
+    t: *mut Y,
+    a: *const Y,
+    b: *const Y,
+    i0: usize,
+) {
+    // SAFETY: a, b have L entries, t has 2L (column i0 + j + 3 <= 2L - 2).
+    unsafe {
+        let (b0, b1, b2, b3) = (
+            ld(b.add(i0)),
+            ld(b.add(i0 + 1)),
+            ld(b.add(i0 + 2)),
+            ld(b.add(i0 + 3)),
+        );
+        let (mut w0, mut w1, mut w2) = (
+            col::<FIRST>(t, i0),
+            col::<FIRST>(t, i0 + 1),
+            col::<FIRST>(t, i0 + 2),
+        );
+        for j in 0..L {
+            let aj = ld(a.add(j));
+            let w3 = mac(col::<FIRST>(t, i0 + j + 3), aj, b3);
+            st(t.add(i0 + j), mac(w0, aj, b0));
+            w0 = mac(w1, aj, b1);
+            w1 = mac(w2, aj, b2);
+            w2 = w3;
+        }
+        st(t.add(i0 + L), w0);
+        st(t.add(i0 + L + 1), w1);
+        st(t.add(i0 + L + 2), w2);
+    }
+}
+
+/// Column accumulators `t[0..2L]` = `a * b`, 4 rows of `b` at a time. The
+/// first block writes columns 0..L+2; the columns above are zeroed first.
+#[inline(always)]
+unsafe fn product<const L: usize>(t: *mut Y, a: *const Y, b: *const Y) {
+    // SAFETY: a, b have L entries, t has 2L.
+    unsafe {
+        clear_upper::<L>(t);
+        product_block::<L, true>(t, a, b, 0);
+        for i0 in (ROWS..L).step_by(ROWS) {
+            product_block::<L, false>(t, a, b, i0);
+        }
+    }
+}
+
+/// One block of 4 rows of the square into the columns (see `square`).
+#[inline(always)]
+unsafe fn square_block<const L: usize, const FIRST: bool>(
+    t: *mut Y,
+    a: *const Y,
+    d: *const Y,
+    i0: usize,
+) {
+    // SAFETY: a, d have L entries, t has 2L.
+    unsafe {
+        let b = [
+            ld(a.add(i0)),
+            ld(a.add(i0 + 1)),
+            ld(a.add(i0 + 2)),
+            ld(a.add(i0 + 3)),
+        ];
+        // Window at step j: columns i0 + j + r for r = 0..3.
+        let mut w = [
+            col::<FIRST>(t, 2 * i0),
+            col::<FIRST>(t, 2 * i0 + 1),
+            col::<FIRST>(t, 2 * i0 + 2),
+            _mm256_setzero_si256(),
+        ];
+        // The triangle: j = i0 + jj for jj < 4 meets rows r <= jj.
+        for jj in 0..ROWS {
+            let j = i0 + jj;
+            w[3] = col::<FIRST>(t, i0 + j + 3);
+            for r in 0..ROWS {
+                if jj == r {
+                    w[r] = mac(w[r], b[r], ld(a.add(j)));
+                } else if jj > r {
+                    w[r] = mac(w[r], b[r], ld(d.add(j)));
+                }
+            }
+            st(t.add(i0 + j), w[0]);
+            w = [w[1], w[2], w[3], w[3]];
+        }
+        let (mut w0, mut w1, mut w2) = (w[0], w[1], w[2]);
+        for j in i0 + ROWS..L {
+            let dj = ld(d.add(j));
+            let w3 = mac(col::<FIRST>(t, i0 + j + 3), dj, b[3]);
+            st(t.add(i0 + j), mac(w0, dj, b[0]));
+            w0 = mac(w1, dj, b[1]);
+            w1 = mac(w2, dj, b[2]);
+            w2 = w3;
+        }
+        st(t.add(i0 + L), w0);
+        st(t.add(i0 + L + 1), w1);
+        st(t.add(i0 + L + 2), w2);
+    }
+}
+
+/// Column accumulators `t[0..2L]` = `a^2`: rows `a_i`, columns `2a_j` for
+/// `j > i` (`d` holds `2a`) plus the squares `a_i^2`. As in `product`, the
+/// first block writes columns 0..L+2 and the columns above are zeroed first.
 #[inline(always)]
 unsafe fn square<const L: usize>(t: *mut Y, a: *const Y, d: *const Y) {
     // SAFETY: a, d have L entries, t has 2L.
     unsafe {
-        for i0 in (0..L).step_by(ROWS) {
-            let b = [
-                ld(a.add(i0)),
-                ld(a.add(i0 + 1)),
-                ld(a.add(i0 + 2)),
-                ld(a.add(i0 + 3)),
-            ];
-            // Window at step j: columns i0 + j + r for r = 0..3.
-            let mut w = [
-                ld(t.add(2 * i0)),
-                ld(t.add(2 * i0 + 1)),
-                ld(t.add(2 * i0 + 2)),
-                _mm256_setzero_si256(),
-            ];
-            // The triangle: j = i0 + jj for jj < 4 meets rows r <= jj.
-            for jj in 0..ROWS {
-                let j = i0 + jj;
-                w[3] = ld(t.add(i0 + j + 3));
-                for r in 0..ROWS {
-                    if jj == r {
-                        w[r] = mac(w[r], b[r], ld(a.add(j)));
-                    } else if jj > r {
-                        w[r] = mac(w[r], b[r], ld(d.add(j)));
-                    }
-                }
-                st(t.add(i0 + j), w[0]);
-                w = [w[1], w[2], w[3], w[3]];
-            }
-            let (mut w0, mut w1, mut w2) = (w[0], w[1], w[2]);
-            for j in i0 + ROWS..L {
-                let dj = ld(d.add(j));
-                let w3 = mac(ld(t.add(i0 + j + 3)), dj, b[3]);
-                st(t.add(i0 + j), mac(w0, dj, b[0]));
-                w0 = mac(w1, dj, b[1]);
-                w1 = mac(w2, dj, b[2]);
-                w2 = w3;
-            }
-            st(t.add(i0 + L), w0);
-            st(t.add(i0 + L + 1), w1);
-            st(t.add(i0 + L + 2), w2);
+        clear_upper::<L>(t);
+        square_block::<L, true>(t, a, d, 0);
+        for i0 in (ROWS..L).step_by(ROWS) {
+            square_block::<L, false>(t, a, d, i0);
         }
     }
 }
@@ -307,65 +362,73 @@ unsafe fn body<const L: usize>(r: &Reduction, i0: usize, y: Digits) {
     }
 }
 
-/// The upper L columns plus the final carry, normalized to 26-bit limbs at
-/// `out`.
+/// The upper L columns plus the final carry, normalized and joined in pairs
+/// of 26-bit limbs into the `L / 2` limbs of 52 bits of half `h` of `res`.
 #[inline(always)]
-unsafe fn finish<const L: usize>(r: &Reduction, out: *mut Y) {
-    // SAFETY: t has 2L entries, out L.
+unsafe fn finish<const L: usize>(r: &Reduction, res: &mut [Lanes], h: usize) {
+    // SAFETY: t has 2L entries; res has L / 2 limbs (checked by `mont`).
     unsafe {
         let mask = _mm256_set1_epi64x((1 << 26) - 1);
         let mut carry = r.carry;
-        for k in 0..L {
-            let v = _mm256_add_epi64(ld(r.t.add(L + k)), carry);
-            st(out.add(k), _mm256_and_si256(v, mask));
-            carry = _mm256_srli_epi64::<26>(v);
+        for (k, rk) in res.iter_mut().enumerate() {
+            let lo = _mm256_add_epi64(ld(r.t.add(L + 2 * k)), carry);
+            carry = _mm256_srli_epi64::<26>(lo);
+            let hi = _mm256_add_epi64(ld(r.t.add(L + 2 * k + 1)), carry);
+            carry = _mm256_srli_epi64::<26>(hi);
+            let v = _mm256_or_si256(
+                _mm256_and_si256(lo, mask),
+                _mm256_slli_epi64::<26>(_mm256_and_si256(hi, mask)),
+            );
+            st_half(rk, h, v);
         }
     }
 }
 
-/// Montgomery reduction of the 2L columns by `m`: adds `m*y` with the
-/// quotient digits `y_i = t_i * k0 mod 2^26`, 4 at a time, and writes the
-/// upper L columns, normalized, to `out`. The result is `< 2m` for a column
-/// value `< 4m^2` (`4m < R`).
+/// Montgomery reduction of the 2L columns by `m`, for the first `halves`
+/// halves together: adds `m*y` with the quotient digits `y_i = t_i * k0 mod
+/// 2^26`, 4 at a time, and writes the upper L columns, normalized, as
+/// 52-bit limbs to `res`. Per block the two halves' serial heads come first, side by side
+/// (independent chains), then the two bodies. The result is `< 2m` for a
+/// column value `< 4m^2` (`4m < R`).
 #[inline(always)]
-unsafe fn reduce<const L: usize>(r: &mut Reduction, out: *mut Y) {
+unsafe fn reduce<const L: usize>(red: &mut [Reduction; 2], res: &mut [Lanes], halves: usize) {
     // SAFETY: as for `head`, `body` and `finish`.
     unsafe {
-        for i0 in (0..L).step_by(ROWS) {
-            let y = head(r, i0);
-            body::<L>(r, i0, y);
+        let [r0, r1] = red;
+        if halves == 2 {
+            for i0 in (0..L).step_by(ROWS) {
+                let y0 = head(r0, i0);
+                let y1 = head(r1, i0);
+                body::<L>(r0, i0, y0);
+                body::<L>(r1, i0, y1);
+            }
+            finish::<L>(r0, res, 0);
+            finish::<L>(r1, res, 1);
+        } else {
+            for i0 in (0..L).step_by(ROWS) {
+                let y0 = head(r0, i0);
+                body::<L>(r0, i0, y0);
+            }
+            finish::<L>(r0, res, 0);
         }
-        finish::<L>(r, out);
     }
 }
 
-/// Zeroes the 2L column accumulators.
+/// Zeroes the column accumulators the first product block does not write
+/// (L+3..2L).
 #[inline(always)]
-unsafe fn clear<const L: usize>(t: *mut Y) {
+unsafe fn clear_upper<const L: usize>(t: *mut Y) {
     // SAFETY: t has 2L entries.
     unsafe {
-        for k in 0..2 * L {
+        for k in L + 3..2 * L {
             st(t.add(k), _mm256_setzero_si256());
-        }
-    }
-}
-
-/// Joins pairs of 26-bit limbs at `src` into the 52-bit limbs of half `h`.
-#[inline(always)]
-unsafe fn join(r: &mut [Lanes], h: usize, src: *const Y) {
-    // SAFETY: src has 2 * r.len() entries.
-    unsafe {
-        for (k, rk) in r.iter_mut().enumerate() {
-            let lo = ld(src.add(2 * k));
-            let hi = _mm256_slli_epi64::<26>(ld(src.add(2 * k + 1)));
-            st_half(rk, h, _mm256_or_si256(lo, hi));
         }
     }
 }
 
 /// One Montgomery multiplication (or squaring when `b` is `None`) of the
 /// first `halves` halves: operands of `L / 2` limbs of 52 bits, computed as
-/// `L` limbs of 26. Two halves are reduced together (see `reduce_pair`).
+/// `L` limbs of 26. Two halves are reduced together (see `reduce`).
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn mont<const L: usize>(
@@ -399,7 +462,6 @@ unsafe fn mont<const L: usize>(
             );
             split(a, h, pa);
             split(m, h, pm);
-            clear::<L>(pt);
             match b {
                 Some(b) => {
                     split(b, h, pb);
@@ -414,14 +476,7 @@ unsafe fn mont<const L: usize>(
                 }
             }
         }
-        // The results go to the `a` buffers (no longer needed).
-        let outs = [s.a[0].as_mut_ptr(), s.a[1].as_mut_ptr()];
-        for (r, out) in red.iter_mut().zip(outs).take(halves) {
-            reduce::<L>(r, out);
-        }
-        for (h, out) in outs.into_iter().enumerate().take(halves) {
-            join(r, h, out);
-        }
+        reduce::<L>(&mut red, r, halves);
     }
 }
 
