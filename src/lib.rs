@@ -23,6 +23,8 @@
 //! Not yet as the table says: `config` still names a few types of `session` and `tls`,
 //! and `metrics` a few of `offload`, so those layers still import sideways in places.
 
+#![deny(unsafe_code)]
+
 pub mod backend;
 pub mod config;
 pub mod metrics;
@@ -32,4 +34,6 @@ pub mod server;
 pub mod session;
 pub mod speed;
 pub mod stats;
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod tls;

@@ -336,15 +336,9 @@ pub fn sample_worker_cpu() {
     if !enabled() {
         return;
     }
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer to a local.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+    let Some(seconds) = crate::sys::thread_cpu_seconds() else {
         return;
-    }
-    let seconds = now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9;
+    };
     on_worker(|w| {
         w.cpu.inc_by((seconds - w.cpu_counted.get()).max(0.0));
         w.cpu_counted.set(seconds);

@@ -320,7 +320,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
                 _ = hangup.recv() => running.reload(),
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,
-                _ = trim.tick() => release_freed_memory(),
+                _ = trim.tick() => crate::sys::release_freed_memory(),
             }
         }
         tracing::info!(drain_timeout = ?config.drain_timeout, "stopping: no new connections, draining open ones");
@@ -333,17 +333,6 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Freed memory (the previous contexts after a reload, buffers after a burst of
-/// connections) stays in glibc's arenas unless it is asked to give it back.
-fn release_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only returns free heap pages to the kernel; it touches no live
-    // allocation and is thread-safe.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 /// One listening socket for each worker.
@@ -388,7 +377,7 @@ impl Running {
     fn reload(&mut self) {
         match self.try_reload() {
             Ok(()) => {
-                release_freed_memory();
+                crate::sys::release_freed_memory();
                 tracing::info!("reloaded configuration and certificates");
             }
             Err(err) => tracing::error!(

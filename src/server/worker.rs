@@ -2,7 +2,6 @@
 //! handed to it by the main thread at start and when a reload opens a listener.
 
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -229,7 +228,7 @@ async fn serve_accept_queue(
     shared: &Shared,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let waiting = accept_queue_len(&socket);
+    let waiting = crate::sys::accept_queue_len(&socket);
     if waiting == 0 {
         return;
     }
@@ -267,29 +266,5 @@ async fn serve_accept_queue(
             return;
         };
         start(listener, shared, stream, client, (permit, global));
-    }
-}
-
-/// Connections waiting in a listening socket's accept queue (Linux reports it as
-/// `tcpi_unacked` of TCP_INFO for a socket in LISTEN state); 0 if it cannot tell.
-fn accept_queue_len(socket: &TcpListener) -> usize {
-    // SAFETY: tcp_info is plain integers, for which all-zero bytes are a valid value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: the descriptor is a live socket owned by `socket`; getsockopt writes at most
-    // `len` bytes into `info`, a local of that size, and updates `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        info.tcpi_unacked as usize
-    } else {
-        0
     }
 }

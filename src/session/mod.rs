@@ -6,7 +6,7 @@
 //! kept across reloads, so that a SIGHUP (which builds new TLS contexts) does not turn the
 //! next connections into full handshakes.
 //!
-//! * Tickets (TLS 1.2 and 1.3): BoringSSL calls [`ticket_key_callback`] to pick the key that
+//! * Tickets (TLS 1.2 and 1.3): BoringSSL asks [`TicketKeyRing`] to pick the key that
 //!   encrypts a new ticket and to find the one that decrypts a presented ticket. Keys are in a
 //!   ring published through an `ArcSwap` (see `tickets`): no lock on the handshake path.
 //! * Session IDs (TLS 1.2, when the client does not use tickets): the base context's external
@@ -20,18 +20,13 @@ pub mod replay;
 pub mod tickets;
 
 use std::net::IpAddr;
-use std::os::raw::c_int;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
-use boring::ssl::{
-    BoxGetSessionFinish, BoxGetSessionFuture, SslContextBuilder, SslOptions, SslSession,
-    SslSessionCacheMode, SslSessionRef, SslVersion,
-};
-use boring_sys as ffi;
+use boring::ssl::{SslContextBuilder, SslOptions, SslSessionCacheMode, SslSessionRef, SslVersion};
 use prometheus::{
     register_int_counter_vec_with_registry, register_int_gauge_with_registry, IntCounterVec,
     IntGauge,
@@ -43,6 +38,8 @@ use redis::{Outcome, RedisStore};
 use replay::{ReplayGuard, Verdict};
 use tickets::{unix_now, KeySource, Lookup, TicketKeys};
 use zeroize::Zeroizing;
+
+use crate::sys::{PendingSession, TicketKeyAnswer, TicketKeyHook, TicketKeyRequest, TicketSecrets};
 
 /// With `redis_ticket_keys`, how many epochs of keys a ticket can outlive its own by.
 const MAX_SHARED_EPOCHS: u32 = 1000;
@@ -473,22 +470,10 @@ impl Sessions {
         config: &SessionConfig,
     ) -> anyhow::Result<()> {
         let lifetime = config.lifetime.as_secs() as u32;
-        // SAFETY: `base.as_ptr()` is a valid SSL_CTX owned by the builder; these setters only
-        // store integers in it.
-        unsafe {
-            ffi::SSL_CTX_set_timeout(base.as_ptr(), lifetime);
-            ffi::SSL_CTX_set_session_psk_dhe_timeout(base.as_ptr(), lifetime);
-        }
+        crate::sys::set_session_lifetime(base, lifetime);
         if config.tickets {
-            // SAFETY: `ticket_key_callback` follows the SSL_CTX_set_tlsext_ticket_key_cb
-            // contract: in encrypt mode it writes the 16-byte key name and a 16-byte IV and
-            // initialises the cipher context (AES-256-CBC) and HMAC context (SHA-256) with
-            // the same key; in decrypt mode it reads the name, initialises both contexts with
-            // the IV BoringSSL passes, and returns 0 for an unknown key. It never unwinds.
-            let ok = unsafe {
-                ffi::SSL_CTX_set_tlsext_ticket_key_cb(base.as_ptr(), Some(ticket_key_callback))
-            };
-            anyhow::ensure!(ok == 1, "cannot install the session ticket callback");
+            let ok = crate::sys::set_ticket_key_hook::<TicketKeyRing>(base);
+            anyhow::ensure!(ok, "cannot install the session ticket callback");
         } else {
             base.set_options(SslOptions::NO_TICKET);
         }
@@ -499,11 +484,7 @@ impl Sessions {
             let store = self.inner.clone();
             base.set_new_session_callback(move |_ssl, session| store.store(&session));
             let lookup = self.inner.clone();
-            // SAFETY: the sessions returned are deserialized from bytes, hence associated
-            // with no context at all (the requirement is: not with a different context).
-            unsafe {
-                base.set_async_get_session_callback(move |_ssl, id| lookup.lookup(id));
-            }
+            crate::sys::set_session_lookup(base, move |id| lookup.lookup(id));
         } else {
             base.set_session_cache_mode(SslSessionCacheMode::OFF);
         }
@@ -640,10 +621,6 @@ fn update_cache_gauges(cache: &LruCache) {
     m.cache_evictions.set(cache.evictions() as i64);
 }
 
-fn finish_with(der: SessionDer) -> BoxGetSessionFinish {
-    Box::new(move |_ssl, _id| SslSession::from_der(&der).ok())
-}
-
 impl Inner {
     /// The new-session callback: TLS 1.2 sessions with an ID go to the local cache and Redis.
     fn store(&self, session: &SslSessionRef) {
@@ -673,7 +650,7 @@ impl Inner {
 
     /// The get-session callback: the local cache answers at once; otherwise Redis, within
     /// `redis_timeout`; otherwise a full handshake.
-    fn lookup(self: &Arc<Self>, id: &[u8]) -> Option<BoxGetSessionFuture> {
+    fn lookup(self: &Arc<Self>, id: &[u8]) -> Option<PendingSession> {
         let m = &*METRICS;
         let local = self
             .cache
@@ -682,7 +659,7 @@ impl Inner {
             .get(id, Instant::now());
         if let Some(der) = local {
             m.cache_lookups.with_label_values(&["local"]).inc();
-            return Some(Box::pin(async move { Some(finish_with(der)) }));
+            return Some(Box::pin(async move { Some(der) }));
         }
         let Some(redis) = self.redis.load_full() else {
             m.cache_lookups.with_label_values(&["miss"]).inc();
@@ -712,7 +689,7 @@ impl Inner {
                     cache.insert(id, der.clone(), ttl, Instant::now());
                     update_cache_gauges(&cache);
                     drop(cache);
-                    Some(finish_with(der))
+                    Some(der)
                 }
                 Outcome::Done(None) => {
                     m.redis.with_label_values(&["get", "miss"]).inc();
@@ -730,108 +707,57 @@ impl Inner {
     }
 }
 
-/// Keys the ticket's AES-256-CBC (to seal or to open) and HMAC-SHA256 with `key`.
+/// The ticket keys of the process, as BoringSSL asks for them on every worker.
 ///
-/// # Safety
-/// `cipher` and `hmac` must be valid contexts owned by BoringSSL for the duration of the
-/// call, and `iv` must point to 16 readable bytes.
-unsafe fn init_ticket_crypto(
-    cipher: *mut ffi::EVP_CIPHER_CTX,
-    hmac: *mut ffi::HMAC_CTX,
-    key: &tickets::TicketKey,
-    iv: *const u8,
-    seal: bool,
-) -> bool {
-    // SAFETY: the contexts and `iv` are valid (the caller's contract); the key slices
-    // outlive the calls and BoringSSL copies them.
-    unsafe {
-        ffi::EVP_CipherInit_ex(
-            cipher,
-            ffi::EVP_aes_256_cbc(),
-            std::ptr::null_mut(),
-            key.aes.as_ptr(),
-            iv,
-            c_int::from(seal),
-        ) == 1
-            && ffi::HMAC_Init_ex(
-                hmac,
-                key.hmac.as_ptr().cast(),
-                key.hmac.len(),
-                ffi::EVP_sha256(),
-                std::ptr::null_mut(),
-            ) == 1
+/// Seal: the encrypting key of the ring. Open: the current key, an older one (resume and
+/// issue a fresh ticket), or none (unknown or expired key: full handshake).
+struct TicketKeyRing;
+
+fn secrets(key: &tickets::TicketKey) -> TicketSecrets<'_> {
+    TicketSecrets {
+        aes: &key.aes,
+        hmac: &key.hmac,
     }
 }
 
-/// BoringSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_cb), on every worker.
-///
-/// Encrypt (`encrypt == 1`): returns 1 after writing the key name and a random IV and setting
-/// up AES-256-CBC and HMAC-SHA256 with the encrypting key. Decrypt: returns 1 (current key),
-/// 2 (older key: resume and issue a fresh ticket) or 0 (unknown or expired key: full
-/// handshake). -1 aborts the handshake and is only returned if the crypto setup fails.
-unsafe extern "C" fn ticket_key_callback(
-    _ssl: *mut ffi::SSL,
-    key_name: *mut u8,
-    iv: *mut u8,
-    cipher: *mut ffi::EVP_CIPHER_CTX,
-    hmac: *mut ffi::HMAC_CTX,
-    encrypt: c_int,
-) -> c_int {
-    const NAME_LEN: usize = 16;
-    const IV_LEN: usize = 16; // AES-CBC; BoringSSL's buffer is EVP_MAX_IV_LENGTH (16).
-    let run = || -> c_int {
+impl TicketKeyHook for TicketKeyRing {
+    fn answer(request: TicketKeyRequest) -> TicketKeyAnswer {
         let Some(keys) = TICKET_KEYS.load_full() else {
             // No keys at all: send no ticket / ignore the ticket.
-            return 0;
+            return TicketKeyAnswer::NONE;
         };
         let now = Instant::now();
         let m = &*METRICS;
-        if encrypt == 1 {
-            let ring = keys.ring_for_encrypt(now);
-            let key = &ring.encrypting().key;
-            // SAFETY: BoringSSL passes a 16-byte key-name buffer and an IV buffer of
-            // EVP_MAX_IV_LENGTH (16) bytes, both writable; the contexts are initialised and
-            // owned by BoringSSL for the duration of the call.
-            unsafe {
-                std::ptr::copy_nonoverlapping(key.name.as_ptr(), key_name, NAME_LEN);
-                if ffi::RAND_bytes(iv, IV_LEN) != 1
-                    || !init_ticket_crypto(cipher, hmac, key, iv, true)
-                {
-                    return -1;
-                }
+        match request {
+            TicketKeyRequest::Seal(seal) => {
+                let ring = keys.ring_for_encrypt(now);
+                let key = &ring.encrypting().key;
+                let answer = seal.with_key(&key.name, &secrets(key));
+                m.tickets.with_label_values(&["issued"]).inc();
+                answer
             }
-            m.tickets.with_label_values(&["issued"]).inc();
-            1
-        } else {
-            let ring = keys.ring();
-            // SAFETY: in decrypt mode the name buffer holds the ticket's 16-byte key name.
-            let name = unsafe { std::slice::from_raw_parts(key_name, NAME_LEN) };
-            let (key, result, label) = match ring.lookup(name, now) {
-                Lookup::Current(key) => (key, 1, "current_key"),
-                Lookup::Old(key) => (key, 2, "old_key"),
-                Lookup::Unknown => {
-                    m.tickets.with_label_values(&["unknown_key"]).inc();
-                    return 0;
-                }
-            };
-            // SAFETY: as above; `iv` holds the ticket's 16-byte IV.
-            unsafe {
-                if !init_ticket_crypto(cipher, hmac, key, iv, false) {
-                    return -1;
-                }
+            TicketKeyRequest::Open(open) => {
+                let ring = keys.ring();
+                let (key, renew, label) = match ring.lookup(open.key_name(), now) {
+                    Lookup::Current(key) => (key, false, "current_key"),
+                    Lookup::Old(key) => (key, true, "old_key"),
+                    Lookup::Unknown => {
+                        m.tickets.with_label_values(&["unknown_key"]).inc();
+                        return TicketKeyAnswer::NONE;
+                    }
+                };
+                let answer = open.with_key(&secrets(key), renew);
+                m.tickets.with_label_values(&[label]).inc();
+                answer
             }
-            m.tickets.with_label_values(&[label]).inc();
-            result
         }
-    };
-    // A panic must not cross into C: treat it as "no ticket" / "unknown ticket".
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(0)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use boring::ssl::{SslAcceptor, SslConnector, SslMethod, SslVerifyMode};
+    use boring::ssl::{SslAcceptor, SslConnector, SslMethod, SslSession, SslVerifyMode};
 
     #[test]
     fn redis_ticket_keys_need_redis_and_no_key_file() {

@@ -15,7 +15,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use boring::ssl::SslRef;
-use foreign_types::ForeignTypeRef;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 use tokio_boring::SslStream;
@@ -25,8 +24,7 @@ pub const BORINGSSL_MAX_EARLY_DATA: usize = 14_336;
 
 /// Whether the handshake is complete: the client's Finished has been read.
 fn confirmed(ssl: &SslRef) -> bool {
-    // SAFETY: the connection is valid; the call only reads its state.
-    unsafe { boring_sys::SSL_in_init(ssl.as_ptr()) == 0 }
+    crate::sys::handshake_confirmed(ssl)
 }
 
 /// The client side of a relay for a connection that accepted early data.

@@ -10,9 +10,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
-use boring::hpke::HpkeKey;
 use boring::ssl::SslEchKeys;
-use foreign_types::ForeignType;
 use zeroize::Zeroizing;
 
 /// PKCS#8 (RFC 8410) wrapping of a 32-byte X25519 private key: this prefix, then the key.
@@ -25,45 +23,6 @@ pub struct EchKey {
     /// The serialized ECHConfig (not a list).
     pub config: Vec<u8>,
     private: Zeroizing<[u8; 32]>,
-}
-
-/// An X25519 HPKE key from its private half.
-fn hpke_key(private: &[u8]) -> anyhow::Result<HpkeKey> {
-    // SAFETY: EVP_HPKE_KEY_new returns an owned, zeroed key or null (checked); init reads
-    // `private.len()` bytes; on success the key is handed to HpkeKey, which frees it.
-    unsafe {
-        let key = boring_sys::EVP_HPKE_KEY_new();
-        anyhow::ensure!(!key.is_null(), "out of memory");
-        let kem = boring_sys::EVP_hpke_x25519_hkdf_sha256();
-        if boring_sys::EVP_HPKE_KEY_init(key, kem, private.as_ptr(), private.len()) != 1 {
-            boring_sys::EVP_HPKE_KEY_free(key);
-            anyhow::bail!("not an X25519 HPKE private key");
-        }
-        Ok(HpkeKey::from_ptr(key))
-    }
-}
-
-/// The ECHConfig for `key` with this id and public name.
-fn marshal_config(key: &HpkeKey, config_id: u8, public_name: &str) -> anyhow::Result<Vec<u8>> {
-    let name = std::ffi::CString::new(public_name).context("public name has a NUL byte")?;
-    let mut out: *mut u8 = std::ptr::null_mut();
-    let mut len = 0usize;
-    // SAFETY: the key and name are valid for the call; on success BoringSSL allocates
-    // `len` bytes at `out`, copied here and then freed with OPENSSL_free.
-    unsafe {
-        let ok = boring_sys::SSL_marshal_ech_config(
-            &mut out,
-            &mut len,
-            config_id,
-            key.as_ptr(),
-            name.as_ptr(),
-            0,
-        );
-        anyhow::ensure!(ok == 1 && !out.is_null(), "cannot make the ECHConfig");
-        let config = std::slice::from_raw_parts(out, len).to_vec();
-        boring_sys::OPENSSL_free(out.cast());
-        Ok(config)
-    }
 }
 
 /// An ECHConfigList of `configs`, as published in DNS (`ech=`) and sent in retry configs.
@@ -111,10 +70,11 @@ impl EchKey {
         );
         let mut private = Zeroizing::new([0u8; 32]);
         boring::rand::rand_bytes(&mut private[..])?;
-        let key = hpke_key(&private[..])?;
+        let key = crate::sys::hpke_x25519_key(&private[..])?;
         let mut config_id = [0u8; 1];
         boring::rand::rand_bytes(&mut config_id)?;
-        let config = marshal_config(&key, config_id[0], &public_name.to_ascii_lowercase())?;
+        let config =
+            crate::sys::marshal_ech_config(&key, config_id[0], &public_name.to_ascii_lowercase())?;
         Ok(EchKey { config, private })
     }
 
@@ -149,7 +109,11 @@ impl EchKey {
         };
         // Refused here, with the file named, rather than at the first handshake.
         SslEchKeys::builder()?
-            .add_key(true, &key.config, hpke_key(&key.private[..])?)
+            .add_key(
+                true,
+                &key.config,
+                crate::sys::hpke_x25519_key(&key.private[..])?,
+            )
             .context("the ECHConfig does not match the private key")?;
         Ok(key)
     }
@@ -181,7 +145,11 @@ impl EchKey {
 pub fn server_keys(keys: &[EchKey]) -> anyhow::Result<SslEchKeys> {
     let mut builder = SslEchKeys::builder()?;
     for (index, key) in keys.iter().enumerate() {
-        builder.add_key(index == 0, &key.config, hpke_key(&key.private[..])?)?;
+        builder.add_key(
+            index == 0,
+            &key.config,
+            crate::sys::hpke_x25519_key(&key.private[..])?,
+        )?;
     }
     Ok(builder.build())
 }

@@ -33,7 +33,6 @@ use boring::ssl::{
     SslVersion,
 };
 use boring::x509::{X509Name, X509};
-use foreign_types::ForeignTypeRef;
 
 use crate::config::{ClientAuth, ListenerConfig, TlsVersion, UnknownSni};
 use crate::offload::{KeyKind, SigningKey};
@@ -420,8 +419,7 @@ fn configure(
     Tls13Order::parse(listener.tls13_ciphers.get_ref())?.apply_to_context(builder)?;
     builder.set_session_id_context(b"tlsterm")?;
     if *listener.early_data.get_ref() {
-        // SAFETY: the builder's SSL_CTX is valid; the call sets a flag.
-        unsafe { boring_sys::SSL_CTX_set_early_data_enabled(builder.as_ptr(), 1) };
+        crate::sys::enable_early_data(builder);
     }
     if profiles.list.iter().any(|p| !p.alpn.is_empty()) {
         let profiles = profiles.clone();
@@ -489,30 +487,13 @@ impl Tls13Order {
     }
 
     fn apply_to_context(&self, builder: &mut SslContextBuilder) -> anyhow::Result<()> {
-        // SAFETY: the SSL_CTX is valid; both arrays hold `ids.len()` elements and BoringSSL
-        // copies them. (The `boring` crate has no wrapper for this call.)
-        let ok = unsafe {
-            boring_sys::SSL_CTX_set1_tls13_ciphers(
-                builder.as_ptr(),
-                self.ids.as_ptr(),
-                self.flags.as_ptr(),
-                self.ids.len(),
-            )
-        };
-        anyhow::ensure!(ok == 1, "BoringSSL refused the TLS 1.3 suites");
+        let ok = crate::sys::set_tls13_ciphers(builder, &self.ids, &self.flags);
+        anyhow::ensure!(ok, "BoringSSL refused the TLS 1.3 suites");
         Ok(())
     }
 
     fn apply_to_connection(&self, ssl: &mut SslRef) -> bool {
-        // SAFETY: as above, for the connection's own copy of the list.
-        unsafe {
-            boring_sys::SSL_set1_tls13_ciphers(
-                ssl.as_ptr(),
-                self.ids.as_ptr(),
-                self.flags.as_ptr(),
-                self.ids.len(),
-            ) == 1
-        }
+        crate::sys::set_connection_tls13_ciphers(ssl, &self.ids, &self.flags)
     }
 }
 
@@ -573,16 +554,7 @@ fn early_data_refused(verdict: Verdict) -> bool {
 /// it (e.g. "ticket_age_skew", "alpn_mismatch"). Refusals for replay are counted earlier.
 pub fn early_data_outcome(ssl: &SslRef) -> Option<&'static str> {
     use boring_sys::ssl_early_data_reason_t as Reason;
-    // SAFETY: the connection is valid; both calls only read its state, and the reason
-    // string, when not null, is a static NUL-terminated ASCII string.
-    let (reason, text) = unsafe {
-        let reason = boring_sys::SSL_get_early_data_reason(ssl.as_ptr());
-        let text = boring_sys::SSL_early_data_reason_string(reason);
-        let text = (!text.is_null())
-            .then(|| std::ffi::CStr::from_ptr(text).to_str().ok())
-            .flatten();
-        (reason, text)
-    };
+    let (reason, text) = crate::sys::early_data_reason(ssl);
     match reason {
         Reason::ssl_early_data_accepted => Some("accepted"),
         Reason::ssl_early_data_unknown
@@ -764,21 +736,13 @@ impl ServerTls {
             }
             if early_data_refused {
                 // After the context switch, which resets the flag from the new context.
-                // SAFETY: the connection is valid for the callback; the call sets a flag.
-                unsafe { boring_sys::SSL_set_early_data_enabled(ssl.as_ptr(), 0) };
+                crate::sys::disable_early_data(ssl);
             }
             // BoringSSL fixes the version range and the client-certificate request after
             // this callback, so per-name settings still apply here.
             let profile = per_name.for_ssl(ssl);
-            // SAFETY: the connection is valid; BoringSSL copies the 32 bytes (its limit).
-            let sid_set = unsafe {
-                boring_sys::SSL_set_session_id_context(
-                    ssl.as_ptr(),
-                    profile.sid_ctx.as_ptr(),
-                    profile.sid_ctx.len(),
-                )
-            };
-            if sid_set != 1 {
+            let sid_set = crate::sys::set_connection_session_id_context(ssl, &profile.sid_ctx);
+            if !sid_set {
                 return Err(SelectCertError::ERROR);
             }
             if let Some(min) = profile.min_version {
