@@ -13,6 +13,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub mod crls;
+pub mod ech_key;
+
 /// Address of the built-in HTTP responder, usable in `backends` (the embedded default uses it).
 pub const BUILTIN_BACKEND: &str = "builtin";
 
@@ -42,7 +45,7 @@ pub struct Config {
     #[serde(default)]
     pub engine: EngineConfig,
     #[serde(default)]
-    pub session: crate::session::SessionConfig,
+    pub session: SessionConfig,
     #[serde(default)]
     pub admin: AdminConfig,
     /// Timing of the OCSP responses tlsterm fetches (`ocsp_fetch = true` on a certificate).
@@ -306,7 +309,7 @@ pub struct ListenerConfig {
 #[serde(from = "Spanned<PathBuf>")]
 pub struct CrlFile {
     pub path: Spanned<PathBuf>,
-    crls: Option<Arc<crate::tls::crl::Crls>>,
+    crls: Option<Arc<crls::Crls>>,
 }
 
 impl From<Spanned<PathBuf>> for CrlFile {
@@ -317,7 +320,7 @@ impl From<Spanned<PathBuf>> for CrlFile {
 
 impl CrlFile {
     /// The CRLs read when the configuration was validated.
-    pub fn crls(&self) -> anyhow::Result<&crate::tls::crl::Crls> {
+    pub fn crls(&self) -> anyhow::Result<&crls::Crls> {
         self.crls.as_deref().ok_or_else(|| {
             anyhow::anyhow!(
                 "client_crl {} was not read (configuration not validated)",
@@ -411,8 +414,11 @@ pub struct CertificateConfig {
     pub ocsp_fetch: bool,
 }
 
+/// The most early data BoringSSL accepts on a connection (kMaxEarlyDataAccepted).
+pub const BORINGSSL_MAX_EARLY_DATA: usize = 14_336;
+
 fn default_max_early_data() -> Spanned<usize> {
-    Spanned::new(0..0, crate::tls::early_data::BORINGSSL_MAX_EARLY_DATA)
+    Spanned::new(0..0, BORINGSSL_MAX_EARLY_DATA)
 }
 fn default_off() -> Spanned<bool> {
     Spanned::new(0..0, false)
@@ -474,6 +480,36 @@ pub fn tls13_cipher_id(name: &str) -> Option<u16> {
     }
 }
 
+/// BoringSSL's name for a configured group, or `None` if unknown.
+pub fn group_name(name: &str) -> Option<&'static str> {
+    match name.to_ascii_lowercase().as_str() {
+        // The hybrid post-quantum group (ML-KEM-768 with X25519) of current browsers.
+        "x25519mlkem768" => Some("X25519MLKEM768"),
+        "x25519" => Some("X25519"),
+        "p-256" | "p256" | "prime256v1" | "secp256r1" => Some("P-256"),
+        "p-384" | "p384" | "secp384r1" => Some("P-384"),
+        _ => None,
+    }
+}
+
+/// A certificate compression algorithm tlsterm offers (`cert_compression`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertCompression {
+    Brotli,
+    Zlib,
+}
+
+impl CertCompression {
+    /// The algorithm of a configured name.
+    pub fn parse(name: &str) -> Option<CertCompression> {
+        match name.to_ascii_lowercase().as_str() {
+            "brotli" => Some(CertCompression::Brotli),
+            "zlib" => Some(CertCompression::Zlib),
+            _ => None,
+        }
+    }
+}
+
 fn default_groups() -> Spanned<Vec<String>> {
     Spanned::new(
         0..0,
@@ -507,6 +543,142 @@ fn default_buffer_size() -> usize {
     16 * 1024
 }
 
+/// With `redis_ticket_keys`, how many epochs of keys a ticket can outlive its own by.
+const MAX_SHARED_EPOCHS: u32 = 1000;
+
+/// `[session]` in the configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionConfig {
+    /// Issue and accept session tickets (TLS 1.2 and 1.3).
+    pub tickets: bool,
+    /// Ticket keys: base64 lines of 80 bytes (16-byte name, 32-byte HMAC key, 32-byte AES
+    /// key); the last line encrypts, all lines decrypt. Re-read on SIGHUP. Without it, keys
+    /// are generated in memory and rotated.
+    pub ticket_key_file: Option<PathBuf>,
+    /// In-memory keys: how long one key encrypts new tickets.
+    #[serde(with = "humantime_serde")]
+    pub ticket_rotation: Duration,
+    /// In-memory keys: how long a replaced key still decrypts tickets.
+    #[serde(with = "humantime_serde")]
+    pub ticket_grace: Duration,
+    /// How long a session (ticket or cached ID) can be resumed.
+    #[serde(with = "humantime_serde")]
+    pub lifetime: Duration,
+    /// The in-process session-ID cache (TLS 1.2), shared by all workers.
+    pub cache: bool,
+    pub cache_max_entries: usize,
+    /// Serialized sessions plus bookkeeping, in bytes.
+    pub cache_max_bytes: usize,
+    /// e.g. "redis://127.0.0.1:6379/0": a session-ID cache shared by several processes.
+    /// "rediss://" connects with TLS (rustls).
+    pub redis_url: Option<String>,
+    /// With "rediss://": PEM CA certificates the Redis server's certificate must chain to
+    /// (default: the system's roots).
+    pub redis_ca_file: Option<PathBuf>,
+    /// The longest a handshake waits for Redis before it goes on as a full handshake.
+    #[serde(with = "humantime_serde")]
+    pub redis_timeout: Duration,
+    /// Prefix of the Redis keys (followed by the session ID in hex).
+    pub redis_prefix: String,
+    /// Share the ticket keys of the fleet through Redis (`redis_url`): one key per
+    /// `ticket_rotation` epoch of the wall clock, created by the first process that needs
+    /// it, kept for `ticket_grace` after its epoch. Instead of `ticket_key_file`.
+    pub redis_ticket_keys: bool,
+    /// TLS 1.3 early data: how many ClientHellos the anti-replay memory holds (about
+    /// 60 bytes each). When full, 0-RTT is refused until older entries expire.
+    pub early_data_replay_entries: usize,
+    /// The fraction of that memory one client network (IPv4 address, IPv6 /56) may fill
+    /// in a window (a wider network, IPv4 /24 or IPv6 /48, `replay::WIDER_NETWORK_SHARES`
+    /// times that); beyond it, its 0-RTT is refused (1-RTT goes on).
+    pub early_data_replay_client_share: f64,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            tickets: true,
+            ticket_key_file: None,
+            ticket_rotation: Duration::from_secs(3600),
+            ticket_grace: Duration::from_secs(3600),
+            lifetime: Duration::from_secs(600),
+            cache: true,
+            cache_max_entries: 20_000,
+            cache_max_bytes: 32 << 20,
+            redis_url: None,
+            redis_ca_file: None,
+            redis_timeout: Duration::from_millis(20),
+            redis_prefix: "tlsterm:session:".into(),
+            redis_ticket_keys: false,
+            early_data_replay_entries: 100_000,
+            early_data_replay_client_share: 0.01,
+        }
+    }
+}
+
+impl SessionConfig {
+    /// Checks the values that parsing alone cannot judge; the message names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.ticket_key_file.is_some() || !self.ticket_rotation.is_zero(),
+            "[session] ticket_rotation must be more than 0"
+        );
+        anyhow::ensure!(
+            self.lifetime >= Duration::from_secs(1) && self.lifetime.as_secs() <= u32::MAX as u64,
+            "[session] lifetime must be at least 1s"
+        );
+        anyhow::ensure!(
+            !self.redis_timeout.is_zero(),
+            "[session] redis_timeout must be more than 0"
+        );
+        anyhow::ensure!(
+            self.early_data_replay_client_share > 0.0 && self.early_data_replay_client_share <= 1.0,
+            "[session] early_data_replay_client_share must be above 0 and at most 1"
+        );
+        if let Some(url) = &self.redis_url {
+            anyhow::ensure!(
+                !url.contains("#insecure"),
+                "[session] redis_url: tlsterm always verifies the Redis certificate (no #insecure)"
+            );
+        }
+        if self.redis_ca_file.is_some() {
+            let client = self.redis_url.as_deref().map(::redis::Client::open);
+            anyhow::ensure!(
+                client.is_some_and(|client| client.is_ok_and(|c| redis_uses_tls(&c))),
+                "[session] redis_ca_file needs a rediss:// redis_url"
+            );
+        }
+        if self.redis_ticket_keys {
+            anyhow::ensure!(
+                self.redis_url.is_some(),
+                "[session] redis_ticket_keys needs redis_url"
+            );
+            anyhow::ensure!(
+                self.ticket_key_file.is_none(),
+                "[session] redis_ticket_keys and ticket_key_file exclude each other"
+            );
+            anyhow::ensure!(
+                self.ticket_rotation.subsec_nanos() == 0 && self.ticket_rotation.as_secs() >= 1,
+                "[session] with redis_ticket_keys, ticket_rotation must be whole seconds"
+            );
+            // Every process reads the keys of all epochs that may still decrypt.
+            anyhow::ensure!(
+                self.ticket_grace <= self.ticket_rotation * MAX_SHARED_EPOCHS,
+                "[session] with redis_ticket_keys, ticket_grace may be at most {MAX_SHARED_EPOCHS} times ticket_rotation"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Whether a Redis client connects with TLS (rediss://).
+pub fn redis_uses_tls(client: &redis::Client) -> bool {
+    matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    )
+}
+
 /// A configuration error that points at the place it comes from.
 #[derive(Debug)]
 pub struct ConfigError {
@@ -537,6 +709,21 @@ impl SourceMap<'_> {
         let range = span.span();
         // Defaults carry an empty span at 0: they have no line.
         let line = (range.end > 0).then(|| self.text[..range.start].matches('\n').count() + 1);
+        ConfigError {
+            file: self.file.to_string(),
+            line,
+            message: message.into(),
+        }
+    }
+
+    /// An error about a `[table]` as a whole: it names the table's header line.
+    pub fn table_error(&self, table: &str, message: impl Into<String>) -> ConfigError {
+        let header = format!("[{table}]");
+        let line = self
+            .text
+            .lines()
+            .position(|line| line.trim() == header)
+            .map(|index| index + 1);
         ConfigError {
             file: self.file.to_string(),
             line,
@@ -593,7 +780,7 @@ fn check_crl(
         return Err(map.error(&crl.path, "key `client_crl` needs `client_ca`"));
     }
     resolve_file(map, &mut crl.path, "client_crl")?;
-    let crls = crate::tls::crl::Crls::load(crl.path.get_ref())
+    let crls = crls::Crls::load(crl.path.get_ref())
         .map_err(|e| map.error(&crl.path, format!("key `client_crl`: {e:#}")))?;
     crl.crls = Some(Arc::new(crls));
     Ok(())
@@ -706,6 +893,9 @@ impl Config {
                 ));
             }
         }
+        if let Err(err) = self.session.validate() {
+            return Err(map.table_error("session", err.to_string()));
+        }
         // `[session]` files, like every other path, are relative to this file.
         let session = &mut self.session;
         for path in [&mut session.ticket_key_file, &mut session.redis_ca_file]
@@ -778,8 +968,7 @@ impl Config {
                     "key `early_data`: 0-RTT exists only in TLS 1.3, but `max_version` is 1.2",
                 ));
             }
-            if *listener.max_early_data.get_ref() > crate::tls::early_data::BORINGSSL_MAX_EARLY_DATA
-            {
+            if *listener.max_early_data.get_ref() > BORINGSSL_MAX_EARLY_DATA {
                 return Err(map.error(
                     &listener.max_early_data,
                     "key `max_early_data`: at most 14336 (all the early data BoringSSL accepts)",
@@ -797,7 +986,7 @@ impl Config {
                 return Err(map.error(&listener.groups, "key `groups`: must not be empty"));
             }
             for group in listener.groups.get_ref() {
-                if crate::tls::group_name(group).is_none() {
+                if group_name(group).is_none() {
                     return Err(map.error(
                         &listener.groups,
                         format!("key `groups`: unknown group `{group}` (X25519MLKEM768, X25519, P-256, P-384)"),
@@ -814,7 +1003,7 @@ impl Config {
                 let resolved: Vec<PathBuf> =
                     files.get_ref().iter().map(|f| map.resolve(f)).collect();
                 for file in &resolved {
-                    if let Err(err) = crate::tls::ech::EchKey::load(file) {
+                    if let Err(err) = ech_key::EchKey::load(file) {
                         return Err(map.error(files, format!("key `ech_keys`: {err:#}")));
                     }
                 }
@@ -822,7 +1011,7 @@ impl Config {
             }
             let algorithms = listener.cert_compression.get_ref();
             for (i, name) in algorithms.iter().enumerate() {
-                let message = if crate::tls::compress::Algorithm::parse(name).is_none() {
+                let message = if CertCompression::parse(name).is_none() {
                     format!("unknown algorithm `{name}` (brotli, zlib)")
                 } else if algorithms[..i].iter().any(|n| n.eq_ignore_ascii_case(name)) {
                     format!("`{name}` is listed twice")
@@ -896,6 +1085,50 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_names() {
+        assert_eq!(group_name("x25519"), Some("X25519"));
+        assert_eq!(group_name("X25519MLKEM768"), Some("X25519MLKEM768"));
+        assert_eq!(group_name("prime256v1"), Some("P-256"));
+        assert_eq!(group_name("X448"), None);
+    }
+
+    #[test]
+    fn redis_ticket_keys_need_redis_and_no_key_file() {
+        let parse = |text: &str| toml::from_str::<SessionConfig>(text).unwrap().validate();
+        let redis = "redis_ticket_keys = true\nredis_url = \"redis://127.0.0.1/\"\n";
+        assert!(parse(redis).is_ok());
+        let err = parse("redis_ticket_keys = true\n").unwrap_err();
+        assert!(err.to_string().contains("needs redis_url"), "{err}");
+        let err = parse(&format!("{redis}ticket_key_file = \"k\"\n")).unwrap_err();
+        assert!(err.to_string().contains("exclude each other"), "{err}");
+        let err = parse(&format!(
+            "{redis}ticket_rotation = \"1s\"\nticket_grace = \"1h\"\n"
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("at most 1000 times"), "{err}");
+    }
+
+    #[test]
+    fn redis_ca_file_needs_a_tls_url() {
+        let parse = |text: &str| toml::from_str::<SessionConfig>(text).unwrap().validate();
+        let ca = "redis_ca_file = \"ca.pem\"\n";
+        let err = parse(&format!("{ca}redis_url = \"redis://127.0.0.1/\"\n")).unwrap_err();
+        assert!(err.to_string().contains("needs a rediss://"), "{err}");
+        assert!(parse(&format!("{ca}redis_url = \"rediss://127.0.0.1/\"\n")).is_ok());
+    }
+
+    #[test]
+    fn a_bad_session_table_names_its_line() {
+        let text = "workers = 1\n\n[session]\nticket_rotation = \"0s\"\n\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+        let err = Config::parse("t.toml", text).unwrap_err();
+        assert_eq!(err.line, Some(3), "{err}");
+        assert!(
+            err.message.contains("ticket_rotation must be more than 0"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn embedded_default_parses() {

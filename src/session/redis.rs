@@ -18,6 +18,8 @@ use tokio::runtime::Handle;
 use tokio::task::{AbortHandle, JoinHandle};
 use zeroize::Zeroize;
 
+use crate::config::redis_uses_tls;
+
 use super::tickets::{shared_epochs, unix_now, SharedKey, TicketKey, KEY_FILE_ENTRY_LEN};
 
 /// Operations in flight at once; beyond this, lookups miss and stores are dropped.
@@ -127,14 +129,6 @@ pub fn redacted(url: &str) -> String {
         None => rest.to_string(),
     };
     format!("{scheme}://{userinfo}{rest}")
-}
-
-/// Whether the client connects with TLS (rediss://).
-pub fn uses_tls(client: &redis::Client) -> bool {
-    matches!(
-        client.get_connection_info().addr(),
-        redis::ConnectionAddr::TcpTls { .. }
-    )
 }
 
 /// rustls needs a crypto provider for the process; aws-lc-rs, as the bench client uses.
@@ -249,7 +243,7 @@ impl RedisStore {
             None => redis::Client::open(url).map_err(anyhow::Error::from),
         };
         let client = client.with_context(|| format!("invalid redis_url `{}`", redacted(url)))?;
-        if uses_tls(&client) {
+        if redis_uses_tls(&client) {
             install_tls_provider()?;
         }
         let handle = runtime()?;
@@ -268,7 +262,7 @@ impl RedisStore {
 
     /// Whether the connection is TLS (rediss://).
     pub fn uses_tls(&self) -> bool {
-        uses_tls(&self.client)
+        redis_uses_tls(&self.client)
     }
 
     pub fn key(&self, id: &[u8]) -> String {

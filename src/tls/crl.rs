@@ -7,11 +7,11 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-use boring::error::ErrorStack;
 use boring::x509::store::{X509Store, X509StoreBuilder, X509StoreBuilderRef};
 use boring::x509::verify::X509VerifyFlags;
 use boring::x509::X509;
 
+use crate::config::crls::Crls;
 use crate::config::{CrlCheck, CrlFile};
 use crate::sys::{Crl, CrlValidity};
 
@@ -38,7 +38,7 @@ impl ClientStore {
         digest.update(&pem);
         if let Some(crl) = crl {
             let crls = crl.crls()?;
-            crls.install(&mut store, check, crl.path.get_ref())?;
+            ClientStore::install(crls, &mut store, check, crl.path.get_ref())?;
             digest.update(&crls.digest);
             digest.update(&[check as u8]);
         }
@@ -49,39 +49,21 @@ impl ClientStore {
     }
 }
 
-/// The CRLs of one `client_crl` file.
-#[derive(Debug)]
-pub struct Crls {
-    list: Vec<Crl>,
-    /// SHA-256 of the file: a changed file must change the session ID context, so that
-    /// sessions whose certificates may now be revoked are not resumed.
-    digest: [u8; 32],
-}
-
-impl Crls {
-    /// Reads PEM (one or more CRLs) or DER (one CRL).
-    pub fn load(path: &Path) -> anyhow::Result<Crls> {
-        let data =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        Ok(Crls {
-            list: parse(&data)?,
-            digest: boring::sha::sha256(&data),
-        })
-    }
-
+/// Revocation checking, with the CRLs read with the configuration.
+impl ClientStore {
     /// Adds the CRLs to `store` and turns revocation checking on; warns about CRLs whose
     /// validity period excludes now when no current CRL of the same issuer is beside them,
     /// since BoringSSL then refuses every client certificate that issuer signed.
     fn install(
-        &self,
+        crls: &Crls,
         store: &mut X509StoreBuilderRef,
         check: CrlCheck,
         path: &Path,
     ) -> anyhow::Result<()> {
-        let validity: Vec<CrlValidity> = self.list.iter().map(Crl::validity).collect();
-        for (index, crl) in self.list.iter().enumerate() {
+        let validity: Vec<CrlValidity> = crls.list.iter().map(Crl::validity).collect();
+        for (index, crl) in crls.list.iter().enumerate() {
             let replaced = || {
-                self.list.iter().zip(&validity).any(|(other, validity)| {
+                crls.list.iter().zip(&validity).any(|(other, validity)| {
                     *validity == CrlValidity::Current && other.same_issuer(crl)
                 })
             };
@@ -103,42 +85,5 @@ impl Crls {
             CrlCheck::Chain => X509VerifyFlags::CRL_CHECK | X509VerifyFlags::CRL_CHECK_ALL,
         });
         Ok(())
-    }
-}
-
-const PEM_BEGIN: &[u8] = b"-----BEGIN X509 CRL-----";
-
-fn parse(data: &[u8]) -> anyhow::Result<Vec<Crl>> {
-    let blocks = data
-        .windows(PEM_BEGIN.len())
-        .filter(|w| *w == PEM_BEGIN)
-        .count();
-    if blocks == 0 {
-        return parse_der(data).map(|crl| vec![crl]);
-    }
-    let crls = Crl::parse_pem(data, blocks)?;
-    if crls.len() < blocks {
-        return Err(ErrorStack::get())
-            .with_context(|| format!("CRL number {} is not valid PEM", crls.len() + 1));
-    }
-    Ok(crls)
-}
-
-fn parse_der(data: &[u8]) -> anyhow::Result<Crl> {
-    let (crl, read) = Crl::parse_der(data)?;
-    anyhow::ensure!(read == data.len(), "trailing data after the DER CRL");
-    Ok(crl)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn garbage_is_refused() {
-        assert!(parse(b"not a CRL").is_err());
-        let bad_pem = [PEM_BEGIN, b"\nAAAA\n-----END X509 CRL-----\n"].concat();
-        let err = parse(&bad_pem).err().unwrap();
-        assert!(format!("{err:#}").contains("CRL number 1"), "{err:#}");
     }
 }

@@ -19,9 +19,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 use tokio_boring::SslStream;
 
-/// The most early data BoringSSL accepts on a connection (kMaxEarlyDataAccepted).
-pub const BORINGSSL_MAX_EARLY_DATA: usize = 14_336;
-
 /// Whether the handshake is complete: the client's Finished has been read.
 fn confirmed(ssl: &SslRef) -> bool {
     crate::sys::handshake_confirmed(ssl)

@@ -34,24 +34,14 @@ use boring::ssl::{
 };
 use boring::x509::{X509Name, X509};
 
-use crate::config::{ClientAuth, ListenerConfig, TlsVersion, UnknownSni};
+use crate::config::{
+    CertCompression, ClientAuth, ListenerConfig, SessionConfig, TlsVersion, UnknownSni,
+};
 use crate::offload::{KeyKind, SigningKey};
 use crate::session::replay::Verdict;
-use crate::session::{EarlyDataCheck, SessionConfig, Sessions};
+use crate::session::{EarlyDataCheck, Sessions};
 use crl::ClientStore;
 use keymethod::OffloadKeyMethod;
-
-/// BoringSSL's name for a configured group, or `None` if unknown.
-pub fn group_name(name: &str) -> Option<&'static str> {
-    match name.to_ascii_lowercase().as_str() {
-        // The hybrid post-quantum group (ML-KEM-768 with X25519) of current browsers.
-        "x25519mlkem768" => Some("X25519MLKEM768"),
-        "x25519" => Some("X25519"),
-        "p-256" | "p256" | "prime256v1" | "secp256r1" => Some("P-256"),
-        "p-384" | "p384" | "secp384r1" => Some("P-384"),
-        _ => None,
-    }
-}
 
 /// A certificate chain with its key, as loaded from PEM files or generated.
 pub struct CertifiedKey {
@@ -413,7 +403,7 @@ fn configure(
         .groups
         .get_ref()
         .iter()
-        .filter_map(|g| group_name(g))
+        .filter_map(|g| crate::config::group_name(g))
         .collect();
     builder.set_curves_list(&groups.join(":"))?;
     Tls13Order::parse(listener.tls13_ciphers.get_ref())?.apply_to_context(builder)?;
@@ -636,11 +626,11 @@ impl ServerTls {
             tls13_enabled: listener.max_version >= TlsVersion::Tls13,
             unknown_sni: listener.unknown_sni,
         };
-        let compression: Vec<compress::Algorithm> = listener
+        let compression: Vec<CertCompression> = listener
             .cert_compression
             .get_ref()
             .iter()
-            .filter_map(|name| compress::Algorithm::parse(name))
+            .filter_map(|name| CertCompression::parse(name))
             .collect();
         let ech_keys = match &listener.ech_keys {
             Some(files) => {
@@ -855,13 +845,5 @@ mod tests {
         assert_eq!(table.lookup("x.api.test"), Some(&2));
         assert_eq!(table.lookup("admin.test.."), None);
         assert_eq!(table.lookup("."), None);
-    }
-
-    #[test]
-    fn group_names() {
-        assert_eq!(group_name("x25519"), Some("X25519"));
-        assert_eq!(group_name("X25519MLKEM768"), Some("X25519MLKEM768"));
-        assert_eq!(group_name("prime256v1"), Some("P-256"));
-        assert_eq!(group_name("X448"), None);
     }
 }
