@@ -9,9 +9,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_boring::SslStreamBuilder;
 
+use super::failure::HandshakeFailure;
 use super::ListenerState;
 use crate::config::ProxyProtocol;
-use crate::metrics::{self, HandshakeFailure, HandshakeRecord};
+use crate::metrics::{self, HandshakeRecord};
 use crate::offload::HandshakeGuard;
 use crate::proxy::proxy_protocol::{self, ClientIdentity, TlsDetails};
 use crate::proxy::relay::{self, RelayEnd};
@@ -208,7 +209,7 @@ pub async fn handle(
         }
         Ok((Err(err), _)) => {
             let reason = HandshakeFailure::classify(&format!("{err} {err:?}"));
-            metrics::record_handshake_failure(reason, &state.metrics);
+            metrics::record_handshake_failure(reason.label(), &state.metrics);
             tracing::debug!(%client, error = %err, reason = reason.label(), "handshake failed");
             log_end(
                 log_connections,
@@ -222,7 +223,7 @@ pub async fn handle(
             return;
         }
         Err(_) => {
-            metrics::record_handshake_failure(HandshakeFailure::Timeout, &state.metrics);
+            metrics::record_handshake_failure(HandshakeFailure::Timeout.label(), &state.metrics);
             tracing::debug!(%client, "handshake timed out");
             log_end(
                 log_connections,

@@ -9,6 +9,7 @@
 //! removed ones: they stop accepting, and their connections go on.
 
 mod conn;
+mod failure;
 mod worker;
 
 use std::net::{SocketAddr, ToSocketAddrs};
