@@ -233,7 +233,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     };
     let config = source.load()?;
     let builtin = if uses_builtin(&config) {
-        Some(crate::backend::spawn_builtin()?)
+        Some(crate::proxy::builtin_backend::spawn_builtin()?)
     } else {
         None
     };
