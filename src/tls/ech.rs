@@ -1,7 +1,10 @@
 //! Encrypted Client Hello, server side: the keys a listener decrypts with. The key files
 //! themselves are read with the configuration (`config::ech_key`).
 
-use boring::ssl::SslEchKeys;
+use std::sync::LazyLock;
+
+use boring::ex_data::Index;
+use boring::ssl::{Ssl, SslEchKeys, SslRef};
 
 pub use crate::config::ech_key::{config_list, EchKey};
 
@@ -12,6 +15,24 @@ pub fn server_keys(keys: &[EchKey]) -> anyhow::Result<SslEchKeys> {
         builder.add_key(index == 0, &key.config, key.hpke_key()?)?;
     }
     Ok(builder.build())
+}
+
+/// Set on connections whose ClientHello carried an ECH extension (decrypted or not).
+pub(super) static ECH_OFFERED: LazyLock<Index<Ssl, bool>> =
+    LazyLock::new(|| Ssl::new_ex_index().expect("an SSL ex_data index"));
+
+/// What became of a connection's Encrypted Client Hello, once its ClientHello is read:
+/// "accepted" (decrypted: the inner ClientHello is used), "rejected" (offered but not
+/// decrypted, GREASE from browsers included: the client gets the public name's
+/// certificate and the retry configs), or "not_offered".
+pub fn ech_outcome(ssl: &SslRef) -> &'static str {
+    if ssl.ech_accepted() {
+        "accepted"
+    } else if ssl.ex_data(*ECH_OFFERED).is_some() {
+        "rejected"
+    } else {
+        "not_offered"
+    }
 }
 
 #[cfg(test)]
