@@ -8,7 +8,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_boring::SslStreamBuilder;
 
-use super::failure::HandshakeFailure;
+use super::failure::{FailureFacts, HandshakeFailure};
 use super::ListenerState;
 use crate::config::ProxyProtocol;
 use crate::metrics::{self, HandshakeRecord};
@@ -105,7 +105,7 @@ pub async fn handle(
             (tls, negotiated)
         }
         Ok((Err(err), _)) => {
-            let reason = HandshakeFailure::classify(&format!("{err} {err:?}"));
+            let reason = HandshakeFailure::classify(&FailureFacts::of(&err));
             metrics::record_handshake_failure(reason.label(), &state.metrics);
             tracing::debug!(%client, error = %err, reason = reason.label(), "handshake failed");
             log_end(

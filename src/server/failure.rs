@@ -43,45 +43,82 @@ impl HandshakeFailure {
         }
     }
 
-    /// Classifies BoringSSL's error text (its reason codes are stable identifiers).
-    pub fn classify(error: &str) -> HandshakeFailure {
-        let has = |needle: &str| error.contains(needle);
-        if has("CONNECTION_REJECTED") {
+    /// Classifies a failed handshake by BoringSSL's codes, never by the error's text.
+    pub fn classify(facts: &FailureFacts) -> HandshakeFailure {
+        use boring_sys as ffi;
+        let reason = facts.reason.unwrap_or(0);
+        let is = |codes: &[i32]| codes.contains(&reason);
+        if reason == ffi::SSL_R_CONNECTION_REJECTED {
             // The certificate-selection callback refuses only unknown names.
             HandshakeFailure::UnknownSni
-        } else if has("certificate revoked") {
-            // The verify result, which `boring` adds to the handshake error's text.
+        } else if facts.verify == Some(ffi::X509_V_ERR_CERT_REVOKED) {
             HandshakeFailure::ClientCertRevoked
-        } else if has("CRL has expired") {
+        } else if facts.verify == Some(ffi::X509_V_ERR_CRL_HAS_EXPIRED) {
             HandshakeFailure::ClientCrlExpired
-        } else if has("PEER_DID_NOT_RETURN_A_CERTIFICATE") || has("CERTIFICATE_VERIFY_FAILED") {
+        } else if is(&[
+            ffi::SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE,
+            ffi::SSL_R_CERTIFICATE_VERIFY_FAILED,
+        ]) {
             HandshakeFailure::ClientCertificate
-        } else if has("NO_SHARED_CIPHER")
-            || has("NO_SHARED_GROUP")
-            || has("NO_COMMON_SIGNATURE_ALGORITHMS")
-        {
+        } else if is(&[
+            ffi::SSL_R_NO_SHARED_CIPHER,
+            ffi::SSL_R_NO_SHARED_GROUP,
+            ffi::SSL_R_NO_COMMON_SIGNATURE_ALGORITHMS,
+        ]) {
             HandshakeFailure::NoSharedCipher
-        } else if has("UNSUPPORTED_PROTOCOL") || has("PROTOCOL_VERSION") {
+        } else if is(&[
+            ffi::SSL_R_UNSUPPORTED_PROTOCOL,
+            ffi::SSL_R_TLSV1_ALERT_PROTOCOL_VERSION,
+        ]) {
             HandshakeFailure::ProtocolVersion
-        } else if has("HTTP_REQUEST")
-            || has("WRONG_VERSION_NUMBER")
-            || has("UNKNOWN_PROTOCOL")
-            || has("HTTPS_PROXY_REQUEST")
-        {
+        } else if is(&[
+            ffi::SSL_R_HTTP_REQUEST,
+            ffi::SSL_R_WRONG_VERSION_NUMBER,
+            ffi::SSL_R_UNKNOWN_PROTOCOL,
+            ffi::SSL_R_HTTPS_PROXY_REQUEST,
+        ]) {
             HandshakeFailure::NotTls
-        } else if has("PRIVATE_KEY_OPERATION_FAILED") {
+        } else if reason == ffi::SSL_R_PRIVATE_KEY_OPERATION_FAILED {
             HandshakeFailure::Signing
-        } else if has("ALERT") {
+        } else if reason >= ffi::SSL_AD_REASON_OFFSET {
+            // BoringSSL reports an alert from the peer as this offset plus the alert.
             HandshakeFailure::ClientAlert
-        } else if has("unexpected EOF")
-            || has("UNEXPECTED_EOF")
-            || has("Connection reset")
-            || has("Broken pipe")
-            || has("syscall")
-        {
+        } else if facts.closed {
             HandshakeFailure::ClientClosed
         } else {
             HandshakeFailure::Other
+        }
+    }
+}
+
+/// What BoringSSL and the socket say about a failed handshake.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FailureFacts {
+    /// The reason code (`SSL_R_*`) of the failed step, if BoringSSL gave one.
+    pub reason: Option<i32>,
+    /// The client certificate's verification error (`X509_V_ERR_*`), if it failed.
+    pub verify: Option<i32>,
+    /// The connection ended under the handshake: end of stream, reset, broken pipe.
+    pub closed: bool,
+}
+
+impl FailureFacts {
+    pub fn of<S>(error: &tokio_boring::HandshakeError<S>) -> FailureFacts {
+        let ssl = error.ssl();
+        let closed = match error.as_io_error() {
+            Some(io) => matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+            ),
+            // A system-call error without an I/O error: the peer closed the connection.
+            None => error.code() == Some(boring::ssl::ErrorCode::SYSCALL),
+        };
+        FailureFacts {
+            reason: ssl.and_then(crate::tls::handshake_error_reason),
+            verify: ssl.and_then(|ssl| ssl.verify_result().err().map(|e| e.as_raw())),
+            closed,
         }
     }
 }
@@ -92,29 +129,52 @@ mod tests {
 
     #[test]
     fn failure_reasons_are_classified() {
-        for (error, reason) in [
+        use boring_sys as ffi;
+        let reason = |code: i32| FailureFacts {
+            reason: Some(code),
+            ..FailureFacts::default()
+        };
+        for (facts, class) in [
             (
-                "error:...:NO_SHARED_CIPHER",
+                reason(ffi::SSL_R_NO_SHARED_CIPHER),
                 HandshakeFailure::NoSharedCipher,
             ),
             (
-                "ssl:UNSUPPORTED_PROTOCOL",
+                reason(ffi::SSL_R_UNSUPPORTED_PROTOCOL),
                 HandshakeFailure::ProtocolVersion,
             ),
-            ("SSL_R_HTTP_REQUEST", HandshakeFailure::NotTls),
-            ("TLSV1_ALERT_UNKNOWN_CA", HandshakeFailure::ClientAlert),
-            ("CONNECTION_REJECTED", HandshakeFailure::UnknownSni),
+            (reason(ffi::SSL_R_HTTP_REQUEST), HandshakeFailure::NotTls),
+            // TLSV1_ALERT_UNKNOWN_CA: the client refused our certificate.
             (
-                "PEER_DID_NOT_RETURN_A_CERTIFICATE",
+                reason(ffi::SSL_AD_REASON_OFFSET + 48),
+                HandshakeFailure::ClientAlert,
+            ),
+            (
+                reason(ffi::SSL_R_CONNECTION_REJECTED),
+                HandshakeFailure::UnknownSni,
+            ),
+            (
+                reason(ffi::SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE),
                 HandshakeFailure::ClientCertificate,
             ),
             (
-                "TLS handshake failed: cert verification failed - certificate revoked CERTIFICATE_VERIFY_FAILED",
+                FailureFacts {
+                    reason: Some(ffi::SSL_R_CERTIFICATE_VERIFY_FAILED),
+                    verify: Some(ffi::X509_V_ERR_CERT_REVOKED),
+                    closed: false,
+                },
                 HandshakeFailure::ClientCertRevoked,
             ),
-            ("something new", HandshakeFailure::Other),
+            (
+                FailureFacts {
+                    closed: true,
+                    ..FailureFacts::default()
+                },
+                HandshakeFailure::ClientClosed,
+            ),
+            (FailureFacts::default(), HandshakeFailure::Other),
         ] {
-            assert_eq!(HandshakeFailure::classify(error), reason, "{error}");
+            assert_eq!(HandshakeFailure::classify(&facts), class, "{facts:?}");
         }
     }
 }

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use boring::ssl::{AlpnError, SslContextBuilder, SslVersion};
 use boring::x509::X509Name;
 
+use super::failure;
 use super::profile::{select_alpn, verify_mode, Profiles};
 use super::tls13::Tls13Order;
 use crate::config::{ListenerConfig, TlsVersion};
@@ -39,6 +40,7 @@ pub(super) fn configure(
     builder.set_curves_list(&groups.join(":"))?;
     Tls13Order::parse(listener.tls13_ciphers.get_ref())?.apply_to_context(builder)?;
     builder.set_session_id_context(b"tlsterm")?;
+    failure::record_failures(builder);
     if *listener.early_data.get_ref() {
         crate::sys::enable_early_data(builder);
     }

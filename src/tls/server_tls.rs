@@ -19,7 +19,7 @@ use super::names::NameTable;
 use super::profile::Profiles;
 use super::select::{file_staple, CertContext, CertSelector};
 use super::tls13::{client_prefers_chacha, Tls13Order};
-use super::{compress, ech, ocsp};
+use super::{compress, ech, failure, ocsp};
 use crate::config::{CertCompression, ListenerConfig, SessionConfig, TlsVersion};
 use crate::session::Sessions;
 
@@ -203,6 +203,7 @@ impl ServerTls {
     pub fn new_ssl(&self, client: IpAddr) -> anyhow::Result<Ssl> {
         let mut ssl = Ssl::new(&self.base)?;
         ssl.set_ex_data(*CLIENT_ADDRESS, client);
+        failure::prepare(&mut ssl);
         Ok(ssl)
     }
 }
