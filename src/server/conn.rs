@@ -41,20 +41,20 @@ impl<F: std::future::Future + Unpin> std::future::Future for PollTimer<F> {
 
 /// Why a connection ended, for the log line.
 #[derive(Debug, Clone, Copy)]
-enum Outcome {
+enum CloseReason {
     HandshakeTimeout,
     HandshakeFailed,
     BackendUnavailable,
     Relayed(RelayEnd),
 }
 
-impl Outcome {
+impl CloseReason {
     fn label(self) -> &'static str {
         match self {
-            Outcome::HandshakeTimeout => "handshake_timeout",
-            Outcome::HandshakeFailed => "handshake_failed",
-            Outcome::BackendUnavailable => "backend_unavailable",
-            Outcome::Relayed(end) => end.label(),
+            CloseReason::HandshakeTimeout => "handshake_timeout",
+            CloseReason::HandshakeFailed => "handshake_failed",
+            CloseReason::BackendUnavailable => "backend_unavailable",
+            CloseReason::Relayed(end) => end.label(),
         }
     }
 }
@@ -115,7 +115,7 @@ pub async fn handle(
                 handshake_time,
                 0,
                 0,
-                Outcome::HandshakeFailed,
+                CloseReason::HandshakeFailed,
             );
             return;
         }
@@ -129,7 +129,7 @@ pub async fn handle(
                 handshake_time,
                 0,
                 0,
-                Outcome::HandshakeTimeout,
+                CloseReason::HandshakeTimeout,
             );
             return;
         }
@@ -149,7 +149,7 @@ pub async fn handle(
                 handshake_time,
                 0,
                 0,
-                Outcome::BackendUnavailable,
+                CloseReason::BackendUnavailable,
             );
             return;
         }
@@ -171,7 +171,7 @@ pub async fn handle(
         handshake_time,
         outcome.to_backend,
         outcome.to_client,
-        Outcome::Relayed(outcome.end),
+        CloseReason::Relayed(outcome.end),
     );
 }
 
@@ -202,7 +202,7 @@ fn log_end(
     handshake_time: Duration,
     to_backend: u64,
     to_client: u64,
-    outcome: Outcome,
+    outcome: CloseReason,
 ) {
     metrics::record_close(outcome.label(), to_backend, to_client);
     if !enabled {

@@ -65,7 +65,7 @@ impl Listener {
 }
 
 /// What the workers share.
-pub struct Shared {
+pub struct ProcessWide {
     pub log_connections: std::sync::atomic::AtomicBool,
     /// `max_connections` for the whole process (fixed at start).
     pub connection_limit: Arc<tokio::sync::Semaphore>,
@@ -250,7 +250,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     }
     let workers = config.worker_count();
     let listeners: Vec<Arc<Listener>> = states.into_iter().map(Listener::new).collect();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(ProcessWide {
         log_connections: config.log.connections.into(),
         connection_limit: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
     });
@@ -302,7 +302,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let admin_address = config.admin.enabled.then_some(config.admin.address);
     tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, signing = offload.signing(), kernel = offload.kernel_name(), "tlsterm serving");
 
-    let mut running = Running {
+    let mut running = Serving {
         source,
         started_with: config.process_settings(),
         listeners,
@@ -360,19 +360,19 @@ fn open(
 }
 
 /// What the main thread keeps while serving, to apply reloads.
-struct Running {
+struct Serving {
     source: ConfigSource,
     started_with: ProcessSettings,
     listeners: Vec<Arc<Listener>>,
     /// Each worker's command channel.
     workers: Vec<UnboundedSender<worker::Command>>,
-    shared: Arc<Shared>,
+    shared: Arc<ProcessWide>,
     builtin: Option<SocketAddr>,
     sessions: Sessions,
     settings: watch::Sender<OffloadSettings>,
 }
 
-impl Running {
+impl Serving {
     /// SIGHUP: re-read configuration and certificates, open new listeners and close
     /// removed ones; on any error keep serving the old ones.
     fn reload(&mut self) {

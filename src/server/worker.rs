@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::LocalSet;
 
-use super::{conn, Listener, Shared};
+use super::{conn, Listener, ProcessWide};
 use crate::offload::{self, OffloadSettings};
 
 /// What the main thread asks of a worker.
@@ -26,7 +26,7 @@ pub enum Command {
 pub struct Worker {
     pub index: usize,
     pub commands: mpsc::UnboundedReceiver<Command>,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<ProcessWide>,
     pub settings: watch::Receiver<OffloadSettings>,
     pub shutdown: watch::Receiver<bool>,
     pub drain_timeout: Duration,
@@ -130,7 +130,7 @@ async fn accept_loop(
     listener: Arc<Listener>,
     socket: TcpListener,
     limit: Arc<Semaphore>,
-    shared: Arc<Shared>,
+    shared: Arc<ProcessWide>,
     shutdown: watch::Receiver<bool>,
 ) {
     let mut closed = listener.closed.subscribe();
@@ -188,7 +188,7 @@ async fn accept_loop(
 /// at most one accepted connection, untouched, until a permit frees; only the server
 /// stopping (`None`) drops it.
 async fn global_permit(
-    shared: &Shared,
+    shared: &ProcessWide,
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<OwnedSemaphorePermit> {
     tokio::select! {
@@ -200,7 +200,7 @@ async fn global_permit(
 /// Serves an accepted connection; `permits` (listener, process) are held until it ends.
 fn start(
     listener: &Listener,
-    shared: &Shared,
+    shared: &ProcessWide,
     stream: TcpStream,
     client: SocketAddr,
     permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
@@ -225,7 +225,7 @@ async fn serve_accept_queue(
     listener: &Listener,
     socket: TcpListener,
     limit: &Arc<Semaphore>,
-    shared: &Shared,
+    shared: &ProcessWide,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let waiting = crate::sys::accept_queue_len(&socket);

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::handle::Sessions;
 use super::metrics::METRICS;
-use super::redis::{Outcome, RedisStore};
+use super::redis::{RedisReply, RedisStore};
 use super::replay::Verdict;
 use super::{redis, replay, tickets};
 
@@ -82,14 +82,14 @@ impl EarlyDataCheck {
                 redis,
                 key,
             } => {
-                let outcome = pending.await.unwrap_or(Outcome::Error);
+                let outcome = pending.await.unwrap_or(RedisReply::Error);
                 METRICS
                     .redis
                     .with_label_values(&["claim", outcome.label()])
                     .inc();
                 match outcome {
-                    Outcome::Done(true) => Verdict::Fresh,
-                    Outcome::Done(false) => Verdict::Replayed,
+                    RedisReply::Done(true) => Verdict::Fresh,
+                    RedisReply::Done(false) => Verdict::Replayed,
                     _ => {
                         claim_in_background(&redis, key);
                         Verdict::Unchecked

@@ -11,7 +11,7 @@ use boring::ssl::SslSessionRef;
 use super::cache::LruCache;
 use super::hooks::TICKET_KEYS;
 use super::metrics::{update_cache_gauges, METRICS};
-use super::redis::{Outcome, RedisStore};
+use super::redis::{RedisReply, RedisStore};
 use super::replay::ReplayGuard;
 use super::tickets::{unix_now, KeySource, TicketKeys};
 use crate::config::SessionConfig;
@@ -48,7 +48,8 @@ pub(super) fn cache_bounds(config: &SessionConfig) -> (usize, usize) {
     }
 }
 
-pub(super) struct Inner {
+/// The state behind every clone of [`Sessions`], shared with the BoringSSL hooks.
+pub(super) struct SessionsState {
     pub(super) config: Mutex<SessionConfig>,
     pub(super) tickets: Arc<TicketKeys>,
     pub(super) cache: Mutex<LruCache>,
@@ -60,7 +61,7 @@ pub(super) struct Inner {
     pub(super) key_sync: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
-impl Drop for Inner {
+impl Drop for SessionsState {
     fn drop(&mut self) {
         if let Some(sync) = self.key_sync.get_mut().unwrap_or_else(|e| e.into_inner()) {
             sync.abort();
@@ -72,7 +73,7 @@ impl Drop for Inner {
 /// Cloning is cheap: all clones share the same state.
 #[derive(Clone)]
 pub struct Sessions {
-    pub(super) inner: Arc<Inner>,
+    pub(super) inner: Arc<SessionsState>,
 }
 
 impl Sessions {
@@ -84,7 +85,7 @@ impl Sessions {
         TICKET_KEYS.store(Some(tickets.clone()));
         LazyLock::force(&METRICS);
         let sessions = Sessions {
-            inner: Arc::new(Inner {
+            inner: Arc::new(SessionsState {
                 config: Mutex::new(config.clone()),
                 tickets,
                 cache: Mutex::new(LruCache::new(entries, bytes)),
@@ -145,7 +146,7 @@ impl Sessions {
                     .with_label_values(&["ticket_keys", outcome.label()])
                     .inc();
                 let keys = match outcome {
-                    Outcome::Done(keys) => keys,
+                    RedisReply::Done(keys) => keys,
                     _ => {
                         if !std::mem::replace(&mut failing, true) {
                             tracing::warn!(result = outcome.label(), "cannot read the shared session ticket keys from Redis; the keys in use stay (retrying)");

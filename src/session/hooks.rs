@@ -10,9 +10,9 @@ use boring::ssl::{SslContextBuilder, SslOptions, SslSessionCacheMode, SslSession
 use zeroize::Zeroizing;
 
 use super::cache::SessionDer;
-use super::handle::{Inner, Sessions};
+use super::handle::{Sessions, SessionsState};
 use super::metrics::{update_cache_gauges, METRICS};
-use super::redis::Outcome;
+use super::redis::RedisReply;
 use super::tickets;
 use super::tickets::{Lookup, TicketKeys};
 use crate::config::SessionConfig;
@@ -57,7 +57,7 @@ impl Sessions {
     }
 }
 
-impl Inner {
+impl SessionsState {
     /// The new-session callback: TLS 1.2 sessions with an ID go to the local cache and Redis.
     pub(super) fn store(&self, session: &SslSessionRef) {
         if session.protocol_version() == SslVersion::TLS1_3 || session.id().is_empty() {
@@ -114,9 +114,9 @@ impl Inner {
         let id = id.to_vec();
         Some(Box::pin(async move {
             let m = &*METRICS;
-            let outcome = pending.await.unwrap_or(Outcome::Error);
+            let outcome = pending.await.unwrap_or(RedisReply::Error);
             match outcome {
-                Outcome::Done(Some(der)) => {
+                RedisReply::Done(Some(der)) => {
                     m.redis.with_label_values(&["get", "hit"]).inc();
                     m.cache_lookups.with_label_values(&["redis"]).inc();
                     let der = SessionDer::new(Zeroizing::new(der));
@@ -127,7 +127,7 @@ impl Inner {
                     drop(cache);
                     Some(der)
                 }
-                Outcome::Done(None) => {
+                RedisReply::Done(None) => {
                     m.redis.with_label_values(&["get", "miss"]).inc();
                     m.cache_lookups.with_label_values(&["miss"]).inc();
                     None

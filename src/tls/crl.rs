@@ -17,7 +17,7 @@ use crate::sys::{Crl, CrlValidity};
 
 /// What client certificates are verified against.
 #[derive(Clone)]
-pub struct ClientStore {
+pub struct ClientTrust {
     pub store: X509Store,
     /// SHA-256 of the CA file, the CRL file and the check mode: it goes into the session ID
     /// context, so that sessions verified against other trust are not resumed (resumption
@@ -25,8 +25,8 @@ pub struct ClientStore {
     pub digest: [u8; 32],
 }
 
-impl ClientStore {
-    pub fn load(ca: &Path, crl: Option<&CrlFile>, check: CrlCheck) -> anyhow::Result<ClientStore> {
+impl ClientTrust {
+    pub fn load(ca: &Path, crl: Option<&CrlFile>, check: CrlCheck) -> anyhow::Result<ClientTrust> {
         let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
         let cas = X509::stack_from_pem(&pem).context("cannot parse client_ca PEM")?;
         anyhow::ensure!(!cas.is_empty(), "client_ca holds no certificate");
@@ -38,11 +38,11 @@ impl ClientStore {
         digest.update(&pem);
         if let Some(crl) = crl {
             let crls = crl.crls()?;
-            ClientStore::install(crls, &mut store, check, crl.path.get_ref())?;
+            ClientTrust::install(crls, &mut store, check, crl.path.get_ref())?;
             digest.update(&crls.digest);
             digest.update(&[check as u8]);
         }
-        Ok(ClientStore {
+        Ok(ClientTrust {
             store: store.build(),
             digest: digest.finish(),
         })
@@ -50,7 +50,7 @@ impl ClientStore {
 }
 
 /// Revocation checking, with the CRLs read with the configuration.
-impl ClientStore {
+impl ClientTrust {
     /// Adds the CRLs to `store` and turns revocation checking on; warns about CRLs whose
     /// validity period excludes now when no current CRL of the same issuer is beside them,
     /// since BoringSSL then refuses every client certificate that issuer signed.

@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use boring::ssl::{NameType, SslRef, SslVerifyMode, SslVersion};
 
 use super::context::ssl_version;
-use super::crl::ClientStore;
+use super::crl::ClientTrust;
 use super::names::NameTable;
 use crate::config::{ClientAuth, ListenerConfig};
 
@@ -15,7 +15,7 @@ pub(super) struct Profile {
     pub(super) alpn: Vec<Vec<u8>>,
     pub(super) min_version: Option<SslVersion>,
     /// Client-certificate policy overriding the listener's (set on the connection).
-    pub(super) verify: Option<(SslVerifyMode, Option<ClientStore>)>,
+    pub(super) verify: Option<(SslVerifyMode, Option<ClientTrust>)>,
     /// The session ID context of its connections: a digest of the names and the effective
     /// client-certificate policy (mode, CA and CRL files). BoringSSL resumes a session only
     /// under the context it was made in, and resumption skips client-certificate checks, so
@@ -27,7 +27,7 @@ pub(super) struct Profile {
 pub(super) fn session_context(
     names: &[String],
     mode: SslVerifyMode,
-    store: Option<&ClientStore>,
+    store: Option<&ClientTrust>,
 ) -> [u8; 32] {
     let mut digest = boring::sha::Sha256::new();
     digest.update(b"tlsterm session context 1\0");
@@ -44,14 +44,14 @@ pub struct Profiles {
     pub(super) names: NameTable<usize>,
     pub(super) list: Vec<Profile>,
     /// The listener's client-certificate store, loaded once for all its contexts.
-    pub(super) client_store: Option<ClientStore>,
+    pub(super) client_store: Option<ClientTrust>,
 }
 
 impl Profiles {
     pub(super) fn build(listener: &ListenerConfig) -> anyhow::Result<Profiles> {
         let wire = |alpn: &[String]| alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let client_store = match (&listener.client_ca, listener.client_auth) {
-            (Some(ca), ClientAuth::Optional | ClientAuth::Required) => Some(ClientStore::load(
+            (Some(ca), ClientAuth::Optional | ClientAuth::Required) => Some(ClientTrust::load(
                 ca.get_ref(),
                 listener.client_crl.as_ref(),
                 listener.client_crl_check,
@@ -95,7 +95,7 @@ impl Profiles {
                         .unwrap_or(listener.client_crl_check);
                     Some((
                         verify_mode(auth),
-                        Some(ClientStore::load(ca.get_ref(), crl, check)?),
+                        Some(ClientTrust::load(ca.get_ref(), crl, check)?),
                     ))
                 }
             };
