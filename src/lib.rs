@@ -14,7 +14,7 @@
 //! | 1 | `offload` | private-key operations: the per-worker queue, its flush policy, the signer it calls (the engine crate, or BoringSSL inline) |
 //! | 1 | `session` | resumption: tickets and their keys, the session cache, Redis, 0-RTT anti-replay |
 //! | 1 | `proxy` | backends, the PROXY protocol header, the byte relay, the built-in HTTP responder |
-//! | 2 | `tls` | BoringSSL contexts: certificates, selection by SNI, per-name profiles, client certificates and CRLs, OCSP, ECH, the async private-key hook |
+//! | 2 | `tls` | BoringSSL contexts: certificates, selection by SNI, per-name profiles, client certificates and CRLs, OCSP, ECH, the async private-key hook, the record of what a handshake negotiated and the reason code of one that failed |
 //! | 3 | `server` | listeners, workers, one connection's life, reload and drain |
 //! | 4 | `speed`, `stats`, `main.rs` | the commands: `tlsterm speed`, `tlsterm stats`; `main.rs` parses the command line |
 //!
