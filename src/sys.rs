@@ -4,7 +4,8 @@
 //! `unsafe` and each contract is checked in one place.
 //!
 //! Groups: the process and its sockets (libc), settings of a context or a connection,
-//! the session hooks (ticket keys, cached sessions), CRLs, and HPKE keys for ECH.
+//! the session hooks (ticket keys, cached sessions), CRLs, and HPKE keys for ECH. One file
+//! although it is long: it is the one place a reviewer of `unsafe` has to read.
 
 use std::future::Future;
 use std::os::fd::AsRawFd;
