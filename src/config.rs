@@ -14,10 +14,15 @@ use serde::Deserialize;
 use toml::Spanned;
 
 mod acme;
+pub mod crls;
+pub mod ech_key;
+mod session;
 pub use acme::{
     read_fleet_key, AcmeCertificate, AcmeConfig, AcmeKeyType, AcmeNames, ChallengeKind,
     ExternalAccount,
 };
+
+pub use session::{redis_uses_tls, SessionConfig};
 
 /// Address of the built-in HTTP responder, usable in `backends` (the embedded default uses it).
 pub const BUILTIN_BACKEND: &str = "builtin";
@@ -48,7 +53,7 @@ pub struct Config {
     #[serde(default)]
     pub engine: EngineConfig,
     #[serde(default)]
-    pub session: crate::session::SessionConfig,
+    pub session: SessionConfig,
     #[serde(default)]
     pub admin: AdminConfig,
     /// Timing of the OCSP responses tlsterm fetches (`ocsp_fetch = true` on a certificate).
@@ -320,7 +325,7 @@ pub struct ListenerConfig {
 #[serde(from = "Spanned<PathBuf>")]
 pub struct CrlFile {
     pub path: Spanned<PathBuf>,
-    crls: Option<Arc<crate::tls::crl::Crls>>,
+    crls: Option<Arc<crls::Crls>>,
 }
 
 impl From<Spanned<PathBuf>> for CrlFile {
@@ -331,7 +336,7 @@ impl From<Spanned<PathBuf>> for CrlFile {
 
 impl CrlFile {
     /// The CRLs read when the configuration was validated.
-    pub fn crls(&self) -> anyhow::Result<&crate::tls::crl::Crls> {
+    pub fn crls(&self) -> anyhow::Result<&crls::Crls> {
         self.crls.as_deref().ok_or_else(|| {
             anyhow::anyhow!(
                 "client_crl {} was not read (configuration not validated)",
@@ -427,8 +432,11 @@ pub struct CertificateConfig {
     pub ocsp_fetch: bool,
 }
 
+/// The most early data BoringSSL accepts on a connection (kMaxEarlyDataAccepted).
+pub const BORINGSSL_MAX_EARLY_DATA: usize = 14_336;
+
 fn default_max_early_data() -> Spanned<usize> {
-    Spanned::new(0..0, crate::tls::early_data::BORINGSSL_MAX_EARLY_DATA)
+    Spanned::new(0..0, BORINGSSL_MAX_EARLY_DATA)
 }
 fn default_off() -> Spanned<bool> {
     Spanned::new(0..0, false)
@@ -487,6 +495,36 @@ pub fn tls13_cipher_id(name: &str) -> Option<u16> {
         "TLS_AES_256_GCM_SHA384" => Some(0x1302),
         "TLS_CHACHA20_POLY1305_SHA256" => Some(0x1303),
         _ => None,
+    }
+}
+
+/// BoringSSL's name for a configured group, or `None` if unknown.
+pub fn group_name(name: &str) -> Option<&'static str> {
+    match name.to_ascii_lowercase().as_str() {
+        // The hybrid post-quantum group (ML-KEM-768 with X25519) of current browsers.
+        "x25519mlkem768" => Some("X25519MLKEM768"),
+        "x25519" => Some("X25519"),
+        "p-256" | "p256" | "prime256v1" | "secp256r1" => Some("P-256"),
+        "p-384" | "p384" | "secp384r1" => Some("P-384"),
+        _ => None,
+    }
+}
+
+/// A certificate compression algorithm tlsterm offers (`cert_compression`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertCompression {
+    Brotli,
+    Zlib,
+}
+
+impl CertCompression {
+    /// The algorithm of a configured name.
+    pub fn parse(name: &str) -> Option<CertCompression> {
+        match name.to_ascii_lowercase().as_str() {
+            "brotli" => Some(CertCompression::Brotli),
+            "zlib" => Some(CertCompression::Zlib),
+            _ => None,
+        }
     }
 }
 
@@ -560,6 +598,21 @@ impl SourceMap<'_> {
         }
     }
 
+    /// An error about a `[table]` as a whole: it names the table's header line.
+    pub fn table_error(&self, table: &str, message: impl Into<String>) -> ConfigError {
+        let header = format!("[{table}]");
+        let line = self
+            .text
+            .lines()
+            .position(|line| line.trim() == header)
+            .map(|index| index + 1);
+        ConfigError {
+            file: self.file.to_string(),
+            line,
+            message: message.into(),
+        }
+    }
+
     pub fn plain(&self, message: impl Into<String>) -> ConfigError {
         ConfigError {
             file: self.file.to_string(),
@@ -609,7 +662,7 @@ fn check_crl(
         return Err(map.error(&crl.path, "key `client_crl` needs `client_ca`"));
     }
     resolve_file(map, &mut crl.path, "client_crl")?;
-    let crls = crate::tls::crl::Crls::load(crl.path.get_ref())
+    let crls = crls::Crls::load(crl.path.get_ref())
         .map_err(|e| map.error(&crl.path, format!("key `client_crl`: {e:#}")))?;
     crl.crls = Some(Arc::new(crls));
     Ok(())
@@ -722,6 +775,9 @@ impl Config {
                 ));
             }
         }
+        if let Err(err) = self.session.validate() {
+            return Err(map.table_error("session", err.to_string()));
+        }
         // `[session]` files, like every other path, are relative to this file.
         let session = &mut self.session;
         for path in [&mut session.ticket_key_file, &mut session.redis_ca_file]
@@ -798,8 +854,7 @@ impl Config {
                     "key `early_data`: 0-RTT exists only in TLS 1.3, but `max_version` is 1.2",
                 ));
             }
-            if *listener.max_early_data.get_ref() > crate::tls::early_data::BORINGSSL_MAX_EARLY_DATA
-            {
+            if *listener.max_early_data.get_ref() > BORINGSSL_MAX_EARLY_DATA {
                 return Err(map.error(
                     &listener.max_early_data,
                     "key `max_early_data`: at most 14336 (all the early data BoringSSL accepts)",
@@ -817,7 +872,7 @@ impl Config {
                 return Err(map.error(&listener.groups, "key `groups`: must not be empty"));
             }
             for group in listener.groups.get_ref() {
-                if crate::tls::group_name(group).is_none() {
+                if group_name(group).is_none() {
                     return Err(map.error(
                         &listener.groups,
                         format!("key `groups`: unknown group `{group}` (X25519MLKEM768, X25519, P-256, P-384)"),
@@ -834,7 +889,7 @@ impl Config {
                 let resolved: Vec<PathBuf> =
                     files.get_ref().iter().map(|f| map.resolve(f)).collect();
                 for file in &resolved {
-                    if let Err(err) = crate::tls::ech::EchKey::load(file) {
+                    if let Err(err) = ech_key::EchKey::load(file) {
                         return Err(map.error(files, format!("key `ech_keys`: {err:#}")));
                     }
                 }
@@ -842,7 +897,7 @@ impl Config {
             }
             let algorithms = listener.cert_compression.get_ref();
             for (i, name) in algorithms.iter().enumerate() {
-                let message = if crate::tls::compress::Algorithm::parse(name).is_none() {
+                let message = if CertCompression::parse(name).is_none() {
                     format!("unknown algorithm `{name}` (brotli, zlib)")
                 } else if algorithms[..i].iter().any(|n| n.eq_ignore_ascii_case(name)) {
                     format!("`{name}` is listed twice")
@@ -927,6 +982,25 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_names() {
+        assert_eq!(group_name("x25519"), Some("X25519"));
+        assert_eq!(group_name("X25519MLKEM768"), Some("X25519MLKEM768"));
+        assert_eq!(group_name("prime256v1"), Some("P-256"));
+        assert_eq!(group_name("X448"), None);
+    }
+
+    #[test]
+    fn a_bad_session_table_names_its_line() {
+        let text = "workers = 1\n\n[session]\nticket_rotation = \"0s\"\n\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+        let err = Config::parse("t.toml", text).unwrap_err();
+        assert_eq!(err.line, Some(3), "{err}");
+        assert!(
+            err.message.contains("ticket_rotation must be more than 0"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn embedded_default_parses() {

@@ -124,7 +124,7 @@ fn main() -> ExitCode {
                 runtime.block_on(async {
                     let listener = tokio::net::TcpListener::bind(listen).await?;
                     tracing::info!(address = %listener.local_addr()?, "backend listening");
-                    tlsterm::backend::serve(listener).await;
+                    tlsterm::proxy::builtin_backend::serve(listener).await;
                     anyhow::Ok(())
                 })
             })()

@@ -47,13 +47,13 @@ pub struct Acme {
     installed: Installed,
     /// Tells the server that a certificate was installed (it rebuilds the contexts).
     announce: UnboundedSender<Announcement>,
-    running: Option<Running>,
+    ca: Option<CaSetup>,
     tasks: HashMap<AcmeCertificate, tokio::task::AbortHandle>,
     http_address: Option<SocketAddr>,
 }
 
-/// What the tasks share, for one `[acme]` configuration.
-struct Running {
+/// The CA and what the tasks share, for one `[acme]` configuration.
+struct CaSetup {
     config: AcmeConfig,
     redis: Option<(String, Option<PathBuf>)>,
     storage: Arc<Storage>,
@@ -65,7 +65,7 @@ struct Running {
 /// reload commits to it.
 pub struct Plan {
     wanted: Vec<AcmeCertificate>,
-    running: Option<Running>,
+    ca: Option<CaSetup>,
     restart: bool,
     loaded: HashMap<AcmeCertificate, (Material, Facts)>,
 }
@@ -76,7 +76,7 @@ impl Acme {
         let acme = Acme {
             installed: Arc::default(),
             announce,
-            running: None,
+            ca: None,
             tasks: HashMap::new(),
             http_address: None,
         };
@@ -95,8 +95,8 @@ impl Acme {
         let Some(acme) = &config.acme else {
             return Ok(Plan {
                 wanted: Vec::new(),
-                running: None,
-                restart: self.running.is_some(),
+                ca: None,
+                restart: self.ca.is_some(),
                 loaded: HashMap::new(),
             });
         };
@@ -106,7 +106,7 @@ impl Acme {
             .clone()
             .map(|url| (url, config.session.redis_ca_file.clone()));
         let restart = self
-            .running
+            .ca
             .as_ref()
             .is_none_or(|r| r.config != *acme || r.redis != redis);
         let fleet = match (&redis, &acme.fleet_key_file) {
@@ -143,7 +143,7 @@ impl Acme {
         }
         Ok(Plan {
             wanted,
-            running: Some(Running {
+            ca: Some(CaSetup {
                 config: acme.clone(),
                 redis,
                 storage,
@@ -161,7 +161,7 @@ impl Acme {
     pub fn apply(&mut self, plan: Plan) -> anyhow::Result<()> {
         let Plan {
             wanted,
-            running,
+            ca,
             restart,
             mut loaded,
         } = plan;
@@ -169,7 +169,7 @@ impl Acme {
             for (_, task) in self.tasks.drain() {
                 task.abort();
             }
-            self.running = running;
+            self.ca = ca;
             crate::tls::acme_challenge::set_fleet_lookup(self.fleet_lookup());
         }
         self.tasks.retain(|cert, task| {
@@ -185,10 +185,10 @@ impl Acme {
             .lock()
             .expect("acme certificates")
             .retain(|cert, _| wanted.contains(cert));
-        let Some(running) = &self.running else {
+        let Some(ca) = &self.ca else {
             return Ok(());
         };
-        let http = running.config.http_address.as_ref().map(|a| *a.get_ref());
+        let http = ca.config.http_address.as_ref().map(|a| *a.get_ref());
         match (http, self.http_address) {
             (Some(address), None) => {
                 http01::start(address)?;
@@ -206,10 +206,10 @@ impl Acme {
             let task = CertificateTask {
                 current: loaded.remove(&cert),
                 cert: cert.clone(),
-                config: running.config.clone(),
-                storage: running.storage.clone(),
-                fleet: running.fleet.clone(),
-                account: running.account.clone(),
+                config: ca.config.clone(),
+                storage: ca.storage.clone(),
+                fleet: ca.fleet.clone(),
+                account: ca.account.clone(),
                 installed: self.installed.clone(),
                 announce: self.announce.clone(),
                 ari: None,
@@ -224,7 +224,7 @@ impl Acme {
 
     /// How validation connections reaching this process learn another one's answer.
     fn fleet_lookup(&self) -> Option<crate::tls::acme_challenge::FleetLookup> {
-        let fleet = self.running.as_ref()?.fleet.clone()?;
+        let fleet = self.ca.as_ref()?.fleet.clone()?;
         Some(Arc::new(move |name| {
             let fleet = fleet.clone();
             Box::pin(async move { fleet.challenge(&name).await.ok().flatten() })

@@ -24,117 +24,6 @@ use prometheus::{
     IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
 };
 
-use crate::offload::KeyKind;
-
-/// Why a batch of private-key operations ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlushCause {
-    Full,
-    AllWaiting,
-    Idle,
-    Timer,
-    /// Too few operations to be worth a multi-buffer pass: computed one by one.
-    Small,
-}
-
-impl FlushCause {
-    pub fn label(self) -> &'static str {
-        match self {
-            FlushCause::Full => "full",
-            FlushCause::AllWaiting => "all_waiting",
-            FlushCause::Idle => "idle",
-            FlushCause::Timer => "timer",
-            FlushCause::Small => "small",
-        }
-    }
-}
-
-/// Why a handshake failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandshakeFailure {
-    Timeout,
-    /// The client sent a fatal alert.
-    ClientAlert,
-    NoSharedCipher,
-    ProtocolVersion,
-    /// Not TLS at all (plain HTTP, garbage).
-    NotTls,
-    /// The client closed the connection mid-handshake.
-    ClientClosed,
-    /// The private-key operation failed.
-    Signing,
-    /// SNI named no certificate and `unknown_sni = "refuse"`.
-    UnknownSni,
-    /// A required client certificate was missing or did not verify.
-    ClientCertificate,
-    /// The client certificate is on a `client_crl` list.
-    ClientCertRevoked,
-    /// The `client_crl` that covers the client certificate is past its nextUpdate.
-    ClientCrlExpired,
-    Other,
-}
-
-impl HandshakeFailure {
-    pub fn label(self) -> &'static str {
-        match self {
-            HandshakeFailure::Timeout => "timeout",
-            HandshakeFailure::ClientAlert => "client_alert",
-            HandshakeFailure::NoSharedCipher => "no_shared_cipher",
-            HandshakeFailure::ProtocolVersion => "protocol_version",
-            HandshakeFailure::NotTls => "not_tls",
-            HandshakeFailure::ClientClosed => "client_closed",
-            HandshakeFailure::Signing => "signing",
-            HandshakeFailure::UnknownSni => "unknown_sni",
-            HandshakeFailure::ClientCertificate => "client_certificate",
-            HandshakeFailure::ClientCertRevoked => "client_cert_revoked",
-            HandshakeFailure::ClientCrlExpired => "client_crl_expired",
-            HandshakeFailure::Other => "other",
-        }
-    }
-
-    /// Classifies BoringSSL's error text (its reason codes are stable identifiers).
-    pub fn classify(error: &str) -> HandshakeFailure {
-        let has = |needle: &str| error.contains(needle);
-        if has("CONNECTION_REJECTED") {
-            // The certificate-selection callback refuses only unknown names.
-            HandshakeFailure::UnknownSni
-        } else if has("certificate revoked") {
-            // The verify result, which `boring` adds to the handshake error's text.
-            HandshakeFailure::ClientCertRevoked
-        } else if has("CRL has expired") {
-            HandshakeFailure::ClientCrlExpired
-        } else if has("PEER_DID_NOT_RETURN_A_CERTIFICATE") || has("CERTIFICATE_VERIFY_FAILED") {
-            HandshakeFailure::ClientCertificate
-        } else if has("NO_SHARED_CIPHER")
-            || has("NO_SHARED_GROUP")
-            || has("NO_COMMON_SIGNATURE_ALGORITHMS")
-        {
-            HandshakeFailure::NoSharedCipher
-        } else if has("UNSUPPORTED_PROTOCOL") || has("PROTOCOL_VERSION") {
-            HandshakeFailure::ProtocolVersion
-        } else if has("HTTP_REQUEST")
-            || has("WRONG_VERSION_NUMBER")
-            || has("UNKNOWN_PROTOCOL")
-            || has("HTTPS_PROXY_REQUEST")
-        {
-            HandshakeFailure::NotTls
-        } else if has("PRIVATE_KEY_OPERATION_FAILED") {
-            HandshakeFailure::Signing
-        } else if has("ALERT") {
-            HandshakeFailure::ClientAlert
-        } else if has("unexpected EOF")
-            || has("UNEXPECTED_EOF")
-            || has("Connection reset")
-            || has("Broken pipe")
-            || has("syscall")
-        {
-            HandshakeFailure::ClientClosed
-        } else {
-            HandshakeFailure::Other
-        }
-    }
-}
-
 pub struct Metrics {
     pub registry: Registry,
     pub connections_accepted: IntCounter,
@@ -336,15 +225,9 @@ pub fn sample_worker_cpu() {
     if !enabled() {
         return;
     }
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer to a local.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+    let Some(seconds) = crate::sys::thread_cpu_seconds() else {
         return;
-    }
-    let seconds = now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9;
+    };
     on_worker(|w| {
         w.cpu.inc_by((seconds - w.cpu_counted.get()).max(0.0));
         w.cpu_counted.set(seconds);
@@ -370,13 +253,14 @@ pub fn render() -> String {
         .unwrap_or_default()
 }
 
-pub fn record_inline_op(kind: KeyKind, _elapsed: Duration) {
+/// `kind`: the key's kind (`rsa2048`, `ecdsap256`, ...).
+pub fn record_inline_op(kind: &str, _elapsed: Duration) {
     if !enabled() {
         return;
     }
     METRICS
         .engine_ops
-        .with_label_values(&[kind.label(), "inline"])
+        .with_label_values(&[kind, "inline"])
         .inc();
     on_worker(|w| w.engine_ops.inc());
 }
@@ -388,20 +272,21 @@ pub fn record_queue_wait(wait: Duration) {
     METRICS.queue_wait.observe(wait.as_secs_f64());
 }
 
-pub fn record_flush(cause: FlushCause, _ops: usize) {
+/// `cause`: why the batch ran (`full`, `all_waiting`, `idle`, `timer`, `small`).
+pub fn record_flush(cause: &str, _ops: usize) {
     if !enabled() {
         return;
     }
-    METRICS.flushes.with_label_values(&[cause.label()]).inc();
+    METRICS.flushes.with_label_values(&[cause]).inc();
 }
 
-pub fn record_batch(kind: KeyKind, ops: usize, elapsed: Duration) {
+pub fn record_batch(kind: &str, ops: usize, elapsed: Duration) {
     if !enabled() {
         return;
     }
     METRICS
         .engine_ops
-        .with_label_values(&[kind.label(), "batch"])
+        .with_label_values(&[kind, "batch"])
         .inc_by(ops as u64);
     on_worker(|w| w.engine_ops.inc_by(ops as u64));
     METRICS.batch_lanes.observe(ops as f64);
@@ -472,14 +357,15 @@ pub fn record_handshake(h: &HandshakeRecord<'_>, listener: &ListenerMetrics) {
         .observe(h.in_tls.as_secs_f64());
 }
 
-pub fn record_handshake_failure(reason: HandshakeFailure, listener: &ListenerMetrics) {
+/// `reason`: the label of the failure's class (`timeout`, `not_tls`, ...).
+pub fn record_handshake_failure(reason: &str, listener: &ListenerMetrics) {
     if !enabled() {
         return;
     }
     listener.failures.inc();
     METRICS
         .handshake_failures
-        .with_label_values(&[reason.label()])
+        .with_label_values(&[reason])
         .inc();
 }
 
@@ -549,38 +435,5 @@ pub fn record_backend_connect(elapsed: Duration, ok: bool) {
         METRICS.backend_connect_time.observe(elapsed.as_secs_f64());
     } else {
         METRICS.backend_connect_failures.inc();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failure_reasons_are_classified() {
-        for (error, reason) in [
-            (
-                "error:...:NO_SHARED_CIPHER",
-                HandshakeFailure::NoSharedCipher,
-            ),
-            (
-                "ssl:UNSUPPORTED_PROTOCOL",
-                HandshakeFailure::ProtocolVersion,
-            ),
-            ("SSL_R_HTTP_REQUEST", HandshakeFailure::NotTls),
-            ("TLSV1_ALERT_UNKNOWN_CA", HandshakeFailure::ClientAlert),
-            ("CONNECTION_REJECTED", HandshakeFailure::UnknownSni),
-            (
-                "PEER_DID_NOT_RETURN_A_CERTIFICATE",
-                HandshakeFailure::ClientCertificate,
-            ),
-            (
-                "TLS handshake failed: cert verification failed - certificate revoked CERTIFICATE_VERIFY_FAILED",
-                HandshakeFailure::ClientCertRevoked,
-            ),
-            ("something new", HandshakeFailure::Other),
-        ] {
-            assert_eq!(HandshakeFailure::classify(error), reason, "{error}");
-        }
     }
 }

@@ -22,10 +22,11 @@ use tokio::time::Instant;
 
 use tokio::sync::{oneshot, Notify};
 
+use super::signer::FlushCause;
 use super::signer::{BatchOp, BatchSigner, EngineSigner, MetricsStats, QueueStats};
 use super::{OffloadError, OffloadSettings, PendingSignature, Scheme, SigningKey};
 use crate::config::EngineMode;
-use crate::metrics::{self, FlushCause};
+use crate::metrics;
 
 struct QueuedOp {
     key: Arc<SigningKey>,
@@ -114,7 +115,7 @@ pub(super) fn timed_inline(
 ) -> Result<Vec<u8>, OffloadError> {
     let start = Instant::now();
     let result = key.sign_inline(scheme, message);
-    metrics::record_inline_op(key.kind(), start.elapsed());
+    metrics::record_inline_op(key.kind().label(), start.elapsed());
     result
 }
 

@@ -9,7 +9,30 @@
 use std::time::Duration;
 
 use super::{KeyKind, OffloadError, Scheme, SigningKey};
-use crate::metrics::{self, FlushCause};
+use crate::metrics;
+
+/// Why a batch of private-key operations ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushCause {
+    Full,
+    AllWaiting,
+    Idle,
+    Timer,
+    /// Too few operations to be worth a multi-buffer pass: computed one by one.
+    Small,
+}
+
+impl FlushCause {
+    pub fn label(self) -> &'static str {
+        match self {
+            FlushCause::Full => "full",
+            FlushCause::AllWaiting => "all_waiting",
+            FlushCause::Idle => "idle",
+            FlushCause::Timer => "timer",
+            FlushCause::Small => "small",
+        }
+    }
+}
 
 /// One queued operation, as a signer sees it.
 pub struct BatchOp<'a> {
@@ -86,13 +109,13 @@ impl QueueStats for MetricsStats {
         metrics::record_queue_wait(wait);
     }
     fn flush(&self, cause: FlushCause, ops: usize) {
-        metrics::record_flush(cause, ops);
+        metrics::record_flush(cause.label(), ops);
     }
     fn batch(&self, kind: KeyKind, ops: usize, elapsed: Duration) {
-        metrics::record_batch(kind, ops, elapsed);
+        metrics::record_batch(kind.label(), ops, elapsed);
     }
     fn inline_op(&self, kind: KeyKind, elapsed: Duration) {
-        metrics::record_inline_op(kind, elapsed);
+        metrics::record_inline_op(kind.label(), elapsed);
     }
     fn engine_error(&self) {
         metrics::record_engine_error();

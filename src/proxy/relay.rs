@@ -41,7 +41,9 @@ impl RelayEnd {
     }
 }
 
-struct Watch<'a> {
+/// What the relay has seen so far: when bytes last moved, which side failed, how many
+/// bytes were read from each.
+struct RelayActivity<'a> {
     last_activity: Cell<Instant>,
     failed: Cell<Option<Side>>,
     /// Bytes read from the client and from the backend (what was forwarded, or was about to be).
@@ -52,7 +54,7 @@ struct Watch<'a> {
 struct Watched<'a, S> {
     inner: &'a mut S,
     side: Side,
-    watch: &'a Watch<'a>,
+    watch: &'a RelayActivity<'a>,
 }
 
 impl<S> Watched<'_, S> {
@@ -125,7 +127,7 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let watch = Watch {
+    let watch = RelayActivity {
         last_activity: Cell::new(Instant::now()),
         failed: Cell::new(None),
         read_from: [Cell::new(0), Cell::new(0)],

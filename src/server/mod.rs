@@ -9,6 +9,7 @@
 //! removed ones: they stop accepting, and their connections go on.
 
 mod conn;
+mod failure;
 mod worker;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -67,7 +68,7 @@ impl Listener {
 }
 
 /// What the workers share.
-pub struct Shared {
+pub struct ProcessWide {
     pub log_connections: std::sync::atomic::AtomicBool,
     /// `max_connections` for the whole process (fixed at start).
     pub connection_limit: Arc<tokio::sync::Semaphore>,
@@ -159,7 +160,7 @@ fn build_tls(
     file_certificates: &[CertifiedKey],
     acme: AcmeCertificates<'_>,
     sessions: &Sessions,
-    session_config: &crate::session::SessionConfig,
+    session_config: &crate::config::SessionConfig,
 ) -> anyhow::Result<ServerTls> {
     let mut certs = file_certificates.to_vec();
     certs.extend(acme_certificates(acme, listener));
@@ -299,7 +300,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     };
     let config = source.load()?;
     let builtin = if uses_builtin(&config) {
-        Some(crate::backend::spawn_builtin()?)
+        Some(crate::proxy::builtin_backend::spawn_builtin()?)
     } else {
         None
     };
@@ -326,7 +327,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     }
     let workers = config.worker_count();
     let listeners: Vec<Arc<Listener>> = states.into_iter().map(Listener::new).collect();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(ProcessWide {
         log_connections: config.log.connections.into(),
         connection_limit: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
     });
@@ -383,7 +384,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let admin_address = config.admin.enabled.then_some(config.admin.address);
     tracing::info!(workers, listeners = ?addresses, admin = ?admin_address, signing = offload.signing(), kernel = offload.kernel_name(), "tlsterm serving");
 
-    let mut running = Running {
+    let mut running = Serving {
         source,
         started_with: config.process_settings(),
         listeners,
@@ -410,7 +411,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
                 Some(announced) = installed => running.install_acme_certificates(announced),
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,
-                _ = trim.tick() => release_freed_memory(),
+                _ = trim.tick() => crate::sys::release_freed_memory(),
             }
         }
         tracing::info!(drain_timeout = ?config.drain_timeout, "stopping: no new connections, draining open ones");
@@ -423,17 +424,6 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Freed memory (the previous contexts after a reload, buffers after a burst of
-/// connections) stays in glibc's arenas unless it is asked to give it back.
-fn release_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only returns free heap pages to the kernel; it touches no live
-    // allocation and is thread-safe.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 /// One listening socket for each worker.
@@ -460,23 +450,23 @@ fn open(
 }
 
 /// What the main thread keeps while serving, to apply reloads.
-struct Running {
+struct Serving {
     source: ConfigSource,
     started_with: ProcessSettings,
     listeners: Vec<Arc<Listener>>,
     /// Each worker's command channel.
     workers: Vec<UnboundedSender<worker::Command>>,
-    shared: Arc<Shared>,
+    shared: Arc<ProcessWide>,
     builtin: Option<SocketAddr>,
     sessions: Sessions,
     /// The `[session]` settings in force (ACME installs build contexts with them).
-    session_config: crate::session::SessionConfig,
+    session_config: crate::config::SessionConfig,
     settings: watch::Sender<OffloadSettings>,
     #[cfg(feature = "acme")]
     acme: crate::acme::Acme,
 }
 
-impl Running {
+impl Serving {
     fn acme(&self) -> AcmeCertificates<'_> {
         #[cfg(feature = "acme")]
         return Some(&self.acme);
@@ -533,7 +523,7 @@ impl Running {
     fn reload(&mut self) {
         match self.try_reload() {
             Ok(()) => {
-                release_freed_memory();
+                crate::sys::release_freed_memory();
                 tracing::info!("reloaded configuration and certificates");
             }
             Err(err) => tracing::error!(

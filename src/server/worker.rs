@@ -2,7 +2,6 @@
 //! handed to it by the main thread at start and when a reload opens a listener.
 
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::LocalSet;
 
-use super::{conn, Listener, Shared};
+use super::{conn, Listener, ProcessWide};
 use crate::offload::{self, OffloadSettings};
 
 /// What the main thread asks of a worker.
@@ -27,7 +26,7 @@ pub enum Command {
 pub struct Worker {
     pub index: usize,
     pub commands: mpsc::UnboundedReceiver<Command>,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<ProcessWide>,
     pub settings: watch::Receiver<OffloadSettings>,
     pub shutdown: watch::Receiver<bool>,
     pub drain_timeout: Duration,
@@ -131,7 +130,7 @@ async fn accept_loop(
     listener: Arc<Listener>,
     socket: TcpListener,
     limit: Arc<Semaphore>,
-    shared: Arc<Shared>,
+    shared: Arc<ProcessWide>,
     shutdown: watch::Receiver<bool>,
 ) {
     let mut closed = listener.closed.subscribe();
@@ -189,7 +188,7 @@ async fn accept_loop(
 /// at most one accepted connection, untouched, until a permit frees; only the server
 /// stopping (`None`) drops it.
 async fn global_permit(
-    shared: &Shared,
+    shared: &ProcessWide,
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<OwnedSemaphorePermit> {
     tokio::select! {
@@ -201,7 +200,7 @@ async fn global_permit(
 /// Serves an accepted connection; `permits` (listener, process) are held until it ends.
 fn start(
     listener: &Listener,
-    shared: &Shared,
+    shared: &ProcessWide,
     stream: TcpStream,
     client: SocketAddr,
     permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
@@ -226,10 +225,10 @@ async fn serve_accept_queue(
     listener: &Listener,
     socket: TcpListener,
     limit: &Arc<Semaphore>,
-    shared: &Shared,
+    shared: &ProcessWide,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let waiting = accept_queue_len(&socket);
+    let waiting = crate::sys::accept_queue_len(&socket);
     if waiting == 0 {
         return;
     }
@@ -267,29 +266,5 @@ async fn serve_accept_queue(
             return;
         };
         start(listener, shared, stream, client, (permit, global));
-    }
-}
-
-/// Connections waiting in a listening socket's accept queue (Linux reports it as
-/// `tcpi_unacked` of TCP_INFO for a socket in LISTEN state); 0 if it cannot tell.
-fn accept_queue_len(socket: &TcpListener) -> usize {
-    // SAFETY: tcp_info is plain integers, for which all-zero bytes are a valid value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: the descriptor is a live socket owned by `socket`; getsockopt writes at most
-    // `len` bytes into `info`, a local of that size, and updates `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        info.tcpi_unacked as usize
-    } else {
-        0
     }
 }

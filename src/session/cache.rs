@@ -3,14 +3,9 @@
 //! across reloads.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zeroize::Zeroizing;
-
-/// A serialized TLS 1.2 session. It holds the session's master secret, so its bytes are
-/// wiped when its last holder (the cache, a lookup in flight) lets it go.
-pub type SessionDer = Arc<Zeroizing<Vec<u8>>>;
+pub use crate::sys::SessionDer;
 
 /// Bytes counted per entry besides the ID and the serialized session (map and list nodes).
 const ENTRY_OVERHEAD: usize = 96;
@@ -142,6 +137,8 @@ impl LruCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use zeroize::Zeroizing;
 
     fn der(n: usize) -> SessionDer {
         Arc::new(Zeroizing::new(vec![0u8; n]))

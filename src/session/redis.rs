@@ -18,6 +18,8 @@ use tokio::runtime::Handle;
 use tokio::task::{AbortHandle, JoinHandle};
 use zeroize::Zeroize;
 
+use crate::config::redis_uses_tls;
+
 use super::tickets::{shared_epochs, unix_now, SharedKey, TicketKey, KEY_FILE_ENTRY_LEN};
 
 /// Operations in flight at once; beyond this, lookups miss and stores are dropped.
@@ -25,7 +27,7 @@ const MAX_IN_FLIGHT: usize = 4096;
 
 /// What a lookup or store came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome<T> {
+pub enum RedisReply<T> {
     Done(T),
     Timeout,
     Error,
@@ -33,22 +35,22 @@ pub enum Outcome<T> {
     Overload,
 }
 
-impl<T> Outcome<T> {
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+impl<T> RedisReply<T> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> RedisReply<U> {
         match self {
-            Outcome::Done(value) => Outcome::Done(f(value)),
-            Outcome::Timeout => Outcome::Timeout,
-            Outcome::Error => Outcome::Error,
-            Outcome::Overload => Outcome::Overload,
+            RedisReply::Done(value) => RedisReply::Done(f(value)),
+            RedisReply::Timeout => RedisReply::Timeout,
+            RedisReply::Error => RedisReply::Error,
+            RedisReply::Overload => RedisReply::Overload,
         }
     }
 
     pub fn label(&self) -> &'static str {
         match self {
-            Outcome::Done(_) => "ok",
-            Outcome::Timeout => "timeout",
-            Outcome::Error => "error",
-            Outcome::Overload => "overload",
+            RedisReply::Done(_) => "ok",
+            RedisReply::Timeout => "timeout",
+            RedisReply::Error => "error",
+            RedisReply::Overload => "overload",
         }
     }
 }
@@ -129,14 +131,6 @@ pub fn redacted(url: &str) -> String {
     format!("{scheme}://{userinfo}{rest}")
 }
 
-/// Whether the client connects with TLS (rediss://).
-pub fn uses_tls(client: &redis::Client) -> bool {
-    matches!(
-        client.get_connection_info().addr(),
-        redis::ConnectionAddr::TcpTls { .. }
-    )
-}
-
 /// rustls needs a crypto provider for the process; aws-lc-rs, as the bench client uses.
 #[cfg(feature = "redis-tls")]
 fn install_tls_provider() -> anyhow::Result<()> {
@@ -187,16 +181,16 @@ pub fn client(url: &str, ca: Option<&Path>) -> anyhow::Result<redis::Client> {
         None => redis::Client::open(url).map_err(anyhow::Error::from),
     };
     let client = client.with_context(|| format!("invalid redis_url `{}`", redacted(url)))?;
-    if uses_tls(&client) {
+    if redis_uses_tls(&client) {
         install_tls_provider()?;
     }
     Ok(client)
 }
 
 /// A lookup in flight: the serialized session, if Redis has it.
-pub type PendingGet = JoinHandle<Outcome<Option<Vec<u8>>>>;
+pub type PendingGet = JoinHandle<RedisReply<Option<Vec<u8>>>>;
 /// A claim in flight: whether this process was first.
-pub type PendingClaim = JoinHandle<Outcome<bool>>;
+pub type PendingClaim = JoinHandle<RedisReply<bool>>;
 
 pub struct RedisStore {
     client: redis::Client,
@@ -222,18 +216,18 @@ impl Health {
         op: &str,
         timeout: Duration,
         request: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Outcome<T> {
+    ) -> RedisReply<T> {
         let outcome = match tokio::time::timeout(timeout, request).await {
-            Ok(Ok(value)) => Outcome::Done(value),
+            Ok(Ok(value)) => RedisReply::Done(value),
             Ok(Err(err)) => {
                 if !self.failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(op, error = %err, "Redis requests fail (sessions and 0-RTT claims go on without Redis until it answers)");
                 }
-                return Outcome::Error;
+                return RedisReply::Error;
             }
-            Err(_) => Outcome::Timeout,
+            Err(_) => RedisReply::Timeout,
         };
-        if matches!(outcome, Outcome::Done(_)) && self.failing.swap(false, Ordering::Relaxed) {
+        if matches!(outcome, RedisReply::Done(_)) && self.failing.swap(false, Ordering::Relaxed) {
             tracing::info!(op, "Redis answers again");
         }
         outcome
@@ -275,7 +269,7 @@ impl RedisStore {
 
     /// Whether the connection is TLS (rediss://).
     pub fn uses_tls(&self) -> bool {
-        uses_tls(&self.client)
+        redis_uses_tls(&self.client)
     }
 
     pub fn key(&self, id: &[u8]) -> String {
@@ -291,8 +285,8 @@ impl RedisStore {
     }
 
     /// Looks a session up; the answer comes within `redis_timeout`.
-    pub fn get(&self, id: &[u8]) -> Result<PendingGet, Outcome<()>> {
-        let guard = self.admit().ok_or(Outcome::Overload)?;
+    pub fn get(&self, id: &[u8]) -> Result<PendingGet, RedisReply<()>> {
+        let guard = self.admit().ok_or(RedisReply::Overload)?;
         let key = self.key(id);
         let mut connection = self.connection.clone();
         let (timeout, health) = (self.timeout, self.health.clone());
@@ -307,8 +301,8 @@ impl RedisStore {
 
     /// Claims `key` for `ttl` unless it exists (SET NX): `Done(true)` for the first claim
     /// across every process sharing this Redis, `Done(false)` if it was claimed before.
-    pub fn claim(&self, key: String, ttl: Duration) -> Result<PendingClaim, Outcome<()>> {
-        let guard = self.admit().ok_or(Outcome::Overload)?;
+    pub fn claim(&self, key: String, ttl: Duration) -> Result<PendingClaim, RedisReply<()>> {
+        let guard = self.admit().ok_or(RedisReply::Overload)?;
         let key = format!("{}{key}", self.prefix);
         let mut connection = self.connection.clone();
         let (timeout, health) = (self.timeout, self.health.clone());
@@ -330,10 +324,10 @@ impl RedisStore {
         &self,
         key: String,
         ttl: Duration,
-        mut done: impl FnMut(Outcome<()>) + Send + 'static,
+        mut done: impl FnMut(RedisReply<()>) + Send + 'static,
     ) {
         let Some(guard) = self.admit() else {
-            done(Outcome::Overload);
+            done(RedisReply::Overload);
             return;
         };
         let key = format!("{}{key}", self.prefix);
@@ -351,7 +345,7 @@ impl RedisStore {
                 let command = claim_command(&key, left);
                 let request = command.query_async::<Option<String>>(&mut connection);
                 let answer = health.answer("claim", timeout, request).await.map(|_| ());
-                let answered = matches!(answer, Outcome::Done(()));
+                let answered = matches!(answer, RedisReply::Done(()));
                 done(answer);
                 if answered {
                     return;
@@ -368,10 +362,10 @@ impl RedisStore {
         id: &[u8],
         der: super::cache::SessionDer,
         ttl: Duration,
-        done: impl FnOnce(Outcome<()>) + Send + 'static,
+        done: impl FnOnce(RedisReply<()>) + Send + 'static,
     ) {
         let Some(guard) = self.admit() else {
-            done(Outcome::Overload);
+            done(RedisReply::Overload);
             return;
         };
         let key = self.key(id);
@@ -395,7 +389,7 @@ impl RedisStore {
         &self,
         rotation: Duration,
         grace: Duration,
-        mut report: impl FnMut(Outcome<Vec<SharedKey>>) + Send + 'static,
+        mut report: impl FnMut(RedisReply<Vec<SharedKey>>) + Send + 'static,
     ) -> AbortHandle {
         let prefix = format!("{}ticket_key:{}:", self.prefix, rotation.as_secs().max(1));
         // Its own connection: handshakes' requests must fail after `redis_timeout`, this
@@ -405,7 +399,7 @@ impl RedisStore {
             Ok(connection) => connection,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot set up the Redis connection for ticket keys");
-                report(Outcome::Error);
+                report(RedisReply::Error);
                 return self.handle.spawn(async {}).abort_handle();
             }
         };
@@ -448,16 +442,16 @@ impl RedisStore {
                             }
                         }
                         values.iter_mut().flatten().for_each(|v| v.zeroize());
-                        Outcome::Done(keys)
+                        RedisReply::Done(keys)
                     }
                     Ok(Err(err)) => {
                         tracing::debug!(error = %err, "redis ticket key sync failed");
-                        Outcome::Error
+                        RedisReply::Error
                     }
-                    Err(_) => Outcome::Timeout,
+                    Err(_) => RedisReply::Timeout,
                 };
                 let pause = match outcome {
-                    Outcome::Done(_) => refresh,
+                    RedisReply::Done(_) => refresh,
                     _ => refresh.min(Duration::from_secs(5)),
                 };
                 report(outcome);

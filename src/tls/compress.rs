@@ -14,33 +14,20 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use boring::ssl::{CertificateCompressionAlgorithm, CertificateCompressor, SslContextBuilder};
 
-/// A certificate compression algorithm tlsterm offers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Algorithm {
-    Brotli,
-    Zlib,
-}
-
-impl Algorithm {
-    /// The algorithm of a configured name.
-    pub fn parse(name: &str) -> Option<Algorithm> {
-        match name.to_ascii_lowercase().as_str() {
-            "brotli" => Some(Algorithm::Brotli),
-            "zlib" => Some(Algorithm::Zlib),
-            _ => None,
-        }
-    }
-}
+use crate::config::CertCompression;
 
 /// Registers `algorithms` on a certificate's context, the first preferred (a client that
 /// offers several gets the first of these it offers).
-pub fn install(builder: &mut SslContextBuilder, algorithms: &[Algorithm]) -> anyhow::Result<()> {
+pub fn install(
+    builder: &mut SslContextBuilder,
+    algorithms: &[CertCompression],
+) -> anyhow::Result<()> {
     for algorithm in algorithms {
         match algorithm {
-            Algorithm::Brotli => {
+            CertCompression::Brotli => {
                 builder.add_certificate_compression_algorithm(Cached::<Brotli>::default())?
             }
-            Algorithm::Zlib => {
+            CertCompression::Zlib => {
                 builder.add_certificate_compression_algorithm(Cached::<Zlib>::default())?
             }
         }
@@ -190,7 +177,7 @@ mod tests {
         let mut out = Vec::new();
         brotli::BrotliDecompress(&mut &compressed[..], &mut out).unwrap();
         assert_eq!(out, message);
-        assert!(Algorithm::parse("Brotli") == Some(Algorithm::Brotli));
-        assert!(Algorithm::parse("zstd").is_none());
+        assert!(CertCompression::parse("Brotli") == Some(CertCompression::Brotli));
+        assert!(CertCompression::parse("zstd").is_none());
     }
 }

@@ -11,22 +11,22 @@
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use boring::ssl::SslRef;
-use foreign_types::ForeignTypeRef;
+use boring::ssl::{ClientHello, ExtensionType, SslRef};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 use tokio_boring::SslStream;
 
-/// The most early data BoringSSL accepts on a connection (kMaxEarlyDataAccepted).
-pub const BORINGSSL_MAX_EARLY_DATA: usize = 14_336;
+use super::server_tls::CLIENT_ADDRESS;
+use crate::session::replay::Verdict;
+use crate::session::{EarlyDataCheck, Sessions};
 
 /// Whether the handshake is complete: the client's Finished has been read.
 fn confirmed(ssl: &SslRef) -> bool {
-    // SAFETY: the connection is valid; the call only reads its state.
-    unsafe { boring_sys::SSL_in_init(ssl.as_ptr()) == 0 }
+    crate::sys::handshake_confirmed(ssl)
 }
 
 /// The client side of a relay for a connection that accepted early data.
@@ -167,5 +167,46 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for EarlyDataGate<'_, S> {
             }
         }
         Pin::new(&mut *this.stream).poll_shutdown(cx)
+    }
+}
+
+/// The anti-replay check for a ClientHello that offers 0-RTT with a PSK (without a PSK
+/// there is no resumption, and BoringSSL refuses the early data itself).
+pub(super) fn early_data_check(
+    hello: &ClientHello<'_>,
+    sessions: &Sessions,
+) -> Option<EarlyDataCheck> {
+    hello.get_extension(ExtensionType::EARLY_DATA)?;
+    let pre_shared_key = hello.get_extension(ExtensionType::PRE_SHARED_KEY)?;
+    let client = hello.ssl().ex_data(*CLIENT_ADDRESS).copied();
+    let client = client.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    Some(sessions.check_early_data(pre_shared_key, client))
+}
+
+/// Whether the verdict refuses 0-RTT: seen before (a replay), the memory or the client's
+/// share of it full, Redis silent, or a process too young to know what its predecessor
+/// saw. Counted here, as a replayed handshake may never complete.
+pub(super) fn early_data_refused(verdict: Verdict) -> bool {
+    if verdict == Verdict::Fresh {
+        return false;
+    }
+    tracing::debug!(result = verdict.label(), "0-RTT refused");
+    crate::metrics::record_early_data(verdict.label());
+    true
+}
+
+/// What became of the early data of a completed handshake: `None` if the client offered
+/// none (or the listener allows none), else "accepted" or BoringSSL's reason for refusing
+/// it (e.g. "ticket_age_skew", "alpn_mismatch"). Refusals for replay are counted earlier.
+pub fn early_data_outcome(ssl: &SslRef) -> Option<&'static str> {
+    use boring_sys::ssl_early_data_reason_t as Reason;
+    let (reason, text) = crate::sys::early_data_reason(ssl);
+    match reason {
+        Reason::ssl_early_data_accepted => Some("accepted"),
+        Reason::ssl_early_data_unknown
+        | Reason::ssl_early_data_disabled
+        | Reason::ssl_early_data_peer_declined
+        | Reason::ssl_early_data_no_session_offered => None,
+        _ => Some(text.unwrap_or("other")),
     }
 }

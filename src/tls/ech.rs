@@ -1,189 +1,38 @@
-//! Encrypted Client Hello, server side: key files, and the keys a listener decrypts with.
-//!
-//! A key file holds an X25519 HPKE private key (PKCS#8, "PRIVATE KEY") and the ECHConfig
-//! made for it ("ECHCONFIG", an ECHConfigList of that one config, base64 as in a DNS
-//! HTTPS record's `ech=` parameter), the PEM layout other ECH servers read too. The first
-//! file of a listener's `ech_keys` is the one offered to clients in retry configs; the
-//! others still decrypt ClientHellos made with their configs (rotation).
+//! Encrypted Client Hello, server side: the keys a listener decrypts with. The key files
+//! themselves are read with the configuration (`config::ech_key`).
 
-use std::io::Write as _;
-use std::path::Path;
+use std::sync::LazyLock;
 
-use anyhow::Context as _;
-use boring::hpke::HpkeKey;
-use boring::ssl::SslEchKeys;
-use foreign_types::ForeignType;
-use zeroize::Zeroizing;
+use boring::ex_data::Index;
+use boring::ssl::{Ssl, SslEchKeys, SslRef};
 
-/// PKCS#8 (RFC 8410) wrapping of a 32-byte X25519 private key: this prefix, then the key.
-const X25519_PKCS8_PREFIX: [u8; 16] = [
-    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x04, 0x22, 0x04, 0x20,
-];
-
-/// One ECH key: its ECHConfig and HPKE private key.
-pub struct EchKey {
-    /// The serialized ECHConfig (not a list).
-    pub config: Vec<u8>,
-    private: Zeroizing<[u8; 32]>,
-}
-
-/// An X25519 HPKE key from its private half.
-fn hpke_key(private: &[u8]) -> anyhow::Result<HpkeKey> {
-    // SAFETY: EVP_HPKE_KEY_new returns an owned, zeroed key or null (checked); init reads
-    // `private.len()` bytes; on success the key is handed to HpkeKey, which frees it.
-    unsafe {
-        let key = boring_sys::EVP_HPKE_KEY_new();
-        anyhow::ensure!(!key.is_null(), "out of memory");
-        let kem = boring_sys::EVP_hpke_x25519_hkdf_sha256();
-        if boring_sys::EVP_HPKE_KEY_init(key, kem, private.as_ptr(), private.len()) != 1 {
-            boring_sys::EVP_HPKE_KEY_free(key);
-            anyhow::bail!("not an X25519 HPKE private key");
-        }
-        Ok(HpkeKey::from_ptr(key))
-    }
-}
-
-/// The ECHConfig for `key` with this id and public name.
-fn marshal_config(key: &HpkeKey, config_id: u8, public_name: &str) -> anyhow::Result<Vec<u8>> {
-    let name = std::ffi::CString::new(public_name).context("public name has a NUL byte")?;
-    let mut out: *mut u8 = std::ptr::null_mut();
-    let mut len = 0usize;
-    // SAFETY: the key and name are valid for the call; on success BoringSSL allocates
-    // `len` bytes at `out`, copied here and then freed with OPENSSL_free.
-    unsafe {
-        let ok = boring_sys::SSL_marshal_ech_config(
-            &mut out,
-            &mut len,
-            config_id,
-            key.as_ptr(),
-            name.as_ptr(),
-            0,
-        );
-        anyhow::ensure!(ok == 1 && !out.is_null(), "cannot make the ECHConfig");
-        let config = std::slice::from_raw_parts(out, len).to_vec();
-        boring_sys::OPENSSL_free(out.cast());
-        Ok(config)
-    }
-}
-
-/// An ECHConfigList of `configs`, as published in DNS (`ech=`) and sent in retry configs.
-pub fn config_list<'a>(configs: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
-    let body: Vec<u8> = configs.into_iter().flatten().copied().collect();
-    let mut list = (body.len() as u16).to_be_bytes().to_vec();
-    list.extend(body);
-    list
-}
-
-fn pem_block(label: &str, der: &[u8]) -> String {
-    let text = boring::base64::encode_block(der);
-    let lines: Vec<&str> = text
-        .as_bytes()
-        .chunks(64)
-        .map(|c| std::str::from_utf8(c).expect("base64 is ASCII"))
-        .collect();
-    format!(
-        "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
-        lines.join("\n")
-    )
-}
-
-fn pem_find(text: &str, label: &str) -> anyhow::Result<Vec<u8>> {
-    let begin = format!("-----BEGIN {label}-----");
-    let end = format!("-----END {label}-----");
-    let start = text
-        .find(&begin)
-        .with_context(|| format!("no {label} block"))?
-        + begin.len();
-    let stop = text[start..]
-        .find(&end)
-        .with_context(|| format!("unterminated {label} block"))?;
-    let body: String = text[start..start + stop].split_whitespace().collect();
-    boring::base64::decode_block(&body).with_context(|| format!("bad base64 in {label}"))
-}
-
-impl EchKey {
-    /// A new key for clients to encrypt to, naming `public_name` (the name in the outer,
-    /// visible ClientHello: a certificate for it must be served).
-    pub fn generate(public_name: &str) -> anyhow::Result<EchKey> {
-        anyhow::ensure!(
-            !public_name.is_empty() && public_name.len() <= 255 && !public_name.ends_with('.'),
-            "the public name must be a DNS name"
-        );
-        let mut private = Zeroizing::new([0u8; 32]);
-        boring::rand::rand_bytes(&mut private[..])?;
-        let key = hpke_key(&private[..])?;
-        let mut config_id = [0u8; 1];
-        boring::rand::rand_bytes(&mut config_id)?;
-        let config = marshal_config(&key, config_id[0], &public_name.to_ascii_lowercase())?;
-        Ok(EchKey { config, private })
-    }
-
-    /// The key file text: the private key, then the ECHConfigList of its config.
-    pub fn to_pem(&self) -> Zeroizing<String> {
-        let mut pkcs8 = Zeroizing::new(X25519_PKCS8_PREFIX.to_vec());
-        pkcs8.extend_from_slice(&self.private[..]);
-        Zeroizing::new(format!(
-            "{}{}",
-            pem_block("PRIVATE KEY", &pkcs8),
-            pem_block("ECHCONFIG", &config_list([&self.config[..]]))
-        ))
-    }
-
-    pub fn from_pem(text: &str) -> anyhow::Result<EchKey> {
-        let pkcs8 = Zeroizing::new(pem_find(text, "PRIVATE KEY")?);
-        let private = pkcs8
-            .strip_prefix(&X25519_PKCS8_PREFIX[..])
-            .filter(|key| key.len() == 32)
-            .context("the PRIVATE KEY is not an X25519 key")?;
-        let list = pem_find(text, "ECHCONFIG")?;
-        // One config: u16 list length, then u16 version, u16 length, contents.
-        let config = list
-            .get(2..6)
-            .map(|head| 4 + u16::from_be_bytes([head[2], head[3]]) as usize)
-            .and_then(|len| list.get(2..2 + len))
-            .filter(|config| config.len() + 2 == list.len())
-            .context("ECHCONFIG is not a list of one ECHConfig")?;
-        let key = EchKey {
-            config: config.to_vec(),
-            private: Zeroizing::new(private.try_into().expect("32 bytes")),
-        };
-        // Refused here, with the file named, rather than at the first handshake.
-        SslEchKeys::builder()?
-            .add_key(true, &key.config, hpke_key(&key.private[..])?)
-            .context("the ECHConfig does not match the private key")?;
-        Ok(key)
-    }
-
-    pub fn load(path: &Path) -> anyhow::Result<EchKey> {
-        let text = Zeroizing::new(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?,
-        );
-        EchKey::from_pem(&text).with_context(|| format!("ECH key file {}", path.display()))
-    }
-
-    /// Writes a new key file readable by its owner only; an existing file is kept.
-    pub fn write_new(&self, path: &Path) -> anyhow::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        file.write_all(self.to_pem().as_bytes())?;
-        file.sync_all()?;
-        Ok(())
-    }
-}
+pub use crate::config::ech_key::{config_list, EchKey};
 
 /// The keys of a listener: the first offered in retry configs, all used to decrypt.
 pub fn server_keys(keys: &[EchKey]) -> anyhow::Result<SslEchKeys> {
     let mut builder = SslEchKeys::builder()?;
     for (index, key) in keys.iter().enumerate() {
-        builder.add_key(index == 0, &key.config, hpke_key(&key.private[..])?)?;
+        builder.add_key(index == 0, &key.config, key.hpke_key()?)?;
     }
     Ok(builder.build())
+}
+
+/// Set on connections whose ClientHello carried an ECH extension (decrypted or not).
+pub(super) static ECH_OFFERED: LazyLock<Index<Ssl, bool>> =
+    LazyLock::new(|| Ssl::new_ex_index().expect("an SSL ex_data index"));
+
+/// What became of a connection's Encrypted Client Hello, once its ClientHello is read:
+/// "accepted" (decrypted: the inner ClientHello is used), "rejected" (offered but not
+/// decrypted, GREASE from browsers included: the client gets the public name's
+/// certificate and the retry configs), or "not_offered".
+pub fn ech_outcome(ssl: &SslRef) -> &'static str {
+    if ssl.ech_accepted() {
+        "accepted"
+    } else if ssl.ex_data(*ECH_OFFERED).is_some() {
+        "rejected"
+    } else {
+        "not_offered"
+    }
 }
 
 #[cfg(test)]
@@ -191,20 +40,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_key_file_reads_back() {
+    fn a_listener_decrypts_with_all_its_keys() {
         let key = EchKey::generate("public.test").unwrap();
-        let pem = key.to_pem();
-        let back = EchKey::from_pem(&pem).unwrap();
-        assert_eq!(back.config, key.config);
-        assert!(pem.contains("-----BEGIN ECHCONFIG-----"));
-        // Another key's config does not pass with this private key.
         let other = EchKey::generate("public.test").unwrap();
-        let mixed = format!(
-            "{}{}",
-            &pem[..pem.find("-----BEGIN ECHCONFIG").unwrap()],
-            &other.to_pem()[other.to_pem().find("-----BEGIN ECHCONFIG").unwrap()..]
-        );
-        assert!(EchKey::from_pem(&mixed).is_err());
         assert!(server_keys(&[key, other]).is_ok());
     }
 }

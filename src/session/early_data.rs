@@ -1,0 +1,112 @@
+//! 0-RTT: the anti-replay check of a ClientHello that offers early data.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::handle::Sessions;
+use super::metrics::METRICS;
+use super::redis::{RedisReply, RedisStore};
+use super::replay::Verdict;
+use super::{redis, replay, tickets};
+
+impl Sessions {
+    /// The anti-replay check of a ClientHello offering 0-RTT, by its `pre_shared_key`
+    /// extension: against this process's memory, then, with `redis_url` set, against every
+    /// process sharing the Redis (ticket keys shared by a fleet let a copy go to any of
+    /// them). The memory is shared by every listener and kept across reloads.
+    ///
+    /// Every ClientHello offering early data is claimed in Redis whatever the verdict: one
+    /// refused here (memory or client share full) or whose claim did not get an answer in
+    /// time is claimed in the background, so that no process accepts a copy of it later.
+    pub fn check_early_data(&self, pre_shared_key: &[u8], client: IpAddr) -> EarlyDataCheck {
+        let digest = replay::digest(pre_shared_key);
+        let now = Instant::now();
+        let local = self.inner.replay.check(&digest, client, now);
+        let key = || format!("0rtt:{}", tickets::hex(&digest));
+        let redis = match (local, self.inner.redis.load_full()) {
+            (Verdict::Fresh, Some(redis)) => redis,
+            (Verdict::Fresh, None)
+                if !self.inner.replay.remembers_a_full_window(now)
+                    && self.tickets_may_predate_process() =>
+            {
+                return EarlyDataCheck::Now(Verdict::JustStarted)
+            }
+            // Seen here before (and claimed then), or no Redis to tell.
+            (Verdict::Replayed, _) | (_, None) => return EarlyDataCheck::Now(local),
+            // Refused here: claimed all the same.
+            (_, Some(redis)) => {
+                claim_in_background(&redis, key());
+                return EarlyDataCheck::Now(local);
+            }
+        };
+        let key = key();
+        match redis.claim(key.clone(), replay::WINDOW) {
+            Ok(pending) => EarlyDataCheck::Redis {
+                pending,
+                redis,
+                key,
+            },
+            Err(_) => {
+                claim_in_background(&redis, key);
+                EarlyDataCheck::Now(Verdict::Unchecked)
+            }
+        }
+    }
+
+    /// Tickets sealed with keys from a file may have been issued by an earlier process.
+    pub(super) fn tickets_may_predate_process(&self) -> bool {
+        let config = self.inner.config.lock().unwrap_or_else(|e| e.into_inner());
+        config.ticket_key_file.is_some()
+    }
+}
+
+/// The anti-replay verdict on a 0-RTT ClientHello: known now, or once Redis answers
+/// (within `redis_timeout`; no answer refuses the early data).
+pub enum EarlyDataCheck {
+    Now(Verdict),
+    Redis {
+        pending: redis::PendingClaim,
+        /// Where `key` is claimed again if this claim gets no answer.
+        redis: Arc<RedisStore>,
+        key: String,
+    },
+}
+
+impl EarlyDataCheck {
+    pub async fn verdict(self) -> Verdict {
+        match self {
+            EarlyDataCheck::Now(verdict) => verdict,
+            EarlyDataCheck::Redis {
+                pending,
+                redis,
+                key,
+            } => {
+                let outcome = pending.await.unwrap_or(RedisReply::Error);
+                METRICS
+                    .redis
+                    .with_label_values(&["claim", outcome.label()])
+                    .inc();
+                match outcome {
+                    RedisReply::Done(true) => Verdict::Fresh,
+                    RedisReply::Done(false) => Verdict::Replayed,
+                    _ => {
+                        claim_in_background(&redis, key);
+                        Verdict::Unchecked
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Claims a refused ClientHello's `key` in Redis in the background (see
+/// [`RedisStore::claim_in_background`]), counting each attempt.
+pub(super) fn claim_in_background(redis: &RedisStore, key: String) {
+    redis.claim_in_background(key, replay::WINDOW, |outcome| {
+        METRICS
+            .redis
+            .with_label_values(&["claim", outcome.label()])
+            .inc();
+    });
+}

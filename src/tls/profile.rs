@@ -1,0 +1,175 @@
+//! Per-name settings (`[[listener.server_name]]`): applied to a connection once its SNI
+//! is known.
+
+use anyhow::Context as _;
+use boring::ssl::{NameType, SslRef, SslVerifyMode, SslVersion};
+
+use super::context::ssl_version;
+use super::crl::ClientTrust;
+use super::names::NameTable;
+use crate::config::{ClientAuth, ListenerConfig};
+
+/// TLS settings that depend on the SNI name (`[[listener.server_name]]`); profile 0 is
+/// the listener's own. They are applied to each connection once its SNI is known.
+pub(super) struct Profile {
+    pub(super) alpn: Vec<Vec<u8>>,
+    pub(super) min_version: Option<SslVersion>,
+    /// Client-certificate policy overriding the listener's (set on the connection).
+    pub(super) verify: Option<(SslVerifyMode, Option<ClientTrust>)>,
+    /// The session ID context of its connections: a digest of the names and the effective
+    /// client-certificate policy (mode, CA and CRL files). BoringSSL resumes a session only
+    /// under the context it was made in, and resumption skips client-certificate checks, so
+    /// a session must not carry over to a name or a reload with a different policy.
+    pub(super) sid_ctx: [u8; 32],
+}
+
+/// See `Profile::sid_ctx`.
+pub(super) fn session_context(
+    names: &[String],
+    mode: SslVerifyMode,
+    store: Option<&ClientTrust>,
+) -> [u8; 32] {
+    let mut digest = boring::sha::Sha256::new();
+    digest.update(b"tlsterm session context 1\0");
+    for name in names {
+        digest.update(name.to_ascii_lowercase().as_bytes());
+        digest.update(b"\0");
+    }
+    digest.update(&mode.bits().to_be_bytes());
+    digest.update(store.map_or(&[0u8; 32], |store| &store.digest));
+    digest.finish()
+}
+
+pub struct Profiles {
+    pub(super) names: NameTable<usize>,
+    pub(super) list: Vec<Profile>,
+    /// The listener's client-certificate store, loaded once for all its contexts.
+    pub(super) client_store: Option<ClientTrust>,
+}
+
+impl Profiles {
+    pub(super) fn build(listener: &ListenerConfig) -> anyhow::Result<Profiles> {
+        let wire = |alpn: &[String]| alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        let client_store = match (&listener.client_ca, listener.client_auth) {
+            (Some(ca), ClientAuth::Optional | ClientAuth::Required) => Some(ClientTrust::load(
+                ca.get_ref(),
+                listener.client_crl.as_ref(),
+                listener.client_crl_check,
+            )?),
+            _ => None,
+        };
+        let listener_mode = verify_mode(listener.client_auth);
+        let mut profiles = Profiles {
+            names: NameTable::new(),
+            list: vec![Profile {
+                alpn: wire(&listener.alpn),
+                min_version: None,
+                verify: None,
+                sid_ctx: session_context(&[], listener_mode, client_store.as_ref()),
+            }],
+            client_store,
+        };
+        for (index, server_name) in listener.server_names.iter().enumerate() {
+            // A name with its own CA or CRL settings but no client_auth follows the listener's.
+            let own_trust = server_name.client_ca.is_some()
+                || server_name.client_crl.is_some()
+                || server_name.client_crl_check.is_some();
+            let auth = server_name
+                .client_auth
+                .or(own_trust.then_some(listener.client_auth));
+            let verify = match auth {
+                None => None,
+                Some(ClientAuth::None) => Some((SslVerifyMode::NONE, None)),
+                Some(auth) => {
+                    let ca = server_name
+                        .client_ca
+                        .as_ref()
+                        .or(listener.client_ca.as_ref());
+                    let ca = ca.context("client_auth needs client_ca")?;
+                    let crl = server_name
+                        .client_crl
+                        .as_ref()
+                        .or(listener.client_crl.as_ref());
+                    let check = server_name
+                        .client_crl_check
+                        .unwrap_or(listener.client_crl_check);
+                    Some((
+                        verify_mode(auth),
+                        Some(ClientTrust::load(ca.get_ref(), crl, check)?),
+                    ))
+                }
+            };
+            let sid_ctx = match &verify {
+                Some((mode, store)) => {
+                    session_context(server_name.names.get_ref(), *mode, store.as_ref())
+                }
+                None => session_context(
+                    server_name.names.get_ref(),
+                    listener_mode,
+                    profiles.client_store.as_ref(),
+                ),
+            };
+            profiles.list.push(Profile {
+                alpn: wire(server_name.alpn.as_deref().unwrap_or(&listener.alpn)),
+                min_version: server_name.min_version.map(ssl_version),
+                verify,
+                sid_ctx,
+            });
+            for name in server_name.names.get_ref() {
+                *profiles.names.entry(name) = index + 1;
+            }
+        }
+        Ok(profiles)
+    }
+
+    /// The profile of a connection with this SNI (0: the listener's).
+    pub fn index(&self, sni: Option<&str>) -> usize {
+        sni.and_then(|sni| self.names.lookup(sni))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub(super) fn for_ssl(&self, ssl: &SslRef) -> &Profile {
+        &self.list[self.index(ssl.servername(NameType::HOST_NAME))]
+    }
+}
+
+/// Client certificates: verified against the CA bundle; "required" fails the handshake
+/// without one.
+pub(super) fn verify_mode(auth: ClientAuth) -> SslVerifyMode {
+    match auth {
+        ClientAuth::None => SslVerifyMode::NONE,
+        ClientAuth::Optional => SslVerifyMode::PEER,
+        ClientAuth::Required => SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
+    }
+}
+
+/// The first server-preferred protocol the client offers, as a slice of the client's list.
+pub(super) fn select_alpn<'a>(preferences: &[Vec<u8>], client: &'a [u8]) -> Option<&'a [u8]> {
+    preferences.iter().find_map(|wanted| {
+        let mut rest = client;
+        while let Some((&len, tail)) = rest.split_first() {
+            let (proto, next) = tail.split_at_checked(len as usize)?;
+            if proto == wanted.as_slice() {
+                return Some(proto);
+            }
+            rest = next;
+        }
+        None
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn alpn_follows_server_preference() {
+        let prefs = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let client = b"\x08http/1.1\x02h2";
+        assert_eq!(select_alpn(&prefs, client), Some(&b"h2"[..]));
+        assert_eq!(select_alpn(&prefs, b"\x03foo"), None);
+        // A truncated list is not read past its end.
+        assert_eq!(select_alpn(&prefs, b"\x09http/1.1"), None);
+    }
+}

@@ -1,0 +1,124 @@
+//! Choosing a certificate for a ClientHello: its SNI name, then ECDSA when the client can
+//! verify it, RSA otherwise; the OCSP staple that goes with it.
+
+use std::sync::Arc;
+
+use boring::nid::Nid;
+use boring::ssl::{ClientHello, ExtensionType, NameType, SslContext};
+use boring::x509::X509;
+
+use super::names::NameTable;
+use super::{ocsp, ocsp_fetch};
+use crate::config::UnknownSni;
+use crate::offload::KeyKind;
+
+/// One certificate's context, ready to be switched to.
+pub(super) struct CertContext {
+    pub(super) ctx: SslContext,
+    pub(super) kind: KeyKind,
+    pub(super) fetched_ocsp: Option<Arc<ocsp_fetch::Slot>>,
+    pub(super) file_ocsp: Option<FileStaple>,
+}
+
+/// An OCSP response from a file that passed its checks at load: stapled per connection
+/// until its nextUpdate (then no more, until a reload brings a fresh file).
+pub(super) struct FileStaple {
+    pub(super) der: Vec<u8>,
+    pub(super) expires: Option<std::time::SystemTime>,
+}
+
+/// Maps SNI names to certificate contexts.
+pub(super) struct CertSelector {
+    pub(super) certs: Vec<CertContext>,
+    pub(super) names: NameTable<Vec<usize>>,
+    pub(super) default: Vec<usize>,
+    pub(super) tls13_enabled: bool,
+    pub(super) unknown_sni: UnknownSni,
+}
+
+impl CertSelector {
+    /// The certificates for `sni`; `None` when the name is unknown and refused.
+    pub(super) fn candidates(&self, sni: Option<&str>) -> Option<&[usize]> {
+        let Some(sni) = sni else {
+            return Some(&self.default);
+        };
+        match (self.names.lookup(sni), self.unknown_sni) {
+            (Some(found), _) => Some(found),
+            (None, UnknownSni::Default) => Some(&self.default),
+            (None, UnknownSni::Refuse) => None,
+        }
+    }
+
+    /// Picks ECDSA among the candidates when the client can verify it, else RSA.
+    pub(super) fn select(&self, hello: &ClientHello<'_>) -> Option<&CertContext> {
+        let candidates = self.candidates(hello.servername(NameType::HOST_NAME))?;
+        let ecdsa = candidates.iter().map(|&i| &self.certs[i]).find(|cert| {
+            matches!(cert.kind, KeyKind::Ecdsa { curve } if client_accepts_ecdsa(hello, curve, self.tls13_enabled))
+        });
+        let rsa = candidates
+            .iter()
+            .map(|&i| &self.certs[i])
+            .find(|cert| matches!(cert.kind, KeyKind::Rsa { .. }));
+        Some(ecdsa.or(rsa).unwrap_or(&self.certs[candidates[0]]))
+    }
+}
+
+/// Reads a list of big-endian u16 values behind a length prefix of `prefix` bytes.
+pub(super) fn u16_list(data: &[u8], prefix: usize) -> impl Iterator<Item = u16> + '_ {
+    data.get(prefix..)
+        .unwrap_or_default()
+        .chunks_exact(2)
+        .map(|pair| u16::from_be_bytes([pair[0], pair[1]]))
+}
+
+/// Whether the client can verify an ECDSA signature made with a key on `curve`.
+pub(super) fn client_accepts_ecdsa(
+    hello: &ClientHello<'_>,
+    curve: Nid,
+    tls13_enabled: bool,
+) -> bool {
+    const TLS13: u16 = 0x0304;
+    // TLS 1.3 binds curve and hash: ecdsa_secp256r1_sha256 / ecdsa_secp384r1_sha384.
+    let scheme = if curve == Nid::SECP384R1 {
+        0x0503
+    } else {
+        0x0403
+    };
+    let Some(sigalgs) = hello.get_extension(ExtensionType::SIGNATURE_ALGORITHMS) else {
+        return false;
+    };
+    if !u16_list(sigalgs, 2).any(|s| s == scheme) {
+        return false;
+    }
+    let offers_tls13 = hello
+        .get_extension(ExtensionType::SUPPORTED_VERSIONS)
+        .is_some_and(|versions| u16_list(versions, 1).any(|v| v == TLS13));
+    // In TLS 1.2 the cipher suite names the certificate type: ECDHE-ECDSA-*.
+    const ECDHE_ECDSA_SUITES: [u16; 3] = [0xC02B, 0xC02C, 0xCCA9];
+    let offers_ecdsa_suite = u16_list(hello.ciphers(), 0).any(|c| ECDHE_ECDSA_SUITES.contains(&c));
+    (offers_tls13 && tls13_enabled) || offers_ecdsa_suite
+}
+
+/// The file response to staple, if it checks out (logged and counted either way). The
+/// issuer, when the chain has it next to the leaf, checks the response's signature.
+pub(super) fn file_staple(response: &[u8], chain: &[X509], names: &[String]) -> Option<FileStaple> {
+    let leaf = &chain[0];
+    let issuer = chain
+        .get(1)
+        .filter(|issuer| issuer.issued(leaf).is_ok())
+        .map(|issuer| &**issuer);
+    match ocsp::validity(response, leaf, issuer, std::time::SystemTime::now()) {
+        Ok(validity) => {
+            crate::metrics::record_ocsp("stapled");
+            Some(FileStaple {
+                der: response.to_vec(),
+                expires: validity.next_update,
+            })
+        }
+        Err(problem) => {
+            tracing::warn!(certificate = ?names, problem = problem.label(), "OCSP response not stapled");
+            crate::metrics::record_ocsp(problem.label());
+            None
+        }
+    }
+}
