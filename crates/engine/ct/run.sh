@@ -24,11 +24,14 @@ if ! command -v valgrind >/dev/null || ! command -v objdump >/dev/null; then
     exit 2
 fi
 # The static check's own test first: a build with a planted branch must be refused.
-cargo build --release -p tlsterm-engine --features ct-valgrind,ct-planted --example ct_check
+# `--workspace`: features resolve as for the workspace's own build and tests, so their
+# artifacts (BoringSSL above all, for the differential dev-dependency) are reused.
+cargo build --release --workspace --example ct_check \
+    --features tlsterm-engine/ct-valgrind,tlsterm-engine/ct-planted
 cp target/release/examples/ct_check /tmp/ct_check_planted
 python3 crates/engine/ct/ifma_branches.py --expect-fail /tmp/ct_check_planted \
     tlsterm_engine::ifma::planted_select
-cargo build --release -p tlsterm-engine --features ct-valgrind --example ct_check
+cargo build --release --workspace --example ct_check --features tlsterm-engine/ct-valgrind
 bin=target/release/examples/ct_check
 python3 crates/engine/ct/ifma_branches.py "$bin"
 vg=(valgrind --tool=memcheck --error-exitcode=99 --track-origins=yes --quiet)
