@@ -28,6 +28,29 @@ fn acme_config(dir: &Path, pebble: &Pebble, port: u16, acme_extra: &str, header:
     write_config(dir, &acme, &[listener])
 }
 
+/// A member of a fleet: its own directory `dir/name` (storage, config, a copy of
+/// `dir/fleet.key`), the shared `redis`, a listener on `port`; with its admin address.
+fn fleet_member(
+    dir: &Path,
+    name: &str,
+    pebble: &Pebble,
+    port: u16,
+    redis: &Redis,
+) -> (Server, std::net::SocketAddr) {
+    let own = dir.join(name);
+    std::fs::create_dir(&own).unwrap();
+    std::fs::copy(dir.join("fleet.key"), own.join("fleet.key")).unwrap();
+    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
+    let config = acme_config(
+        &own,
+        pebble,
+        port,
+        "fleet_key_file = \"fleet.key\"",
+        &session,
+    );
+    (Server::start(&config), admin_address(&config).unwrap())
+}
+
 /// The certificate served for `name` on `port`: whether it verifies against `root`, its
 /// serial and its subjectAltName text.
 fn served(port: u16, name: &str, root: &Path) -> (bool, String, String) {
@@ -236,25 +259,13 @@ fn a_fleet_sharing_redis_orders_once() {
         .arg(60_000)
         .query(&mut connection)
         .unwrap();
-    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
-    let mut servers = Vec::new();
-    for (name, port) in [("a", port_a), ("b", port_b)] {
-        let own = dir.path().join(name);
-        std::fs::create_dir(&own).unwrap();
-        std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
-        let config = acme_config(
-            &own,
-            &pebble,
-            port,
-            "fleet_key_file = \"fleet.key\"",
-            &session,
-        );
-        servers.push((
-            Server::start(&config),
-            admin_address(&config).unwrap(),
-            port,
-        ));
-    }
+    let servers: Vec<(Server, std::net::SocketAddr, u16)> = [("a", port_a), ("b", port_b)]
+        .into_iter()
+        .map(|(name, port)| {
+            let (server, admin) = fleet_member(dir.path(), name, &pebble, port, &redis);
+            (server, admin, port)
+        })
+        .collect();
     let _: () = redis::cmd("DEL").arg(&lock).query(&mut connection).unwrap();
     for (server, _, _) in &servers {
         server.log.wait_for("ACME certificate installed", 0);
@@ -305,23 +316,10 @@ fn a_fleet_picks_up_each_renewal_ordered_by_one_of_its_members() {
     let port = free_port();
     let pebble = Pebble::start(dir.path(), port, free_port(), 6);
     std::fs::write(dir.path().join("fleet.key"), "22".repeat(32)).unwrap();
-    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
     // Both listen on the port the CA validates on (SO_REUSEPORT): either may be asked.
     let servers: Vec<(Server, std::net::SocketAddr)> = ["a", "b"]
         .into_iter()
-        .map(|name| {
-            let own = dir.path().join(name);
-            std::fs::create_dir(&own).unwrap();
-            std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
-            let config = acme_config(
-                &own,
-                &pebble,
-                port,
-                "fleet_key_file = \"fleet.key\"",
-                &session,
-            );
-            (Server::start(&config), admin_address(&config).unwrap())
-        })
+        .map(|name| fleet_member(dir.path(), name, &pebble, port, &redis))
         .collect();
     let total = |metric_name: &str, labels: &str| -> f64 {
         servers

@@ -4,11 +4,9 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use boring::ec::{EcGroup, EcKey};
 use boring::hash::MessageDigest;
 use boring::nid::Nid;
 use boring::pkey::{PKey, Private};
-use boring::rsa::Rsa;
 use boring::stack::Stack;
 use boring::x509::extension::SubjectAlternativeName;
 use boring::x509::{X509NameBuilder, X509Req};
@@ -23,6 +21,7 @@ use super::http01;
 use super::store::{Material, Storage};
 use crate::config::{AcmeCertificate, AcmeConfig, AcmeKeyType, ChallengeKind};
 use crate::tls::acme_challenge;
+use crate::tls::selfsigned::{self, SelfSignedKey};
 
 /// The account: restored from storage, else registered (and stored, 0600).
 pub async fn account(config: &AcmeConfig, storage: &Storage) -> anyhow::Result<Account> {
@@ -189,12 +188,9 @@ pub async fn order(
 }
 
 fn generate_key(key_type: AcmeKeyType) -> anyhow::Result<PKey<Private>> {
-    Ok(match key_type {
-        AcmeKeyType::EcdsaP256 => {
-            let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
-            PKey::from_ec_key(EcKey::generate(&group)?)?
-        }
-        AcmeKeyType::Rsa2048 => PKey::from_rsa(Rsa::generate(2048)?)?,
+    selfsigned::new_key(match key_type {
+        AcmeKeyType::EcdsaP256 => SelfSignedKey::EcdsaP256,
+        AcmeKeyType::Rsa2048 => SelfSignedKey::Rsa2048,
     })
 }
 

@@ -17,18 +17,15 @@ use std::pin::Pin;
 use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
-use boring::asn1::Asn1Time;
-use boring::bn::{BigNum, MsbOption};
-use boring::ec::{EcGroup, EcKey};
-use boring::hash::MessageDigest;
 use boring::nid::Nid;
-use boring::pkey::PKey;
 use boring::ssl::{
     AlpnError, ClientHello, ExtensionType, SslContext, SslContextBuilder, SslMethod, SslOptions,
     SslVersion,
 };
 use boring::x509::extension::SubjectAlternativeName;
-use boring::x509::{X509Extension, X509NameBuilder, X509};
+use boring::x509::{X509Extension, X509NameBuilder};
+
+use super::selfsigned::{self, SelfSignedKey};
 
 /// The ALPN protocol of validation connections.
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
@@ -138,34 +135,21 @@ pub fn context_for(sni: Option<&str>) -> Option<SslContext> {
 
 fn challenge_context(name: &str, digest: &[u8; 32]) -> anyhow::Result<SslContext> {
     // A throwaway key: the certificate proves control of the listener, not of a key.
-    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
-    let key = PKey::from_ec_key(EcKey::generate(&group)?)?;
+    let key = selfsigned::new_key(SelfSignedKey::EcdsaP256)?;
     let mut subject = X509NameBuilder::new()?;
     subject.append_entry_by_nid(Nid::COMMONNAME, name)?;
-    let subject = subject.build();
-    let mut serial = BigNum::new()?;
-    serial.rand(120, MsbOption::MAYBE_ZERO, false)?;
-    let mut builder = X509::builder()?;
-    builder.set_version(2)?;
-    let serial = serial.to_asn1_integer()?;
-    builder.set_serial_number(&serial)?;
-    builder.set_subject_name(&subject)?;
-    builder.set_issuer_name(&subject)?;
-    builder.set_pubkey(&key)?;
-    let (not_before, not_after) = (Asn1Time::days_from_now(0)?, Asn1Time::days_from_now(7)?);
-    builder.set_not_before(&not_before)?;
-    builder.set_not_after(&not_after)?;
-    let san = SubjectAlternativeName::new()
-        .dns(name)
-        .build(&builder.x509v3_context(None, None))?;
-    builder.append_extension(&san)?;
-    // The extension's value is an OCTET STRING holding the 32-byte digest.
-    let hex: Vec<String> = digest.iter().map(|b| format!("{b:02X}")).collect();
-    let value = format!("critical,DER:04:20:{}", hex.join(":"));
-    let identifier = X509Extension::new(None, None, ACME_IDENTIFIER_OID, &value)?;
-    builder.append_extension(&identifier)?;
-    builder.sign(&key, MessageDigest::sha256())?;
-    let cert = builder.build();
+    let cert = selfsigned::sign_self(&key, &subject.build(), 7, |builder| {
+        let san = SubjectAlternativeName::new()
+            .dns(name)
+            .build(&builder.x509v3_context(None, None))?;
+        builder.append_extension(&san)?;
+        // The extension's value is an OCTET STRING holding the 32-byte digest.
+        let hex: Vec<String> = digest.iter().map(|b| format!("{b:02X}")).collect();
+        let value = format!("critical,DER:04:20:{}", hex.join(":"));
+        let identifier = X509Extension::new(None, None, ACME_IDENTIFIER_OID, &value)?;
+        builder.append_extension(&identifier)?;
+        Ok(())
+    })?;
 
     let mut ctx = SslContextBuilder::new(SslMethod::tls())?;
     ctx.set_min_proto_version(Some(SslVersion::TLS1_2))?;
