@@ -1,0 +1,385 @@
+//! `[[listener]]`: an address, its certificates, TLS settings, backends and limits,
+//! and the checks that tie them together (errors name the key and line).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::acme::{AcmeCertificate, AcmeNames};
+use super::client_trust::{check_crl, ClientAuth, CrlCheck, CrlFile};
+use super::ech_key;
+use super::server_name::ServerNameConfig;
+use super::source::{resolve_file, ConfigError, SourceMap};
+use super::tls_names::{
+    group_name, tls13_cipher_id, CertCompression, TlsVersion, BORINGSSL_MAX_EARLY_DATA,
+    DEFAULT_TLS12_CIPHERS,
+};
+
+/// Address of the built-in HTTP responder, usable in `backends` (the embedded default uses it).
+pub const BUILTIN_BACKEND: &str = "builtin";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    None,
+    V1,
+    V2,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// Read through [`ListenerConfig::address`]; spanned to name its line in errors.
+    #[serde(rename = "address")]
+    pub address_spanned: Spanned<SocketAddr>,
+    /// `host:port` of plaintext backends, tried round robin; "builtin" is the internal responder.
+    pub backends: Spanned<Vec<String>>,
+    #[serde(default = "default_proxy_protocol")]
+    pub proxy_protocol: ProxyProtocol,
+    /// ALPN protocols offered, in server preference order. Empty: no ALPN.
+    #[serde(default)]
+    pub alpn: Vec<String>,
+    #[serde(default = "default_min_version")]
+    pub min_version: TlsVersion,
+    #[serde(default = "default_max_version")]
+    pub max_version: TlsVersion,
+    /// TLS 1.2 cipher suites (OpenSSL names). TLS 1.3 suites are fixed by BoringSSL.
+    #[serde(default = "default_ciphers")]
+    pub ciphers: Spanned<String>,
+    /// TLS 1.3 suites in server preference order; "A|B" leaves the choice between A and B
+    /// to the client. A client that lists ChaCha20 first (a sign of no AES hardware) gets
+    /// ChaCha20 if it is configured. The default prefers AES-128-GCM: its SHA-256 key
+    /// schedule has hardware support where AES-256-GCM's SHA-384 has none.
+    #[serde(default = "default_tls13_ciphers")]
+    pub tls13_ciphers: Spanned<Vec<String>>,
+    /// Key-exchange groups in preference order: X25519MLKEM768 (post-quantum hybrid),
+    /// X25519, P-256, P-384.
+    #[serde(default = "default_groups")]
+    pub groups: Spanned<Vec<String>>,
+    /// Certificate compression (RFC 8879, TLS 1.3) offered to clients that ask for it, in
+    /// preference order: "brotli", "zlib". Empty: certificates are always sent plain.
+    #[serde(default = "default_cert_compression")]
+    pub cert_compression: Spanned<Vec<String>>,
+    #[serde(default = "default_handshake_timeout", with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+    /// A connection with no traffic either way for this long is closed.
+    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// A backend that refused a connection is skipped for this long.
+    #[serde(default = "default_backend_retry", with = "humantime_serde")]
+    pub backend_retry: Duration,
+    /// Per worker; when reached the worker stops accepting until a connection closes.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Relay buffer per direction (bytes): bounds memory per connection.
+    #[serde(default = "default_buffer_size")]
+    pub buffer_size: usize,
+    #[serde(default, rename = "certificate")]
+    pub certificates: Vec<CertificateConfig>,
+    /// A client whose SNI names no certificate: served the default one, or refused.
+    /// (A client without SNI always gets the default.)
+    #[serde(default = "default_unknown_sni")]
+    pub unknown_sni: UnknownSni,
+    /// Client certificates (mTLS): "none", "optional" or "required".
+    #[serde(default = "default_client_auth")]
+    pub client_auth: ClientAuth,
+    /// PEM bundle of the CAs that client certificates must chain to.
+    pub client_ca: Option<Spanned<PathBuf>>,
+    /// CRLs (PEM, one or more; or one DER) that client certificates are checked against;
+    /// re-read on reload. A CRL past its nextUpdate makes its CA's clients fail.
+    pub client_crl: Option<CrlFile>,
+    /// Which certificates the CRLs are checked for: the client's own ("leaf"), or every
+    /// certificate of its chain ("chain": each issuer then needs a CRL, roots included).
+    #[serde(default = "default_crl_check")]
+    pub client_crl_check: CrlCheck,
+    /// TLS 1.3 0-RTT: resumed clients may send up to 14,336 bytes (BoringSSL's fixed
+    /// max_early_data_size) before the handshake completes. Off by default: early data can
+    /// be replayed by an attacker; tlsterm refuses a ClientHello it has seen (see
+    /// `[session] early_data_replay_entries`) and marks such connections to the backend
+    /// (PROXY v2 TLV 0xE3).
+    #[serde(default = "default_off")]
+    pub early_data: Spanned<bool>,
+    /// Of a connection's early data, how many bytes reach the backend before the handshake
+    /// is confirmed; the rest waits for the client's Finished (and is dropped if it never
+    /// comes). At most 14,336, all BoringSSL accepts, which is the default.
+    #[serde(default = "default_max_early_data")]
+    pub max_early_data: Spanned<usize>,
+    /// Encrypted Client Hello key files (`tlsterm ech keygen`), re-read on reload. The
+    /// first is offered in retry configs to clients whose ECH could not be decrypted;
+    /// the others still decrypt (rotation). Certificates, per-name settings and
+    /// client-certificate policy follow the encrypted (inner) SNI.
+    pub ech_keys: Option<Spanned<Vec<PathBuf>>>,
+    /// Settings for particular SNI names, overriding the listener's.
+    #[serde(default, rename = "server_name")]
+    pub server_names: Vec<ServerNameConfig>,
+    /// Names to obtain certificates for from the `[acme]` CA.
+    pub acme: Option<AcmeNames>,
+    /// Filled at validation: every certificate to obtain for this listener (its own
+    /// `acme` and its server names').
+    #[serde(skip)]
+    pub acme_certificates: Vec<AcmeCertificate>,
+}
+
+impl ListenerConfig {
+    pub fn address(&self) -> SocketAddr {
+        *self.address_spanned.get_ref()
+    }
+
+    /// Checks this listener and its server names, resolves its files against the
+    /// configuration's directory, collects the certificates it must obtain from `[acme]`
+    /// (`has_acme`: whether that section exists) and moves its server names' certificates
+    /// into its own list.
+    pub(super) fn validate(
+        &mut self,
+        map: &SourceMap<'_>,
+        has_acme: bool,
+    ) -> Result<(), ConfigError> {
+        check_backends(map, &self.backends)?;
+        let listener_ca = self.client_ca.is_some();
+        let auth = self.client_auth;
+        for name in &mut self.server_names {
+            name.validate(map, listener_ca, auth)?;
+        }
+        if self.min_version > self.max_version {
+            return Err(map.plain(format!(
+                "listener {}: key `min_version` is above `max_version`",
+                self.address()
+            )));
+        }
+        if self.max_connections == 0 || self.buffer_size < 1024 {
+            return Err(map.plain(format!(
+                "listener {}: `max_connections` must be >= 1 and `buffer_size` >= 1024",
+                self.address()
+            )));
+        }
+        if *self.early_data.get_ref() && self.max_version < TlsVersion::Tls13 {
+            return Err(map.error(
+                &self.early_data,
+                "key `early_data`: 0-RTT exists only in TLS 1.3, but `max_version` is 1.2",
+            ));
+        }
+        if *self.max_early_data.get_ref() > BORINGSSL_MAX_EARLY_DATA {
+            return Err(map.error(
+                &self.max_early_data,
+                "key `max_early_data`: at most 14336 (all the early data BoringSSL accepts)",
+            ));
+        }
+        let tls13 = self.tls13_ciphers.get_ref();
+        let names = tls13.iter().flat_map(|entry| entry.split('|'));
+        if tls13.is_empty() || names.clone().any(|n| tls13_cipher_id(n.trim()).is_none()) {
+            return Err(map.error(
+                &self.tls13_ciphers,
+                "key `tls13_ciphers`: a non-empty list of TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256 (\"A|B\": client's choice)",
+            ));
+        }
+        if self.groups.get_ref().is_empty() {
+            return Err(map.error(&self.groups, "key `groups`: must not be empty"));
+        }
+        for group in self.groups.get_ref() {
+            if group_name(group).is_none() {
+                return Err(map.error(
+                    &self.groups,
+                    format!("key `groups`: unknown group `{group}` (X25519MLKEM768, X25519, P-256, P-384)"),
+                ));
+            }
+        }
+        if let Some(files) = &mut self.ech_keys {
+            if files.get_ref().is_empty() || self.max_version < TlsVersion::Tls13 {
+                return Err(map.error(
+                    files,
+                    "key `ech_keys`: needs at least one file, and TLS 1.3 (`max_version`)",
+                ));
+            }
+            let resolved: Vec<PathBuf> = files.get_ref().iter().map(|f| map.resolve(f)).collect();
+            for file in &resolved {
+                if let Err(err) = ech_key::EchKey::load(file) {
+                    return Err(map.error(files, format!("key `ech_keys`: {err:#}")));
+                }
+            }
+            *files.get_mut() = resolved;
+        }
+        let algorithms = self.cert_compression.get_ref();
+        for (i, name) in algorithms.iter().enumerate() {
+            let message = if CertCompression::parse(name).is_none() {
+                format!("unknown algorithm `{name}` (brotli, zlib)")
+            } else if algorithms[..i].iter().any(|n| n.eq_ignore_ascii_case(name)) {
+                format!("`{name}` is listed twice")
+            } else {
+                continue;
+            };
+            return Err(map.error(
+                &self.cert_compression,
+                format!("key `cert_compression`: {message}"),
+            ));
+        }
+        match (&mut self.client_ca, self.client_auth) {
+            (None, ClientAuth::Optional | ClientAuth::Required) => {
+                return Err(map.plain(format!(
+                    "listener {}: key `client_auth` needs `client_ca`",
+                    self.address()
+                )))
+            }
+            (Some(ca), _) => {
+                let resolved = map.resolve(ca.get_ref());
+                if !resolved.is_file() {
+                    return Err(map.error(
+                        ca,
+                        format!("key `client_ca`: no such file {}", resolved.display()),
+                    ));
+                }
+                *ca.get_mut() = resolved;
+            }
+            (None, ClientAuth::None) => {}
+        }
+        check_crl(map, &mut self.client_crl, listener_ca)?;
+        let mut acme_certificates = match &self.acme {
+            Some(acme) => acme.resolve(map, None, has_acme)?,
+            None => Vec::new(),
+        };
+        for name in &self.server_names {
+            if let Some(acme) = &name.acme {
+                acme_certificates.extend(acme.resolve(map, Some(&name.names), has_acme)?);
+            }
+        }
+        self.acme_certificates = acme_certificates;
+        for name in &mut self.server_names {
+            for mut cert in std::mem::take(&mut name.certificates) {
+                if cert.names.is_empty() {
+                    cert.names = name.names.get_ref().clone();
+                }
+                self.certificates.push(cert);
+            }
+        }
+        for cert in &mut self.certificates {
+            resolve_file(map, &mut cert.cert, "cert")?;
+            resolve_file(map, &mut cert.key, "key")?;
+            if let Some(ocsp) = &mut cert.ocsp {
+                resolve_file(map, ocsp, "ocsp")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownSni {
+    Default,
+    Refuse,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateConfig {
+    /// PEM file: the certificate followed by its chain.
+    pub cert: Spanned<PathBuf>,
+    /// PEM private key (RSA 2048/3072/4096 or ECDSA P-256/P-384).
+    pub key: Spanned<PathBuf>,
+    /// SNI names served by it ("*.example.com" allowed). Default: the certificate's DNS names.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// Served to clients whose SNI matches nothing (and to clients without SNI).
+    #[serde(default)]
+    pub default: bool,
+    /// A DER OCSP response to staple (re-read on reload; not stapled if stale or not
+    /// for this certificate).
+    pub ocsp: Option<Spanned<PathBuf>>,
+    /// Fetch the OCSP response from the responder named in the certificate (its Authority
+    /// Information Access) and keep it fresh in the background; `ocsp`, if set, is the
+    /// starting value. Needs the issuer as the second certificate of `cert`.
+    #[serde(default)]
+    pub ocsp_fetch: bool,
+}
+
+fn default_max_early_data() -> Spanned<usize> {
+    Spanned::new(0..0, BORINGSSL_MAX_EARLY_DATA)
+}
+fn default_off() -> Spanned<bool> {
+    Spanned::new(0..0, false)
+}
+fn default_client_auth() -> ClientAuth {
+    ClientAuth::None
+}
+fn default_crl_check() -> CrlCheck {
+    CrlCheck::Leaf
+}
+fn default_unknown_sni() -> UnknownSni {
+    UnknownSni::Default
+}
+fn default_proxy_protocol() -> ProxyProtocol {
+    ProxyProtocol::None
+}
+fn default_min_version() -> TlsVersion {
+    TlsVersion::Tls12
+}
+fn default_max_version() -> TlsVersion {
+    TlsVersion::Tls13
+}
+fn default_ciphers() -> Spanned<String> {
+    Spanned::new(0..0, DEFAULT_TLS12_CIPHERS.to_string())
+}
+fn default_tls13_ciphers() -> Spanned<Vec<String>> {
+    Spanned::new(
+        0..0,
+        vec![
+            "TLS_AES_128_GCM_SHA256".into(),
+            "TLS_AES_256_GCM_SHA384".into(),
+            "TLS_CHACHA20_POLY1305_SHA256".into(),
+        ],
+    )
+}
+fn default_groups() -> Spanned<Vec<String>> {
+    Spanned::new(
+        0..0,
+        vec![
+            "X25519MLKEM768".into(),
+            "X25519".into(),
+            "P-256".into(),
+            "P-384".into(),
+        ],
+    )
+}
+fn default_cert_compression() -> Spanned<Vec<String>> {
+    Spanned::new(0..0, vec!["brotli".into(), "zlib".into()])
+}
+fn default_handshake_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_backend_retry() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_max_connections() -> usize {
+    10_000
+}
+fn default_buffer_size() -> usize {
+    16 * 1024
+}
+
+pub(super) fn check_backends(
+    map: &SourceMap<'_>,
+    backends: &Spanned<Vec<String>>,
+) -> Result<(), ConfigError> {
+    if backends.get_ref().is_empty() {
+        return Err(map.error(backends, "key `backends`: must not be empty"));
+    }
+    for backend in backends.get_ref() {
+        if backend != BUILTIN_BACKEND && !backend.contains(':') {
+            return Err(map.error(
+                backends,
+                format!("key `backends`: `{backend}` is not host:port or \"builtin\""),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! `[[listener.server_name]]`: settings for particular SNI names, overriding the listener's.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::acme::AcmeNames;
+use super::client_trust::check_crl;
+use super::client_trust::{ClientAuth, CrlCheck, CrlFile};
+use super::listener::check_backends;
+use super::listener::CertificateConfig;
+use super::source::{resolve_file, ConfigError, SourceMap};
+use super::tls_names::TlsVersion;
+
+/// `[[listener.server_name]]`: what differs for connections whose SNI matches `names`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerNameConfig {
+    /// Exact names or "*.suffix" wildcards.
+    pub names: Spanned<Vec<String>>,
+    pub backends: Option<Spanned<Vec<String>>>,
+    pub alpn: Option<Vec<String>>,
+    pub min_version: Option<TlsVersion>,
+    pub client_auth: Option<ClientAuth>,
+    pub client_ca: Option<Spanned<PathBuf>>,
+    pub client_crl: Option<CrlFile>,
+    pub client_crl_check: Option<CrlCheck>,
+    /// `[[listener.server_name.certificate]]`: certificates kept with the rest of this
+    /// name's settings. Their `names` default to this block's names (not their SAN). At
+    /// load they join the listener's certificates.
+    #[serde(default, rename = "certificate")]
+    pub certificates: Vec<CertificateConfig>,
+    /// Obtain a certificate for these names (default: the block's `names`) from `[acme]`.
+    pub acme: Option<AcmeNames>,
+}
+
+impl ServerNameConfig {
+    /// Whether its connections are checked for client certificates otherwise than the
+    /// listener's (`listener_auth`): another `client_auth`, or its own CA or CRL settings
+    /// while certificates are asked for.
+    fn client_policy_differs(&self, listener_auth: ClientAuth) -> bool {
+        let auth = self.client_auth.unwrap_or(listener_auth);
+        let own_trust = self.client_ca.is_some()
+            || self.client_crl.is_some()
+            || self.client_crl_check.is_some();
+        auth != listener_auth || (auth != ClientAuth::None && own_trust)
+    }
+
+    /// Checks this block (`listener_ca`: whether the listener has a `client_ca`;
+    /// `listener_auth`: its `client_auth`) and resolves its files.
+    pub(super) fn validate(
+        &mut self,
+        map: &SourceMap<'_>,
+        listener_ca: bool,
+        listener_auth: ClientAuth,
+    ) -> Result<(), ConfigError> {
+        if self.names.get_ref().is_empty() {
+            return Err(map.error(&self.names, "key `names`: must not be empty"));
+        }
+        if let Some(backends) = &self.backends {
+            check_backends(map, backends)?;
+        }
+        if let Some(ca) = &mut self.client_ca {
+            resolve_file(map, ca, "client_ca")?;
+        }
+        let has_ca = listener_ca || self.client_ca.is_some();
+        check_crl(map, &mut self.client_crl, has_ca)?;
+        let needs_ca = matches!(
+            self.client_auth,
+            Some(ClientAuth::Optional | ClientAuth::Required)
+        );
+        if needs_ca && self.client_ca.is_none() && !listener_ca {
+            return Err(map.error(
+                &self.names,
+                "key `client_auth` needs `client_ca` (here or on the listener)",
+            ));
+        }
+        if self.backends.is_none() && self.client_policy_differs(listener_auth) {
+            return Err(map.error(
+                &self.names,
+                "key `backends` is needed here: this name's client-certificate policy differs from the listener's, and a backend both used would be reached under the weaker of the two (by a client sending the other name, or none)",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,237 @@
+//! Configuration checks: every error names its key and line.
+
+use super::*;
+
+#[test]
+fn group_names() {
+    assert_eq!(group_name("x25519"), Some("X25519"));
+    assert_eq!(group_name("X25519MLKEM768"), Some("X25519MLKEM768"));
+    assert_eq!(group_name("prime256v1"), Some("P-256"));
+    assert_eq!(group_name("X448"), None);
+}
+
+#[test]
+fn a_bad_session_table_names_its_line() {
+    let text = "workers = 1\n\n[session]\nticket_rotation = \"0s\"\n\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    let err = Config::parse("t.toml", text).unwrap_err();
+    assert_eq!(err.line, Some(3), "{err}");
+    assert!(
+        err.message.contains("ticket_rotation must be more than 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn embedded_default_parses() {
+    let config = Config::embedded_default();
+    assert_eq!(config.listeners.len(), 1);
+    assert_eq!(
+        config.listeners[0].handshake_timeout,
+        Duration::from_secs(10)
+    );
+    assert_eq!(config.engine.mode, EngineMode::Batch);
+}
+
+#[test]
+fn unknown_key_names_key_and_line() {
+    let text = "workers = 1\n\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nfrobnicate = 3\n";
+    let err = Config::parse("t.toml", text).unwrap_err();
+    assert_eq!(err.line, Some(6), "{err}");
+    assert!(err.message.contains("frobnicate"), "{err}");
+}
+
+#[test]
+fn a_listener_address_twice_names_the_second() {
+    let listener = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    let err = Config::parse("t.toml", &listener.repeat(2)).unwrap_err();
+    assert_eq!(err.line, Some(5), "{err}");
+    assert!(err.message.contains("key `address`"), "{err}");
+}
+
+#[test]
+fn bad_value_names_line() {
+    let text = "[[listener]]\naddress = \"not an address\"\nbackends = [\"builtin\"]\n";
+    let err = Config::parse("t.toml", text).unwrap_err();
+    assert_eq!(err.line, Some(2), "{err}");
+}
+
+#[test]
+fn missing_certificate_file_names_key_and_line() {
+    let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n[[listener.certificate]]\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\"\n";
+    let err = Config::parse("t.toml", text).unwrap_err();
+    assert_eq!(err.line, Some(5), "{err}");
+    assert!(err.message.contains("key `cert`"), "{err}");
+}
+
+#[test]
+fn early_data_needs_tls13() {
+    let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nmax_version = \"1.2\"\nearly_data = true\n";
+    let err = Config::parse("t.toml", text).unwrap_err();
+    assert_eq!(err.line, Some(5), "{err}");
+    assert!(err.message.contains("key `early_data`"), "{err}");
+    let on = text.replace("max_version = \"1.2\"\n", "");
+    assert!(*Config::parse("t.toml", &on).unwrap().listeners[0]
+        .early_data
+        .get_ref());
+    let err = Config::parse("t.toml", &format!("{on}max_early_data = 20000\n")).unwrap_err();
+    assert_eq!(err.line, Some(5), "{err}");
+    assert!(err.message.contains("key `max_early_data`"), "{err}");
+}
+
+#[test]
+fn server_name_certificates_default_to_the_block_names() {
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["a.pem", "a.key"] {
+        std::fs::write(dir.path().join(file), "").unwrap();
+    }
+    let text = format!(
+        "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n\
+         [[listener.server_name]]\nnames = [\"a.test\", \"*.a.test\"]\n\
+         [[listener.server_name.certificate]]\ncert = \"{0}/a.pem\"\nkey = \"{0}/a.key\"\n\
+         [[listener.server_name.certificate]]\ncert = \"{0}/a.pem\"\nkey = \"{0}/a.key\"\nnames = [\"x.test\"]\n",
+        dir.path().display()
+    );
+    let config = Config::parse("t.toml", &text).unwrap();
+    let certs = &config.listeners[0].certificates;
+    assert_eq!(certs.len(), 2);
+    assert_eq!(certs[0].names, ["a.test", "*.a.test"]);
+    assert_eq!(certs[1].names, ["x.test"]);
+    assert!(config.listeners[0].server_names[0].certificates.is_empty());
+}
+
+#[test]
+fn client_crl_needs_client_ca() {
+    let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nclient_crl = \"crl.pem\"\n";
+    let err = Config::parse("t.toml", text).unwrap_err();
+    assert_eq!(err.line, Some(4), "{err}");
+    assert!(
+        err.message.contains("key `client_crl` needs `client_ca`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_name_with_its_own_client_certificate_policy_needs_its_own_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), "").unwrap();
+    let ca = format!("client_ca = \"{}/ca.pem\"\n", dir.path().display());
+    let listener = |auth: &str| {
+        format!(
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n{ca}\
+             client_auth = \"{auth}\"\n[[listener.server_name]]\nnames = [\"admin.test\"]\n"
+        )
+    };
+    for (auth, name) in [
+        ("none", "client_auth = \"required\"\n"),
+        ("none", "client_auth = \"optional\"\n"),
+        ("required", "client_auth = \"none\"\n"),
+        ("required", "client_crl_check = \"chain\"\n"),
+        ("optional", ca.as_str()),
+    ] {
+        let text = format!("{}{name}", listener(auth));
+        let err = Config::parse("t.toml", &text).unwrap_err();
+        assert_eq!(err.line, Some(7), "{auth} / {name}: {err}");
+        assert!(err.message.contains("key `backends`"), "{err}");
+        let own = format!("{text}backends = [\"127.0.0.1:2\"]\n");
+        assert!(Config::parse("t.toml", &own).is_ok(), "{auth} / {name}");
+    }
+    // The listener's policy again, or none asked for at all: the listener's backends.
+    for (auth, name) in [
+        ("required", "client_auth = \"required\"\n"),
+        ("none", "client_auth = \"none\"\n"),
+        ("none", "client_crl_check = \"chain\"\n"),
+        ("optional", "alpn = [\"h2\"]\n"),
+    ] {
+        let text = format!("{}{name}", listener(auth));
+        assert!(Config::parse("t.toml", &text).is_ok(), "{auth} / {name}");
+    }
+}
+
+#[test]
+fn cert_compression_is_checked() {
+    let base = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    let config = Config::parse("t.toml", base).unwrap();
+    assert_eq!(
+        config.listeners[0].cert_compression.get_ref(),
+        &["brotli", "zlib"]
+    );
+    for bad in ["[\"zstd\"]", "[\"zlib\", \"ZLIB\"]"] {
+        let text = format!("{base}cert_compression = {bad}\n");
+        let err = Config::parse("t.toml", &text).unwrap_err();
+        assert_eq!(err.line, Some(4), "{err}");
+        assert!(err.message.contains("key `cert_compression`"), "{err}");
+    }
+    let off = format!("{base}cert_compression = []\n");
+    assert!(Config::parse("t.toml", &off).unwrap().listeners[0]
+        .cert_compression
+        .get_ref()
+        .is_empty());
+}
+
+#[test]
+fn post_quantum_group_is_first_by_default() {
+    let base = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    let config = Config::parse("t.toml", base).unwrap();
+    assert_eq!(config.listeners[0].groups.get_ref()[0], "X25519MLKEM768");
+    let text = format!("{base}groups = [\"x25519mlkem768\", \"x25519\"]\n");
+    assert!(Config::parse("t.toml", &text).is_ok());
+    let err = Config::parse("t.toml", &format!("{base}groups = []\n")).unwrap_err();
+    assert_eq!(err.line, Some(4), "{err}");
+}
+
+#[test]
+fn unknown_group_is_refused() {
+    let text =
+        "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\ngroups = [\"X448\"]\n";
+    let err = Config::parse("t.toml", text).unwrap_err();
+    assert_eq!(err.line, Some(4), "{err}");
+}
+
+#[test]
+fn acme_names_come_from_the_listener_or_the_server_name() {
+    let text = r#"
+[acme]
+directory = "https://ca.example/dir"
+storage = "/tmp/acme"
+
+[[listener]]
+address = "127.0.0.1:1"
+backends = ["builtin"]
+acme = { names = ["A.example", "b.example."] }
+
+[[listener.server_name]]
+names = ["api.example"]
+acme = { key_types = ["rsa-2048", "ecdsa-p256"] }
+"#;
+    let config = Config::parse("t.toml", text).unwrap();
+    let got: Vec<(Vec<String>, AcmeKeyType)> = config.listeners[0]
+        .acme_certificates
+        .iter()
+        .map(|c| (c.names.clone(), c.key_type))
+        .collect();
+    let ab = vec!["a.example".to_string(), "b.example".to_string()];
+    let api = vec!["api.example".to_string()];
+    assert_eq!(
+        got,
+        [
+            (ab, AcmeKeyType::EcdsaP256),
+            (api.clone(), AcmeKeyType::Rsa2048),
+            (api, AcmeKeyType::EcdsaP256)
+        ]
+    );
+}
+
+#[test]
+fn acme_names_without_acme_section_name_their_line() {
+    let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nacme = { names = [\"a.example\"] }\n";
+    let err = Config::parse("t.toml", text).unwrap_err().to_string();
+    assert!(
+        err.starts_with("t.toml:4:") && err.contains("[acme]"),
+        "{err}"
+    );
+    let with_redis = "[session]\nredis_url = \"redis://127.0.0.1\"\n[acme]\ndirectory = \"https://ca.example/dir\"\nstorage = \"s\"\n".to_string() + text;
+    let err = Config::parse("t.toml", &with_redis)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("fleet_key_file"), "{err}");
+}
