@@ -18,7 +18,7 @@ struct Series {
 }
 
 static SERIES: LazyLock<Series> = LazyLock::new(|| {
-    let r = &crate::metrics::METRICS.registry;
+    let r = crate::metrics::registry();
     Series {
         orders: register_int_counter_vec_with_registry!(
             "acme_orders_total",

@@ -7,6 +7,7 @@
 //! every handshake of the worker is waiting on it, or when the poll delay expires.
 
 mod key;
+pub mod metrics;
 mod queue;
 mod signer;
 
@@ -98,6 +99,11 @@ impl OffloadSettings {
             "none"
         }
     }
+
+    /// Shows these settings in `tlsterm_engine_info` (at start and at each reload).
+    pub fn publish(&self) {
+        metrics::set_engine_info(self.kernel_name(), self.signing());
+    }
 }
 
 /// The kernel `[engine] kernel` asks for, if the CPU has it; else the fastest it has.
@@ -142,7 +148,7 @@ pub fn sign(key: Arc<SigningKey>, alg: SslSignatureAlgorithm, message: &[u8]) ->
     match queue::try_enqueue(&key, scheme, message) {
         Some(pending) => pending,
         None => {
-            let result = queue::timed_inline(&key, scheme, message);
+            let result = queue::counted_inline(&key, scheme, message);
             Box::pin(std::future::ready(result))
         }
     }

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
+use super::metrics;
 use super::{KeyKind, OffloadError, Scheme, SigningKey};
-use crate::metrics;
 
 /// Why a batch of private-key operations ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,14 +108,14 @@ impl QueueStats for MetricsStats {
     fn queue_wait(&self, wait: Duration) {
         metrics::record_queue_wait(wait);
     }
-    fn flush(&self, cause: FlushCause, ops: usize) {
-        metrics::record_flush(cause.label(), ops);
+    fn flush(&self, cause: FlushCause, _ops: usize) {
+        metrics::record_flush(cause.label());
     }
     fn batch(&self, kind: KeyKind, ops: usize, elapsed: Duration) {
         metrics::record_batch(kind.label(), ops, elapsed);
     }
-    fn inline_op(&self, kind: KeyKind, elapsed: Duration) {
-        metrics::record_inline_op(kind.label(), elapsed);
+    fn inline_op(&self, kind: KeyKind, _elapsed: Duration) {
+        metrics::record_inline_op(kind.label());
     }
     fn engine_error(&self) {
         metrics::record_engine_error();

@@ -2,6 +2,7 @@
 //! backend itself.
 
 pub mod builtin_backend;
+pub mod metrics;
 pub mod pool;
 pub mod proxy_protocol;
 pub mod relay;

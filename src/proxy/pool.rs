@@ -88,7 +88,7 @@ impl BackendPool {
             let result =
                 tokio::time::timeout(self.connect_timeout, TcpStream::connect(backend.address))
                     .await;
-            crate::metrics::record_backend_connect(attempt.elapsed(), matches!(result, Ok(Ok(_))));
+            super::metrics::record_backend_connect(attempt.elapsed(), matches!(result, Ok(Ok(_))));
             match result {
                 Ok(Ok(stream)) => {
                     backend.down_until.store(0, Ordering::Relaxed);

@@ -9,9 +9,9 @@ use tokio::net::TcpStream;
 use tokio_boring::SslStreamBuilder;
 
 use super::failure::{FailureFacts, HandshakeFailure};
+use super::metrics;
 use super::ListenerState;
 use crate::config::ProxyProtocol;
-use crate::metrics::{self, HandshakeRecord};
 use crate::offload::HandshakeGuard;
 use crate::proxy::proxy_protocol;
 use crate::proxy::relay::{self, RelayEnd};
@@ -96,21 +96,8 @@ pub async fn handle(
         }
         Ok((Ok(tls), in_tls)) => {
             let negotiated = Negotiated::from_ssl(tls.ssl(), state.config.ech_keys.is_some());
-            metrics::record_handshake(
-                &HandshakeRecord {
-                    resumed: negotiated.resumed,
-                    version: negotiated.version,
-                    cipher: &negotiated.cipher,
-                    group: negotiated.group,
-                    alpn: negotiated.alpn.as_deref(),
-                    total: handshake_time,
-                    in_tls,
-                },
-                &state.metrics,
-            );
-            if let Some(outcome) = negotiated.early_data_outcome {
-                metrics::record_early_data(outcome);
-            }
+            metrics::record_handshake(negotiated.resumed, &state.metrics);
+            crate::tls::metrics::record_negotiated(&negotiated, handshake_time, in_tls);
             (tls, negotiated)
         }
         Ok((Err(err), _)) => {
@@ -213,7 +200,8 @@ fn log_end(
     to_client: u64,
     outcome: CloseReason,
 ) {
-    metrics::record_close(outcome.label(), to_backend, to_client);
+    metrics::record_close(outcome.label());
+    crate::proxy::metrics::record_relayed(to_backend, to_client);
     if !enabled {
         return;
     }

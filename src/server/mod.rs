@@ -10,6 +10,7 @@
 
 mod conn;
 mod failure;
+mod metrics;
 mod worker;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -37,7 +38,7 @@ pub struct ListenerState {
     /// Backend pools by `ServerTls::profile_index`: 0 is the listener's, then one per
     /// `[[listener.server_name]]` (sharing the listener's when it names no backends).
     pub pools: Vec<Arc<BackendPool>>,
-    pub metrics: crate::metrics::ListenerMetrics,
+    pub metrics: metrics::ListenerMetrics,
 }
 
 impl ListenerState {
@@ -230,7 +231,7 @@ pub fn build_states(
                 tls,
                 file_certificates,
                 pools,
-                metrics: crate::metrics::ListenerMetrics::new(listener.address()),
+                metrics: metrics::ListenerMetrics::new(listener.address()),
             }))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -332,12 +333,13 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         connection_limit: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
     });
     crate::metrics::set_enabled(config.admin.enabled);
+    metrics::register_all();
     let admin = match config.admin.enabled {
         true => Some(crate::metrics::admin::bind(config.admin.address)?),
         false => None,
     };
     let offload = OffloadSettings::from_config(&config.engine);
-    crate::metrics::set_engine_info(offload.kernel_name(), offload.signing());
+    offload.publish();
     let (settings_tx, settings_rx) = watch::channel(offload);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
@@ -498,7 +500,7 @@ impl Serving {
                         tls,
                         file_certificates: state.file_certificates.clone(),
                         pools: state.pools.clone(),
-                        metrics: crate::metrics::ListenerMetrics::new(listener.address),
+                        metrics: metrics::ListenerMetrics::new(listener.address),
                     });
                     listener.state.store(fresh.clone());
                     states.push(fresh);
@@ -590,7 +592,7 @@ impl Serving {
             .log_connections
             .store(new.log.connections, std::sync::atomic::Ordering::Relaxed);
         let offload = OffloadSettings::from_config(&new.engine);
-        crate::metrics::set_engine_info(offload.kernel_name(), offload.signing());
+        offload.publish();
         let _ = self.settings.send(offload);
         if !unapplied.is_empty() {
             tracing::warn!(keys = ?unapplied, "changed keys take effect at the next restart");

@@ -50,12 +50,12 @@ impl Worker {
     }
 
     async fn serve(mut self) {
-        crate::metrics::register_worker(self.index);
+        super::metrics::register_worker(self.index);
         tokio::task::spawn_local(async {
             let mut every_second = tokio::time::interval(Duration::from_secs(1));
             loop {
                 every_second.tick().await;
-                crate::metrics::sample_worker_cpu();
+                super::metrics::sample_worker_cpu();
             }
         });
         let mut settings = self.settings.clone();
@@ -207,11 +207,11 @@ fn start(
 ) {
     let state = listener.state.load_full();
     let log = shared.log_connections.load(Ordering::Relaxed);
-    crate::metrics::record_accept(&state.metrics);
+    super::metrics::record_accept(&state.metrics);
     tokio::task::spawn_local(async move {
         let ended = state.clone();
         conn::handle(stream, client, state, log).await;
-        crate::metrics::record_connection_end(&ended.metrics);
+        super::metrics::record_connection_end(&ended.metrics);
         drop(permits);
     });
 }

@@ -20,7 +20,7 @@ pub(super) struct SessionMetrics {
 }
 
 pub(super) static METRICS: LazyLock<SessionMetrics> = LazyLock::new(|| {
-    let r = &crate::metrics::METRICS.registry;
+    let r = crate::metrics::registry();
     SessionMetrics {
         tickets: register_int_counter_vec_with_registry!(
             "session_tickets_total",

@@ -136,7 +136,7 @@ impl<C: Codec> CertificateCompressor for Cached<C> {
     fn compress<W: Write>(&self, input: &[u8], output: &mut W) -> io::Result<()> {
         let compressed = self.get(input)?;
         output.write_all(&compressed.output)?;
-        crate::metrics::record_certificate_compressed(C::LABEL);
+        super::metrics::record_certificate_compressed(C::LABEL);
         Ok(())
     }
 }

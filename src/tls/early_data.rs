@@ -191,7 +191,7 @@ pub(super) fn early_data_refused(verdict: Verdict) -> bool {
         return false;
     }
     tracing::debug!(result = verdict.label(), "0-RTT refused");
-    crate::metrics::record_early_data(verdict.label());
+    super::metrics::record_early_data(verdict.label());
     true
 }
 

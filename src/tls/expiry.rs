@@ -13,7 +13,7 @@ static EXPIRY: LazyLock<IntGaugeVec> = LazyLock::new(|| {
         "certificate_expiry_seconds",
         "Unix time at which the certificate served for the name expires (the earliest of its certificates)",
         &["name"],
-        &crate::metrics::METRICS.registry
+        crate::metrics::registry()
     )
     .expect("metric")
 });

@@ -26,7 +26,7 @@ impl AsyncPrivateKeyMethod for OffloadKeyMethod {
         let pending = offload::sign(self.key.clone(), algorithm, input);
         Ok(Box::pin(async move {
             let result = pending.await;
-            crate::metrics::record_engine_wait(requested.elapsed());
+            super::metrics::record_engine_wait(requested.elapsed());
             let signature = result.map_err(|err| {
                 tracing::debug!(error = %err, "private-key operation failed");
                 AsyncPrivateKeyMethodError

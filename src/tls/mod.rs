@@ -20,6 +20,7 @@ pub mod ech;
 pub mod expiry;
 mod failure;
 mod keymethod;
+pub mod metrics;
 mod names;
 mod negotiated;
 pub mod ocsp;

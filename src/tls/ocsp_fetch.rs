@@ -103,7 +103,7 @@ impl Slot {
                 if previous.is_none() {
                     tracing::info!(certificate = ?self.names, source, "OCSP response stapled");
                 }
-                crate::metrics::record_ocsp("stapled");
+                super::metrics::record_ocsp("stapled");
             }
             Err(problem) => {
                 // The responder's latest word is not "good": what it said before no longer holds.
@@ -111,7 +111,7 @@ impl Slot {
                     self.current.store(None);
                 }
                 tracing::warn!(certificate = ?self.names, source, problem = problem.label(), "OCSP response not stapled");
-                crate::metrics::record_ocsp(problem.label());
+                super::metrics::record_ocsp(problem.label());
             }
         }
         checked
@@ -120,7 +120,7 @@ impl Slot {
     /// Asks the responder and schedules the next fetch.
     fn refresh(&self, settings: &OcspConfig) {
         let fetched = fetch(&self.url, &self.request, settings.timeout);
-        crate::metrics::record_ocsp_fetch(if fetched.is_ok() { "ok" } else { "failed" });
+        super::metrics::record_ocsp_fetch(if fetched.is_ok() { "ok" } else { "failed" });
         let mut schedule = lock(&self.schedule);
         let taken = match fetched {
             Ok(response) => self
@@ -154,7 +154,7 @@ impl Slot {
         {
             self.current.store(None);
             tracing::warn!(certificate = ?self.names, url = %self.url, "OCSP response expired before a refresh succeeded: no longer stapled");
-            crate::metrics::record_ocsp(OcspProblem::Stale.label());
+            super::metrics::record_ocsp(OcspProblem::Stale.label());
         }
     }
 

@@ -109,7 +109,7 @@ pub(super) fn file_staple(response: &[u8], chain: &[X509], names: &[String]) -> 
         .map(|issuer| &**issuer);
     match ocsp::validity(response, leaf, issuer, std::time::SystemTime::now()) {
         Ok(validity) => {
-            crate::metrics::record_ocsp("stapled");
+            super::metrics::record_ocsp("stapled");
             Some(FileStaple {
                 der: response.to_vec(),
                 expires: validity.next_update,
@@ -117,7 +117,7 @@ pub(super) fn file_staple(response: &[u8], chain: &[X509], names: &[String]) -> 
         }
         Err(problem) => {
             tracing::warn!(certificate = ?names, problem = problem.label(), "OCSP response not stapled");
-            crate::metrics::record_ocsp(problem.label());
+            super::metrics::record_ocsp(problem.label());
             None
         }
     }

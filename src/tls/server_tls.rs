@@ -139,7 +139,7 @@ impl ServerTls {
             }
             if has_ech_keys {
                 // Here, as a client whose ECH was refused may abort after the handshake.
-                crate::metrics::record_ech(ech_outcome(ssl));
+                super::metrics::record_ech(ech_outcome(ssl));
             }
             if let (true, Some(order)) = (prefers_chacha, &chacha_first) {
                 if !order.apply_to_connection(ssl) {

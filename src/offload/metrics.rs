@@ -1,0 +1,137 @@
+//! The engine's series: operations by path, batches and why they ran, queue waits, and
+//! which kernel signs.
+
+use std::cell::OnceCell;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGaugeVec};
+
+use crate::metrics::{self, latency_buckets};
+
+struct EngineMetrics {
+    ops: IntCounterVec,
+    info: IntGaugeVec,
+    errors: IntCounter,
+    flushes: IntCounterVec,
+    queue_wait: Histogram,
+    batch_time: Histogram,
+    batch_lanes: Histogram,
+    worker_ops: IntCounterVec,
+}
+
+static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
+    EngineMetrics {
+    ops: metrics::counter_vec(
+        "engine_operations_total",
+        "Private-key operations by algorithm and path (inline or batch)",
+        &["algorithm", "path"],
+    ),
+    info: metrics::gauge_vec(
+        "engine_info",
+        "1 for how RSA signatures are made now: the multi-buffer kernel that signs (none when inline) and whether signatures are batched or inline",
+        &["kernel", "signing"],
+    ),
+    errors: metrics::counter(
+        "engine_errors_total",
+        "Engine operations that failed (fault check or refusal) and were redone inline",
+    ),
+    flushes: metrics::counter_vec(
+        "engine_flushes_total",
+        "Batches run, by the cause that triggered them",
+        &["cause"],
+    ),
+    queue_wait: metrics::histogram(
+        "engine_queue_wait_seconds",
+        "Time an operation waited in its worker's queue",
+        latency_buckets(),
+    ),
+    batch_time: metrics::histogram(
+        "engine_batch_seconds",
+        "Compute time of one multi-buffer batch",
+        latency_buckets(),
+    ),
+    batch_lanes: metrics::histogram(
+        "engine_batch_operations",
+        "Operations per multi-buffer batch",
+        (1..=16).map(f64::from).collect(),
+    ),
+    worker_ops: metrics::counter_vec(
+        "worker_engine_operations_total",
+        "Private-key operations (batch and inline), by worker",
+        &["worker"],
+    ),
+}
+});
+
+thread_local! {
+    /// This worker's operation counter, resolved on first use (none off workers).
+    static WORKER_OPS: OnceCell<Option<IntCounter>> = const { OnceCell::new() };
+}
+
+fn count_on_worker(ops: u64) {
+    WORKER_OPS.with(|cell| {
+        let counter = cell.get_or_init(|| {
+            metrics::worker()
+                .map(|index| METRICS.worker_ops.with_label_values(&[&index.to_string()]))
+        });
+        if let Some(counter) = counter {
+            counter.inc_by(ops);
+        }
+    });
+}
+
+/// Registers the series, so that they are exported from the start.
+pub fn register() {
+    LazyLock::force(&METRICS);
+}
+
+/// `kind`: the key's kind (`rsa2048`, `ecdsap256`, ...).
+pub(super) fn record_inline_op(kind: &str) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.ops.with_label_values(&[kind, "inline"]).inc();
+    count_on_worker(1);
+}
+
+pub(super) fn record_queue_wait(wait: Duration) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.queue_wait.observe(wait.as_secs_f64());
+}
+
+/// `cause`: why the batch ran (`full`, `all_waiting`, `idle`, `timer`, `small`).
+pub(super) fn record_flush(cause: &str) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.flushes.with_label_values(&[cause]).inc();
+}
+
+pub(super) fn record_batch(kind: &str, ops: usize, elapsed: Duration) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS
+        .ops
+        .with_label_values(&[kind, "batch"])
+        .inc_by(ops as u64);
+    count_on_worker(ops as u64);
+    METRICS.batch_lanes.observe(ops as f64);
+    METRICS.batch_time.observe(elapsed.as_secs_f64());
+}
+
+pub(super) fn record_engine_error() {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.errors.inc();
+}
+
+/// Publishes which kernel signs and whether signatures are batched (at start and reload).
+pub(super) fn set_engine_info(kernel: &str, signing: &str) {
+    METRICS.info.reset();
+    METRICS.info.with_label_values(&[kernel, signing]).set(1);
+}

@@ -1,0 +1,53 @@
+//! The proxy's series: backend connections and the plaintext bytes relayed.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{Histogram, IntCounter, IntCounterVec};
+
+use crate::metrics::{self, latency_buckets};
+
+struct ProxyMetrics {
+    connect_failures: IntCounter,
+    connect_time: Histogram,
+    bytes: IntCounterVec,
+}
+
+static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
+    connect_failures: metrics::counter(
+        "backend_connect_failures_total",
+        "Backend connection attempts that failed",
+    ),
+    connect_time: metrics::histogram(
+        "backend_connect_seconds",
+        "Time to connect to a backend",
+        latency_buckets(),
+    ),
+    bytes: metrics::counter_vec("bytes_total", "Plaintext bytes relayed", &["direction"]),
+});
+
+/// Registers the series, so that they are exported from the start.
+pub fn register() {
+    LazyLock::force(&METRICS);
+}
+
+pub(super) fn record_backend_connect(elapsed: Duration, ok: bool) {
+    if !metrics::enabled() {
+        return;
+    }
+    if ok {
+        METRICS.connect_time.observe(elapsed.as_secs_f64());
+    } else {
+        METRICS.connect_failures.inc();
+    }
+}
+
+/// What a closed connection relayed each way.
+pub fn record_relayed(to_backend: u64, to_client: u64) {
+    if !metrics::enabled() {
+        return;
+    }
+    let bytes = &METRICS.bytes;
+    bytes.with_label_values(&["to_backend"]).inc_by(to_backend);
+    bytes.with_label_values(&["to_client"]).inc_by(to_client);
+}
