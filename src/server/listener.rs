@@ -1,0 +1,75 @@
+//! A configured listener and its sockets: one SO_REUSEPORT socket per worker, so the
+//! kernel spreads connections over the workers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch;
+
+use super::state::ListenerState;
+use super::worker;
+
+/// One configured listener: its state, replaced on reload, and whether it was removed
+/// from the configuration (its accept loops then end).
+pub struct Listener {
+    pub address: SocketAddr,
+    /// Its per-worker connection limit, fixed when it opened.
+    pub max_connections: usize,
+    pub state: ArcSwap<ListenerState>,
+    pub closed: watch::Sender<bool>,
+}
+
+impl Listener {
+    pub(super) fn new(state: Arc<ListenerState>) -> Arc<Listener> {
+        Arc::new(Listener {
+            address: state.config.address(),
+            max_connections: state.config.max_connections,
+            state: ArcSwap::new(state),
+            closed: watch::Sender::new(false),
+        })
+    }
+}
+
+/// A listening socket with SO_REUSEPORT, so every worker can have its own.
+pub(super) fn bind_reuseport(address: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket
+        .bind(&address.into())
+        .with_context(|| format!("cannot bind {address}"))?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// One listening socket for each worker.
+pub(super) fn bind_per_worker(
+    address: SocketAddr,
+    workers: usize,
+) -> anyhow::Result<Vec<std::net::TcpListener>> {
+    (0..workers).map(|_| bind_reuseport(address)).collect()
+}
+
+/// Hands each worker its socket of `listener`; each starts accepting on it.
+pub(super) fn open(
+    listener: &Arc<Listener>,
+    sockets: Vec<std::net::TcpListener>,
+    workers: &[UnboundedSender<worker::Command>],
+) {
+    for (worker, socket) in workers.iter().zip(sockets) {
+        // A worker that has ended (only while stopping) needs no socket.
+        let _ = worker.send(worker::Command::Open {
+            listener: listener.clone(),
+            socket,
+        });
+    }
+}

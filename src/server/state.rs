@@ -1,0 +1,212 @@
+//! What a listener serves with, built from the configuration: its certificates (files,
+//! the embedded pair, ACME), its TLS contexts and its backend pools. Built whole for
+//! every listener, so that a broken reload changes nothing.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::metrics;
+use crate::config::{Config, ListenerConfig, BUILTIN_BACKEND};
+use crate::proxy::pool::BackendPool;
+use crate::session::Sessions;
+use crate::tls::{CertifiedKey, ServerTls};
+
+/// Everything a connection of one listener needs.
+pub struct ListenerState {
+    pub config: ListenerConfig,
+    pub tls: ServerTls,
+    /// The certificates read from files (or the embedded pair), kept so that an ACME
+    /// certificate can be installed without reading them again.
+    pub file_certificates: Vec<CertifiedKey>,
+    /// Backend pools by `ServerTls::profile_index`: 0 is the listener's, then one per
+    /// `[[listener.server_name]]` (sharing the listener's when it names no backends).
+    pub pools: Vec<Arc<BackendPool>>,
+    pub metrics: metrics::ListenerMetrics,
+}
+
+impl ListenerState {
+    pub fn pool_for(&self, sni: Option<&str>) -> &BackendPool {
+        &self.pools[self.tls.profile_index(sni)]
+    }
+}
+
+pub(super) fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec<CertifiedKey>> {
+    if listener.certificates.is_empty() {
+        tracing::info!(address = %listener.address(), "no certificate configured: using self-signed RSA-2048 and ECDSA P-256 certificates for localhost");
+        return CertifiedKey::self_signed_pair();
+    }
+    listener
+        .certificates
+        .iter()
+        .map(|c| {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+            };
+            let mut certified = CertifiedKey::from_pem(
+                &read(c.cert.get_ref())?,
+                &read(c.key.get_ref())?,
+                &c.names,
+                c.default,
+            )
+            .with_context(|| format!("certificate {}", c.cert.get_ref().display()))?;
+            certified.ocsp = c
+                .ocsp
+                .as_ref()
+                .map(|path| read(path.get_ref()))
+                .transpose()?;
+            if c.ocsp_fetch {
+                let slot = crate::tls::ocsp_fetch::register(
+                    &certified.chain,
+                    certified.ocsp.as_deref(),
+                    &certified.names,
+                )
+                .with_context(|| {
+                    format!(
+                        "certificate {}: key `ocsp_fetch`",
+                        c.cert.get_ref().display()
+                    )
+                })?;
+                certified.ocsp_fetch = Some(slot);
+            }
+            Ok(certified)
+        })
+        .collect()
+}
+
+pub(super) fn resolve_backends(
+    backends: &[String],
+    builtin: Option<SocketAddr>,
+) -> anyhow::Result<Vec<SocketAddr>> {
+    backends
+        .iter()
+        .map(|backend| {
+            if backend == BUILTIN_BACKEND {
+                return builtin.context("built-in backend not running");
+            }
+            backend
+                .to_socket_addrs()
+                .with_context(|| format!("cannot resolve backend {backend}"))?
+                .next()
+                .with_context(|| format!("backend {backend} resolves to no address"))
+        })
+        .collect()
+}
+
+/// The certificates ACME provides for a listener (none in a build without ACME).
+#[cfg(feature = "acme")]
+pub(super) type AcmeCertificates<'a> = Option<&'a crate::acme::Acme>;
+#[cfg(not(feature = "acme"))]
+pub(super) type AcmeCertificates<'a> = Option<&'a std::convert::Infallible>;
+
+pub(super) fn acme_certificates(
+    acme: AcmeCertificates<'_>,
+    listener: &ListenerConfig,
+) -> Vec<CertifiedKey> {
+    #[cfg(feature = "acme")]
+    return acme.map_or_else(Vec::new, |acme| {
+        acme.certificates(&listener.acme_certificates)
+    });
+    #[cfg(not(feature = "acme"))]
+    {
+        let _ = (acme, listener);
+        Vec::new()
+    }
+}
+
+/// A listener's TLS from its file certificates and the ACME ones it has now.
+pub(super) fn build_tls(
+    listener: &ListenerConfig,
+    file_certificates: &[CertifiedKey],
+    acme: AcmeCertificates<'_>,
+    sessions: &Sessions,
+    session_config: &crate::config::SessionConfig,
+) -> anyhow::Result<ServerTls> {
+    let mut certs = file_certificates.to_vec();
+    certs.extend(acme_certificates(acme, listener));
+    ServerTls::build(listener, certs, sessions, session_config)
+        .with_context(|| format!("listener {}", listener.address()))
+}
+
+#[cfg(not(feature = "acme"))]
+pub(super) fn no_acme_in_this_build(config: &Config) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.acme.is_none(),
+        "this build has no ACME (feature acme): remove [acme]"
+    );
+    Ok(())
+}
+
+/// Publishes the expiry of every certificate the listeners serve.
+pub(super) fn publish_expiry(states: &[Arc<ListenerState>], acme: AcmeCertificates<'_>) {
+    let acme: Vec<CertifiedKey> = states
+        .iter()
+        .flat_map(|s| acme_certificates(acme, &s.config))
+        .collect();
+    crate::tls::expiry::publish(
+        states
+            .iter()
+            .flat_map(|s| &s.file_certificates)
+            .chain(&acme),
+    );
+}
+
+/// Builds every listener's state; fails as a whole so a broken reload changes nothing.
+pub fn build_states(
+    config: &Config,
+    builtin: Option<SocketAddr>,
+    sessions: &Sessions,
+    acme: AcmeCertificates<'_>,
+) -> anyhow::Result<Vec<Arc<ListenerState>>> {
+    let states = config
+        .listeners
+        .iter()
+        .map(|listener| {
+            let file_certificates = load_certificates(listener)?;
+            let tls = build_tls(
+                listener,
+                &file_certificates,
+                acme,
+                sessions,
+                &config.session,
+            )?;
+            let pool = |backends: &[String]| -> anyhow::Result<Arc<BackendPool>> {
+                Ok(Arc::new(BackendPool::new(
+                    resolve_backends(backends, builtin)?,
+                    listener.connect_timeout,
+                    listener.backend_retry,
+                )))
+            };
+            let listener_pool = pool(listener.backends.get_ref())?;
+            let mut pools = vec![listener_pool.clone()];
+            for server_name in &listener.server_names {
+                pools.push(match &server_name.backends {
+                    Some(backends) => pool(backends.get_ref())?,
+                    None => listener_pool.clone(),
+                });
+            }
+            Ok(Arc::new(ListenerState {
+                config: listener.clone(),
+                tls,
+                file_certificates,
+                pools,
+                metrics: metrics::ListenerMetrics::new(listener.address()),
+            }))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    publish_expiry(&states, acme);
+    Ok(states)
+}
+
+pub(super) fn uses_builtin(config: &Config) -> bool {
+    config
+        .listeners
+        .iter()
+        .flat_map(|l| {
+            let per_name = l.server_names.iter().filter_map(|n| n.backends.as_ref());
+            std::iter::once(&l.backends).chain(per_name)
+        })
+        .any(|backends| backends.get_ref().iter().any(|b| b == BUILTIN_BACKEND))
+}
