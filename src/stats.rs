@@ -1,11 +1,12 @@
 //! `tlsterm stats`: the admin listener's metrics as terminal tables and histograms, the
 //! way a bpftrace latency script shows handshake and crypto latency, built in.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use prometheus_parse::{Scrape, Value};
+mod snapshot;
+
+use snapshot::{fetch, Snapshot};
 
 #[derive(clap::Args, Debug)]
 pub struct StatsArgs {
@@ -18,99 +19,6 @@ pub struct StatsArgs {
     /// Refresh interval in watch mode, e.g. 1s, 500ms.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
-}
-
-/// One scrape, reduced to what is rendered.
-#[derive(Default, Clone)]
-struct Snapshot {
-    /// (metric, label text) -> value, for counters and gauges.
-    values: BTreeMap<(String, String), f64>,
-    /// (metric, label text) -> cumulative buckets (upper bound, count).
-    histograms: BTreeMap<(String, String), Vec<(f64, f64)>>,
-    sums: BTreeMap<(String, String), f64>,
-}
-
-fn label_text(labels: &prometheus_parse::Labels) -> String {
-    let text = labels.to_string();
-    text.trim_matches(|c| c == '{' || c == '}').to_string()
-}
-
-fn fetch(admin: SocketAddr) -> anyhow::Result<Snapshot> {
-    let body = ureq::get(&format!("http://{admin}/metrics"))
-        .call()
-        .map_err(|e| anyhow::anyhow!("cannot read http://{admin}/metrics: {e}"))?
-        .body_mut()
-        .read_to_string()?;
-    parse(&body)
-}
-
-fn parse(body: &str) -> anyhow::Result<Snapshot> {
-    let scrape = Scrape::parse(body.lines().map(|l| Ok(l.to_string())))?;
-    let mut snapshot = Snapshot::default();
-    for sample in scrape.samples {
-        let key = (sample.metric.clone(), label_text(&sample.labels));
-        match sample.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => {
-                if let Some(name) = sample.metric.strip_suffix("_sum") {
-                    snapshot.sums.insert((name.to_string(), key.1.clone()), v);
-                }
-                snapshot.values.insert(key, v);
-            }
-            Value::Histogram(buckets) => {
-                let buckets = buckets.iter().map(|b| (b.less_than, b.count)).collect();
-                snapshot.histograms.insert(key, buckets);
-            }
-            Value::Summary(_) => {}
-        }
-    }
-    Ok(snapshot)
-}
-
-impl Snapshot {
-    /// What happened between `earlier` and `self`.
-    fn since(&self, earlier: &Snapshot) -> Snapshot {
-        let diff_map = |now: &BTreeMap<(String, String), f64>,
-                        then: &BTreeMap<(String, String), f64>| {
-            now.iter()
-                .map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0.0)))
-                .collect()
-        };
-        Snapshot {
-            values: diff_map(&self.values, &earlier.values),
-            sums: diff_map(&self.sums, &earlier.sums),
-            histograms: self
-                .histograms
-                .iter()
-                .map(|(k, buckets)| {
-                    let before = earlier.histograms.get(k);
-                    let diffed = buckets
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &(le, c))| {
-                            (le, c - before.and_then(|b| b.get(i)).map_or(0.0, |b| b.1))
-                        })
-                        .collect();
-                    (k.clone(), diffed)
-                })
-                .collect(),
-        }
-    }
-
-    fn value(&self, metric: &str, labels: &str) -> f64 {
-        self.values
-            .get(&(metric.to_string(), labels.to_string()))
-            .copied()
-            .unwrap_or(0.0)
-    }
-
-    /// Values of one metric by label text.
-    fn series(&self, metric: &str) -> Vec<(String, f64)> {
-        self.values
-            .iter()
-            .filter(|((m, _), _)| m == metric)
-            .map(|((_, l), v)| (l.clone(), *v))
-            .collect()
-    }
 }
 
 fn format_seconds(s: f64) -> String {
@@ -409,114 +317,4 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SAMPLE: &str = "\
-# TYPE tlsterm_handshakes_total counter
-tlsterm_handshakes_total{kind=\"full\"} 10
-# TYPE tlsterm_engine_info gauge
-tlsterm_engine_info{kernel=\"avx2\",signing=\"batch\"} 1
-# TYPE tlsterm_tls_groups_total counter
-tlsterm_tls_groups_total{group=\"X25519MLKEM768\"} 7
-# TYPE tlsterm_ech_total counter
-tlsterm_ech_total{result=\"accepted\"} 3
-# TYPE tlsterm_engine_batch_seconds histogram
-tlsterm_engine_batch_seconds_bucket{le=\"0.001\"} 2
-tlsterm_engine_batch_seconds_bucket{le=\"0.002\"} 6
-tlsterm_engine_batch_seconds_bucket{le=\"+Inf\"} 6
-tlsterm_engine_batch_seconds_sum 0.009
-tlsterm_engine_batch_seconds_count 6
-";
-
-    #[test]
-    fn certificates_by_expiry_with_their_renewal() {
-        let snapshot = parse(
-            "\
-# TYPE tlsterm_certificate_expiry_seconds gauge
-tlsterm_certificate_expiry_seconds{name=\"a.example\"} 1000000
-tlsterm_certificate_expiry_seconds{name=\"b.example\"} 20000
-# TYPE tlsterm_acme_next_renewal_seconds gauge
-tlsterm_acme_next_renewal_seconds{key_type=\"ecdsa-p256\",name=\"b.example\"} 13600
-",
-        )
-        .unwrap();
-        let mut out = String::new();
-        render_certificates(&mut out, &snapshot, 10000.0);
-        let b = out.find("b.example").expect(&out);
-        let a = out.find("a.example").expect(&out);
-        assert!(b < a, "soonest first: {out}");
-        assert!(
-            out.contains("expires in        2h   (ecdsa-p256 renews in 1h)"),
-            "{out}"
-        );
-        assert!(out.contains("expires in   11d 11h"), "{out}");
-    }
-
-    #[test]
-    fn renders_counts_averages_and_bars() {
-        let snapshot = parse(SAMPLE).unwrap();
-        let text = render(&snapshot, None);
-        assert!(text.contains("kind=\"full\""), "{text}");
-        assert!(
-            text.contains("engine         kernel=\"avx2\",signing=\"batch\""),
-            "{text}"
-        );
-        assert!(
-            text.contains("key exchange   group=\"X25519MLKEM768\""),
-            "{text}"
-        );
-        assert!(
-            text.contains("ech            result=\"accepted\""),
-            "{text}"
-        );
-        assert!(
-            text.contains("engine batch compute time: count 6, average 1.50ms"),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("|{:<40}|", "@".repeat(40))),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn one_row_per_worker_in_worker_order() {
-        let mut text = String::new();
-        for worker in [10, 2] {
-            let handshakes = 100 * worker;
-            text.push_str(&format!(
-                "tlsterm_worker_connections_accepted_total{{worker=\"{worker}\"}} 7\n\
-                 tlsterm_worker_connections_active{{worker=\"{worker}\"}} 3\n\
-                 tlsterm_worker_handshakes_total{{worker=\"{worker}\"}} {handshakes}\n\
-                 tlsterm_worker_engine_operations_total{{worker=\"{worker}\"}} 5\n\
-                 tlsterm_worker_cpu_seconds_total{{worker=\"{worker}\"}} 0.5\n"
-            ));
-        }
-        let rendered = render(&parse(&text).unwrap(), None);
-        let rows: Vec<Vec<&str>> = rendered
-            .lines()
-            .skip_while(|l| !l.starts_with("worker"))
-            .skip(1)
-            .map(|l| l.split_whitespace().collect())
-            .collect();
-        assert_eq!(
-            rows[0],
-            ["2", "7", "3", "200", "5", "0.50", "400"],
-            "{rendered}"
-        );
-        assert_eq!(
-            rows[1],
-            ["10", "7", "3", "1000", "5", "0.50", "2000"],
-            "{rendered}"
-        );
-    }
-
-    #[test]
-    fn watch_mode_shows_the_difference() {
-        let earlier = parse(SAMPLE).unwrap();
-        let later = parse(&SAMPLE.replace("} 10", "} 30")).unwrap();
-        let text = render(&later, Some((&earlier, Duration::from_secs(2))));
-        assert!(text.contains("10.0/s"), "{text}");
-    }
-}
+mod tests;

@@ -8,7 +8,7 @@ use super::handle::Sessions;
 use super::metrics::METRICS;
 use super::redis::{RedisReply, RedisStore};
 use super::replay::Verdict;
-use super::{redis, replay, tickets};
+use super::{redis, replay, ticket_key};
 
 impl Sessions {
     /// The anti-replay check of a ClientHello offering 0-RTT, by its `pre_shared_key`
@@ -23,7 +23,7 @@ impl Sessions {
         let digest = replay::digest(pre_shared_key);
         let now = Instant::now();
         let local = self.inner.replay.check(&digest, client, now);
-        let key = || format!("0rtt:{}", tickets::hex(&digest));
+        let key = || format!("0rtt:{}", ticket_key::hex(&digest));
         let redis = match (local, self.inner.redis.load_full()) {
             (Verdict::Fresh, Some(redis)) => redis,
             (Verdict::Fresh, None)

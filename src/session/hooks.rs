@@ -13,7 +13,6 @@ use super::cache::SessionDer;
 use super::handle::{Sessions, SessionsState};
 use super::metrics::{update_cache_gauges, METRICS};
 use super::redis::RedisReply;
-use super::tickets;
 use super::tickets::{Lookup, TicketKeys};
 use crate::config::SessionConfig;
 use crate::sys::{PendingSession, TicketKeyAnswer, TicketKeyHook, TicketKeyRequest, TicketSecrets};
@@ -149,7 +148,7 @@ impl SessionsState {
 /// issue a fresh ticket), or none (unknown or expired key: full handshake).
 pub(super) struct TicketKeyRing;
 
-pub(super) fn secrets(key: &tickets::TicketKey) -> TicketSecrets<'_> {
+pub(super) fn secrets(key: &super::ticket_key::TicketKey) -> TicketSecrets<'_> {
     TicketSecrets {
         aes: &key.aes,
         hmac: &key.hmac,

@@ -24,7 +24,9 @@ mod handle;
 mod hooks;
 mod metrics;
 pub mod redis;
+mod redis_client;
 pub mod replay;
+pub mod ticket_key;
 pub mod tickets;
 
 pub use early_data::EarlyDataCheck;

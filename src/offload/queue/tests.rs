@@ -1,0 +1,214 @@
+//! Unit tests: the flush policy driven by a fake signer under paused time.
+
+//! The flush policy with a fake signer under paused tokio time: no engine, any CPU.
+
+use super::*;
+use crate::offload::KeyKind;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// What the fake signer and the stats saw.
+#[derive(Default)]
+struct Seen {
+    batches: Vec<usize>,
+    flushes: Vec<(FlushCause, usize)>,
+    inline: usize,
+    engine_errors: usize,
+}
+
+type Shared = Rc<RefCell<Seen>>;
+
+/// Signs by tagging the message; a message "fail" fails in a batch.
+struct FakeSigner(Shared);
+
+impl BatchSigner for FakeSigner {
+    fn sign_batch(&self, batch: &[BatchOp<'_>]) -> Vec<Result<Vec<u8>, OffloadError>> {
+        self.0.borrow_mut().batches.push(batch.len());
+        batch
+            .iter()
+            .map(|op| match op.message {
+                b"fail" => Err(OffloadError::Engine),
+                m => Ok([m, b"/batch"].concat()),
+            })
+            .collect()
+    }
+    fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError> {
+        Ok([op.message, b"/inline"].concat())
+    }
+}
+
+struct FakeStats(Shared);
+
+impl QueueStats for FakeStats {
+    fn queue_wait(&self, _: Duration) {}
+    fn flush(&self, cause: FlushCause, ops: usize) {
+        self.0.borrow_mut().flushes.push((cause, ops));
+    }
+    fn batch(&self, _: KeyKind, _: usize, _: Duration) {}
+    fn inline_op(&self, _: KeyKind, _: Duration) {
+        self.0.borrow_mut().inline += 1;
+    }
+    fn engine_error(&self) {
+        self.0.borrow_mut().engine_errors += 1;
+    }
+}
+
+fn key() -> Arc<SigningKey> {
+    static KEY: OnceLock<Arc<SigningKey>> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let rsa = boring::rsa::Rsa::generate(2048).expect("key");
+        let pkey = boring::pkey::PKey::from_rsa(rsa).expect("pkey");
+        Arc::new(SigningKey::new(pkey).expect("signing key"))
+    })
+    .clone()
+}
+
+fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings {
+    OffloadSettings {
+        mode: EngineMode::Batch,
+        kernel: tlsterm_engine::Kernel::Portable,
+        batch_size,
+        poll_delay: Duration::from_millis(2),
+        small_batch_threshold,
+    }
+}
+
+/// Runs `f` with a fresh queue under paused time; returns what was seen.
+fn with_queue<F, Fut>(settings: OffloadSettings, f: F) -> Seen
+where
+    F: FnOnce(Rc<WorkerQueue>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let seen: Shared = Rc::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let queue = WorkerQueue::start(
+            settings,
+            Some(Box::new(FakeSigner(seen.clone()))),
+            Box::new(FakeStats(seen.clone())),
+        );
+        f(queue).await;
+    });
+    // The driver task holds the queue (and its signer and stats) until the set goes.
+    drop(local);
+    Rc::try_unwrap(seen)
+        .ok()
+        .expect("queue dropped")
+        .into_inner()
+}
+
+/// `n` handshakes in progress on the queue.
+fn handshakes(queue: &Rc<WorkerQueue>, n: usize) -> Vec<HandshakeGuard> {
+    (0..n)
+        .map(|_| HandshakeGuard::enter_queue(Some(queue.clone())))
+        .collect()
+}
+
+fn enqueue(queue: &Rc<WorkerQueue>, message: &[u8]) -> PendingSignature {
+    queue
+        .enqueue(
+            &key(),
+            Scheme::RsaPss(super::super::HashAlg::Sha256),
+            message,
+        )
+        .expect("queued")
+}
+
+#[test]
+fn a_full_batch_runs_at_once() {
+    let seen = with_queue(settings(4, 1), |queue| async move {
+        let _busy = handshakes(&queue, 10);
+        let pending: Vec<_> = (0..4u8).map(|i| enqueue(&queue, &[b'a' + i])).collect();
+        assert_eq!(queue.ops.borrow().len(), 0, "flushed as the 4th joined");
+        for (i, p) in pending.into_iter().enumerate() {
+            assert_eq!(
+                p.await.unwrap(),
+                [&[b'a' + i as u8][..], b"/batch"].concat()
+            );
+        }
+    });
+    assert_eq!(seen.batches, [4]);
+    assert_eq!(seen.flushes, [(FlushCause::Full, 4)]);
+}
+
+#[test]
+fn a_batch_runs_when_every_handshake_waits_on_it() {
+    let seen = with_queue(settings(8, 1), |queue| async move {
+        let _busy = handshakes(&queue, 3);
+        let pending: Vec<_> = (0..3).map(|_| enqueue(&queue, b"x")).collect();
+        for p in pending {
+            p.await.unwrap();
+        }
+    });
+    assert_eq!(seen.flushes, [(FlushCause::AllWaiting, 3)]);
+}
+
+#[test]
+fn an_idle_worker_runs_what_is_queued() {
+    let seen = with_queue(settings(8, 1), |queue| async move {
+        let _busy = handshakes(&queue, 5);
+        let pending: Vec<_> = (0..2).map(|_| enqueue(&queue, b"x")).collect();
+        for p in pending {
+            p.await.unwrap();
+        }
+    });
+    assert_eq!(seen.flushes, [(FlushCause::Idle, 2)]);
+}
+
+#[test]
+fn the_poll_delay_bounds_the_wait() {
+    let seen = with_queue(settings(8, 1), |queue| async move {
+        let _busy = handshakes(&queue, 5);
+        let first = enqueue(&queue, b"x");
+        // The driver has not run yet: let the oldest operation's delay pass first.
+        tokio::time::advance(Duration::from_millis(3)).await;
+        first.await.unwrap();
+    });
+    assert_eq!(seen.flushes, [(FlushCause::Timer, 1)]);
+}
+
+#[test]
+fn a_small_batch_is_signed_inline() {
+    let seen = with_queue(settings(8, 3), |queue| async move {
+        let _busy = handshakes(&queue, 2);
+        let pending: Vec<_> = (0..2).map(|_| enqueue(&queue, b"s")).collect();
+        for p in pending {
+            assert_eq!(p.await.unwrap(), b"s/inline");
+        }
+    });
+    assert_eq!(seen.flushes, [(FlushCause::Small, 2)]);
+    assert!(seen.batches.is_empty());
+    assert_eq!(seen.inline, 2);
+}
+
+#[test]
+fn an_engine_error_is_redone_inline() {
+    let seen = with_queue(settings(2, 1), |queue| async move {
+        let _busy = handshakes(&queue, 4);
+        let bad = enqueue(&queue, b"fail");
+        let good = enqueue(&queue, b"ok");
+        assert_eq!(bad.await.unwrap(), b"fail/inline");
+        assert_eq!(good.await.unwrap(), b"ok/batch");
+    });
+    assert_eq!(seen.batches, [2]);
+    assert_eq!((seen.engine_errors, seen.inline), (1, 1));
+}
+
+#[test]
+fn inline_mode_and_ecdsa_are_never_queued() {
+    let mut inline = settings(4, 1);
+    inline.mode = EngineMode::Inline;
+    with_queue(inline, |queue| async move {
+        let scheme = Scheme::RsaPss(super::super::HashAlg::Sha256);
+        assert!(queue.enqueue(&key(), scheme, b"x").is_none());
+    });
+    with_queue(settings(4, 1), |queue| async move {
+        let scheme = Scheme::Ecdsa(super::super::HashAlg::Sha256);
+        assert!(queue.enqueue(&key(), scheme, b"x").is_none());
+    });
+}
