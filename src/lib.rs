@@ -8,9 +8,9 @@
 //!
 //! | layer | module | what it owns |
 //! |---|---|---|
-//! | 0 | `config` | the TOML configuration: types, parsing, validation with line numbers |
-//! | 0 | `metrics` | the Prometheus registry and the admin listener (`/metrics`, `/healthz`); it knows no type of the other modules |
-//! | 0 | `sys` | the safe wrappers around the BoringSSL and libc calls that need `unsafe`: the only module allowed it |
+//! | 0 | `config` | the TOML configuration, one file per section: types, defaults, validation with line numbers |
+//! | 0 | `metrics` | the Prometheus registry and the admin listener (`/metrics`, `/healthz`); it knows no series and no type of the other modules: each registers its own (`offload/metrics.rs`, `tls/metrics.rs`, ...) |
+//! | 0 | `sys` | the safe wrappers around the BoringSSL and libc calls that need `unsafe` (the only module allowed it), and the listening sockets' options |
 //! | 1 | `offload` | private-key operations: the per-worker queue, its flush policy, the signer it calls (the engine crate, or BoringSSL inline) |
 //! | 1 | `session` | resumption: tickets and their keys, the session cache, Redis, 0-RTT anti-replay |
 //! | 1 | `proxy` | backends, the PROXY protocol header, the byte relay, the built-in HTTP responder |

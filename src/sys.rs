@@ -72,6 +72,28 @@ pub fn release_freed_memory() {
     }
 }
 
+/// A non-blocking listening socket with SO_REUSEADDR (a restart binds at once although
+/// connections of the previous process linger in TIME_WAIT), a queue with room for a burst
+/// of connections, and with `reuse_port` SO_REUSEPORT (so that every worker can have its
+/// own socket of one address and the kernel spreads connections over them).
+pub fn listening_socket(
+    address: std::net::SocketAddr,
+    reuse_port: bool,
+) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(reuse_port)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
 // ---- Settings of a context or a connection ----
 
 /// Lets a context accept TLS 1.3 early data (0-RTT).

@@ -77,7 +77,7 @@ pub struct Admin {
 
 /// Binds the admin address now, so that a conflict is reported at start.
 pub fn bind(address: SocketAddr) -> anyhow::Result<Admin> {
-    let listener = listen(address).map_err(|e| {
+    let listener = crate::sys::listening_socket(address, false).map_err(|e| {
         anyhow::anyhow!(
             "cannot bind admin address {address}: {e} (set [admin] address, or enabled = false)"
         )
@@ -86,21 +86,6 @@ pub fn bind(address: SocketAddr) -> anyhow::Result<Admin> {
         tracing::warn!(%address, "the admin listener is not on loopback: /metrics (listeners, clients' TLS versions, load) is open, without authentication, to whoever can reach this address");
     }
     Ok(Admin { listener })
-}
-
-/// A non-blocking listening socket with room for a burst of connections in its queue.
-fn listen(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(
-        Domain::for_address(address),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&address.into())?;
-    socket.listen(1024)?;
-    Ok(socket.into())
 }
 
 impl Admin {

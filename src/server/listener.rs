@@ -35,20 +35,7 @@ impl Listener {
 
 /// A listening socket with SO_REUSEPORT, so every worker can have its own.
 pub(super) fn bind_reuseport(address: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(
-        Domain::for_address(address),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket
-        .bind(&address.into())
-        .with_context(|| format!("cannot bind {address}"))?;
-    socket.listen(1024)?;
-    Ok(socket.into())
+    crate::sys::listening_socket(address, true).with_context(|| format!("cannot bind {address}"))
 }
 
 /// One listening socket for each worker.
