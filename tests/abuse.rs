@@ -40,16 +40,6 @@ async fn one_request(port: u16) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Polls `check` until it holds; panics after `DEADLINE`. For process and socket state,
-/// which has no event to wait on.
-fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// utime + stime of a process, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

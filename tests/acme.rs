@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use boring::ssl::SslVersion;
 use common::pebble::Pebble;
@@ -81,15 +81,6 @@ fn served(port: u16, name: &str, root: &Path) -> (bool, String, String) {
         .unwrap()
         .to_string();
     (out.contains("Verify return code: 0 (ok)"), serial, text)
-}
-
-/// Polls `condition` until it holds; failing the test at the deadline.
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn now_unix() -> f64 {

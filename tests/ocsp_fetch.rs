@@ -6,7 +6,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -131,18 +130,6 @@ impl Drop for Responder {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// Polls `probe` until it gives a value; fails the test after `DEADLINE`.
-fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -240,10 +240,9 @@ fn unknown_sni_can_be_refused() {
         "{out}"
     );
     let admin = admin_address(&server.config).unwrap();
-    let (_, metrics) = admin_get(admin, "/metrics");
-    assert!(
-        metrics.contains("tlsterm_handshake_failures_total{reason=\"unknown_sni\"} 1"),
-        "{metrics}"
+    wait_for_metric(
+        admin,
+        "tlsterm_handshake_failures_total{reason=\"unknown_sni\"} 1",
     );
 }
 
@@ -838,10 +837,9 @@ async fn client_certificates_are_checked_against_the_crl() {
     // Bob is the first client the backend hears of: Alice never reached it.
     let (header, _) = header_for(&backend, port, cert_args("bob")).await;
     assert_eq!(client_cn(&header), "bob");
-    let (_, metrics) = admin_get(admin, "/metrics");
-    assert!(
-        metrics.contains("tlsterm_handshake_failures_total{reason=\"client_cert_revoked\"} 2"),
-        "{metrics}"
+    wait_for_metric(
+        admin,
+        "tlsterm_handshake_failures_total{reason=\"client_cert_revoked\"} 2",
     );
 
     // An established connection of Bob's, with a session he could resume.
@@ -912,10 +910,9 @@ async fn client_certificates_are_checked_against_the_crl() {
     assert!(server.reload().contains("reloaded"));
     server.log.wait_for("CRL has expired", before);
     assert!(CertClient::new(d, "carol").refused(port, None).await);
-    let (_, metrics) = admin_get(admin, "/metrics");
-    assert!(
-        metrics.contains("tlsterm_handshake_failures_total{reason=\"client_crl_expired\"} 1"),
-        "{metrics}"
+    wait_for_metric(
+        admin,
+        "tlsterm_handshake_failures_total{reason=\"client_crl_expired\"} 1",
     );
 
     // A fresh CRL of the same CA beside the expired one: BoringSSL uses the fresh one, and

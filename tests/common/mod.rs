@@ -379,6 +379,39 @@ pub fn admin_address(config: &Path) -> Option<SocketAddr> {
     line.split('"').nth(1)?.parse().ok()
 }
 
+/// Polls `probe` until it gives a value; fails the test after `DEADLINE`. For state that
+/// has no event to wait on: a counter the server bumps after the client has seen the
+/// outcome, a process's sockets, a file another process writes.
+pub fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`eventually`] for a condition.
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    eventually(what, || condition().then_some(()))
+}
+
+/// Waits until the admin listener's `/metrics` holds `line` (a series and its value);
+/// returns the body. The server counts a refused handshake after sending its alert, so a
+/// client can see the refusal before the counter moves.
+pub fn wait_for_metric(admin: SocketAddr, line: &str) -> String {
+    let mut last = String::new();
+    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        eventually(line, || {
+            last = admin_get(admin, "/metrics").1;
+            last.contains(line).then(|| last.clone())
+        })
+    }));
+    found.unwrap_or_else(|_| panic!("`{line}` never appeared in /metrics:\n{last}"))
+}
+
 /// GET `path` from the admin listener; returns (status code, body).
 pub fn admin_get(address: SocketAddr, path: &str) -> (u16, String) {
     raw_http(
