@@ -428,19 +428,22 @@ unsafe fn clear_upper<const L: usize>(t: *mut Y) {
 
 /// One Montgomery multiplication (or squaring when `b` is `None`) of the
 /// first `halves` halves: operands of `L / 2` limbs of 52 bits, computed as
-/// `L` limbs of 26. Two halves are reduced together (see `reduce`).
+/// `L` limbs of 26. Two halves are reduced together (see `reduce`). With `a`
+/// `None` the first operand is `r` itself: every operand is split into the
+/// scratch before the result is written, so `r` can be overwritten in place.
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn mont<const L: usize>(
     s: &mut Scratch,
     r: &mut [Lanes],
-    a: &[Lanes],
+    a: Option<&[Lanes]>,
     b: Option<&[Lanes]>,
     m: &[Lanes],
     k0: &Lanes,
     halves: usize,
 ) {
     const { assert!(L <= MAXL && L.is_multiple_of(ROWS)) };
+    let a = a.unwrap_or(r);
     assert!(r.len() * 2 == L && a.len() * 2 == L && m.len() * 2 == L);
     assert!(b.is_none_or(|b| b.len() * 2 == L) && (1..=2).contains(&halves));
     // SAFETY: AVX2 is enabled (the caller holds an `Avx2`); every buffer of
@@ -481,31 +484,32 @@ unsafe fn mont<const L: usize>(
 }
 
 impl Avx2 {
+    /// `r = a*b/R` (`a*a/R` when `b` is `None`; `r*r/R` when `a` is `None`
+    /// too, in place).
     fn run<const N: usize>(
         &self,
-        a: &[Lanes; N],
+        r: &mut [Lanes; N],
+        a: Option<&[Lanes; N]>,
         b: Option<&[Lanes; N]>,
         m: &[Lanes; N],
         k0: &Lanes,
-    ) -> [Lanes; N] {
-        let mut r = [Lanes::default(); N];
+    ) {
         let mut s = self.scratch.borrow_mut();
         let halves = self.halves();
         // SAFETY: `self` proves AVX2 was detected at runtime. L = 2N is spelled
         // out per supported N (const generics cannot compute it); `mont`
         // checks the lengths.
         unsafe {
-            let b = b.map(|b| b.as_slice());
+            let (a, b) = (a.map(|a| a.as_slice()), b.map(|b| b.as_slice()));
             match N {
-                20 => mont::<40>(&mut s, &mut r, a, b, m, k0, halves),
-                30 => mont::<60>(&mut s, &mut r, a, b, m, k0, halves),
-                40 => mont::<80>(&mut s, &mut r, a, b, m, k0, halves),
-                60 => mont::<120>(&mut s, &mut r, a, b, m, k0, halves),
-                80 => mont::<160>(&mut s, &mut r, a, b, m, k0, halves),
+                20 => mont::<40>(&mut s, r, a, b, m, k0, halves),
+                30 => mont::<60>(&mut s, r, a, b, m, k0, halves),
+                40 => mont::<80>(&mut s, r, a, b, m, k0, halves),
+                60 => mont::<120>(&mut s, r, a, b, m, k0, halves),
+                80 => mont::<160>(&mut s, r, a, b, m, k0, halves),
                 _ => unreachable!("limb counts of 2048/3072/4096-bit keys"),
             }
         }
-        r
     }
 }
 
@@ -549,11 +553,19 @@ impl MontKernel for Avx2 {
         m: &[Lanes; N],
         k0: &Lanes,
     ) -> [Lanes; N] {
-        self.run(a, Some(b), m, k0)
+        let mut r = [Lanes::default(); N];
+        self.run(&mut r, Some(a), Some(b), m, k0);
+        r
     }
 
     fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N] {
-        self.run(a, None, m, k0)
+        let mut r = [Lanes::default(); N];
+        self.run(&mut r, Some(a), None, m, k0);
+        r
+    }
+
+    fn sqr_assign<const N: usize>(&self, a: &mut [Lanes; N], m: &[Lanes; N], k0: &Lanes) {
+        self.run(a, None, None, m, k0);
     }
 
     fn select<const N: usize>(&self, table: &[[Lanes; N]; TABLE], idx: &Lanes) -> [Lanes; N] {

@@ -24,6 +24,13 @@ pub(crate) trait MontKernel {
     ) -> [Lanes; N];
     /// `a*a/R mod m`; same contract as `mul`.
     fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N];
+    /// `a = a*a/R mod m` in place; same contract as `sqr`. The exponentiation
+    /// squares its accumulator 5 times per window: a kernel that writes the
+    /// result over its operand saves clearing and copying the whole vertical
+    /// number on every squaring. The default keeps `sqr`'s behaviour.
+    fn sqr_assign<const N: usize>(&self, a: &mut [Lanes; N], m: &[Lanes; N], k0: &Lanes) {
+        *a = self.sqr(a, m, k0);
+    }
     /// Per lane `l`: `table[idx[l]]`, reading every entry (no secret index).
     fn select<const N: usize>(&self, table: &[[Lanes; N]; TABLE], idx: &Lanes) -> [Lanes; N];
 }

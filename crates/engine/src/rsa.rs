@@ -319,7 +319,7 @@ fn mod_exp<K: MontKernel, const N: usize>(
     let mut acc = k.select(&table, &window(exp, (windows - 1) * WINDOW));
     for w in (0..windows - 1).rev() {
         for _ in 0..WINDOW {
-            acc = k.sqr(&acc, m, k0);
+            k.sqr_assign(&mut acc, m, k0);
         }
         let mut t = k.select(&table, &window(exp, w * WINDOW));
         acc = k.mul(&acc, &t, m, k0);
@@ -449,7 +449,7 @@ fn public_check<K: MontKernel, const F: usize>(
         .max()
         .unwrap_or(0);
     for bit in (0..ebits).rev() {
-        x = k.sqr(&x, &n, &k0);
+        k.sqr_assign(&mut x, &n, &k0);
         let lane_mask: Vec<bool> = (0..LANES)
             .map(|l| (keys[l.min(keys.len() - 1)].e >> bit) & 1 == 1)
             .collect();

@@ -114,15 +114,21 @@ fn check_mul<const N: usize>(seed: &[u64]) {
     each_simd_kernel!(LANES, |k| {
         assert_eq!(k.mul(&a, &b, &m, &k0), r, "SIMD mul == portable mul");
         assert_eq!(k.sqr(&a, &m, &k0), aa, "SIMD sqr == a*a");
+        let mut x = a;
+        k.sqr_assign(&mut x, &m, &k0);
+        assert_eq!(x, aa, "SIMD sqr in place == a*a");
     });
     // Fewer lanes: the lanes in use agree.
     #[cfg(target_arch = "x86_64")]
     for lanes in 1..LANES {
         if let Some(k) = crate::avx2::Avx2::new(lanes) {
             let got = k.mul(&a, &b, &m, &k0);
+            let mut x = a;
+            k.sqr_assign(&mut x, &m, &k0);
             for lane in 0..lanes {
                 for j in 0..N {
                     assert_eq!(got[j].0[lane], r[j].0[lane], "AVX2 with {lanes} lanes");
+                    assert_eq!(x[j].0[lane], aa[j].0[lane], "AVX2 in place, {lanes} lanes");
                 }
             }
         }
@@ -201,5 +207,8 @@ fn extreme_operands() {
     each_simd_kernel!(LANES, |k| {
         assert_eq!(k.mul(&a, &a, &m, &k0), r);
         assert_eq!(k.sqr(&a, &m, &k0), r);
+        let mut x = a;
+        k.sqr_assign(&mut x, &m, &k0);
+        assert_eq!(x, r);
     });
 }
