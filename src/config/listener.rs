@@ -224,16 +224,7 @@ impl ListenerConfig {
                     self.address()
                 )))
             }
-            (Some(ca), _) => {
-                let resolved = map.resolve(ca.get_ref());
-                if !resolved.is_file() {
-                    return Err(map.error(
-                        ca,
-                        format!("key `client_ca`: no such file {}", resolved.display()),
-                    ));
-                }
-                *ca.get_mut() = resolved;
-            }
+            (Some(ca), _) => resolve_file(map, ca, "client_ca")?,
             (None, ClientAuth::None) => {}
         }
         check_crl(map, &mut self.client_crl, listener_ca)?;

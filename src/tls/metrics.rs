@@ -87,6 +87,10 @@ pub fn register() {
 /// A completed handshake: what it negotiated, its time from accept (`total`) and the part
 /// of it spent inside BoringSSL (`in_tls`).
 pub fn record_negotiated(negotiated: &Negotiated, total: Duration, in_tls: Duration) {
+    // Counted whether or not recording is enabled, as every 0-RTT outcome is.
+    if let Some(outcome) = negotiated.early_data_outcome {
+        record_early_data(outcome);
+    }
     if !metrics::enabled() {
         return;
     }
@@ -107,9 +111,6 @@ pub fn record_negotiated(negotiated: &Negotiated, total: Duration, in_tls: Durat
     phases
         .with_label_values(&["tls"])
         .observe(in_tls.as_secs_f64());
-    if let Some(outcome) = negotiated.early_data_outcome {
-        record_early_data(outcome);
-    }
 }
 
 /// Time from a signature's request to its result (queue and batch included).

@@ -382,13 +382,20 @@ pub fn admin_address(config: &Path) -> Option<SocketAddr> {
 /// Polls `probe` until it gives a value; fails the test after `DEADLINE`. For state that
 /// has no event to wait on: a counter the server bumps after the client has seen the
 /// outcome, a process's sockets, a file another process writes.
-pub fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+pub fn eventually<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
+    poll(probe, || format!("timed out waiting until {what}"))
+}
+
+/// Polls `probe` until it gives a value; after `DEADLINE` fails the test with `failure()`.
+fn poll<T>(mut probe: impl FnMut() -> Option<T>, failure: impl FnOnce() -> String) -> T {
     let start = Instant::now();
     loop {
         if let Some(value) = probe() {
             return value;
         }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting until {what}");
+        if start.elapsed() >= DEADLINE {
+            panic!("{}", failure());
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -402,14 +409,16 @@ pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 /// returns the body. The server counts a refused handshake after sending its alert, so a
 /// client can see the refusal before the counter moves.
 pub fn wait_for_metric(admin: SocketAddr, line: &str) -> String {
-    let mut last = String::new();
-    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        eventually(line, || {
-            last = admin_get(admin, "/metrics").1;
-            last.contains(line).then(|| last.clone())
-        })
-    }));
-    found.unwrap_or_else(|_| panic!("`{line}` never appeared in /metrics:\n{last}"))
+    let last = std::cell::RefCell::new(String::new());
+    poll(
+        || {
+            let body = admin_get(admin, "/metrics").1;
+            let found = body.contains(line).then(|| body.clone());
+            *last.borrow_mut() = body;
+            found
+        },
+        || format!("`{line}` never appeared in /metrics:\n{}", last.borrow()),
+    )
 }
 
 /// GET `path` from the admin listener; returns (status code, body).
