@@ -3,7 +3,10 @@
 //! 4096), per lane, beside the cost per multiplication that BoringSSL's
 //! RSA-2048 signature implies (sign time / 2,500 multiplications).
 //!
-//!   cargo run --release -p tlsterm-engine --example mont [-- ITERS]
+//!   cargo run --release -p tlsterm-engine --example mont [-- ITERS [mul|sqr|exp]]
+//!
+//! With an operation named, only that one is timed (for a profiler) and the
+//! BoringSSL comparison is left out.
 //!
 //! Cycles are TSC cycles (the clock `cpu MHz` in /proc/cpuinfo reports); run
 //! it pinned (`taskset -c 1`) on a quiet machine.
@@ -40,6 +43,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20_000);
+    let only = std::env::args().nth(2);
     let ghz = tsc_ghz();
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -52,7 +56,7 @@ fn main() {
     println!("{model}; TSC {ghz:.2} GHz; {iters} dependent operations per run, best of 9");
     println!(
         "{:<11} {:>5} {:>5} {:>4} {:>10} {:>12} {:>12}",
-        "kernel", "bits", "op", "lanes", "ns/call", "ns/lane-op", "cyc/lane-op"
+        "kernel", "bits", "op", "lanes", "ns/op", "ns/lane-op", "cyc/lane-op"
     );
     for kernel in Kernel::ALL.into_iter().filter(|k| k.is_available()) {
         let lanes_list: &[usize] = match kernel {
@@ -60,24 +64,36 @@ fn main() {
             Kernel::Avx2 => &[4, 8],
             Kernel::Portable => &[1],
         };
-        for bits in [1024, 1536, 2048] {
-            for op in [MontOp::Mul, MontOp::Sqr] {
+        for bits in [1024usize, 1536, 2048] {
+            for op in [MontOp::Mul, MontOp::Sqr, MontOp::Exp] {
+                let name = format!("{op:?}").to_lowercase();
+                if only.as_ref().is_some_and(|o| *o != name) {
+                    continue;
+                }
                 for &lanes in lanes_list {
+                    // An exponentiation is reported per Montgomery operation
+                    // it runs (30 for the table, 5 squarings and 1
+                    // multiplication per further window), so the rows compare.
+                    let per_call = match op {
+                        MontOp::Exp => 30 + (bits.div_ceil(5) - 1) * 6,
+                        _ => 1,
+                    };
                     let n = if kernel == Kernel::Portable {
                         iters / 20
                     } else {
                         iters
                     };
+                    let n = (n / per_call).max(2);
                     let runs: Vec<Duration> = (0..9)
                         .map(|_| mont_time(kernel, bits, op, lanes, n).expect("available"))
                         .collect();
-                    let ns = best(runs).as_nanos() as f64 / n as f64;
+                    let ns = best(runs).as_nanos() as f64 / (n * per_call) as f64;
                     let per_lane = ns / lanes as f64;
                     println!(
                         "{:<11} {:>5} {:>5} {:>4} {:>10.1} {:>12.1} {:>12.0}",
                         kernel.name(),
                         bits,
-                        format!("{op:?}").to_lowercase(),
+                        name,
                         lanes,
                         ns,
                         per_lane,
@@ -86,6 +102,9 @@ fn main() {
                 }
             }
         }
+    }
+    if only.is_some() {
+        return;
     }
     // BoringSSL: RSA-2048 sign time / ~2,500 Montgomery multiplications of
     // 1024 bits (two CRT exponentiations of ~1,024 squarings + ~230

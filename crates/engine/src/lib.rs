@@ -3,12 +3,12 @@
 //! Signs batches of RSA requests (PKCS#1 v1.5 or PSS, 2048/3072/4096-bit
 //! keys, keys may differ within a batch) with 8 modular exponentiations at a
 //! time in the 64-bit lanes of SIMD registers: AVX-512 IFMA (`ifma.rs`, 8
-//! lanes per zmm) or AVX2 (`avx2.rs`, two halves of 4 lanes per ymm), with a
+//! lanes per zmm) or AVX2 (`avx2/`, two halves of 4 lanes per ymm), with a
 //! portable constant-time kernel (`kernel.rs`) as the reference the tests
 //! compare them with. Every signature is checked with the public key before
 //! it is returned.
 //!
-//! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `avx2.rs`) and in the
+//! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `avx2/`) and in the
 //! valgrind client requests of the optional `ct-valgrind` feature (`ct.rs`).
 
 #[cfg(target_arch = "x86_64")]
@@ -16,6 +16,7 @@ mod avx2;
 mod bn;
 #[doc(hidden)]
 pub mod ct;
+mod exp;
 #[cfg(target_arch = "x86_64")]
 mod ifma;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]

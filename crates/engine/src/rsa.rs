@@ -18,13 +18,9 @@
 //! are covered by the public-key check, which never lets a wrong result out.
 
 use crate::bn::{self, limbs_for_bits, Lanes, LANES, LIMB_BITS};
-use crate::kernel::{get_lane, set_lane, MontKernel, TABLE};
+use crate::kernel::{get_lane, set_lane, MontKernel};
 use crate::EngineError;
 use zeroize::{Zeroize, ZeroizeOnDrop};
-
-/// Window width of the fixed-window exponentiation (32-entry table).
-const WINDOW: usize = 5;
-const _: () = assert!(1 << WINDOW == TABLE);
 
 /// Precomputed data for one CRT half (modulus p or q).
 #[derive(Zeroize, ZeroizeOnDrop)]
@@ -275,60 +271,6 @@ fn per_lane<const N: usize>(
     v.zeroize();
 }
 
-/// Bits `[pos, pos + WINDOW)` of each lane's exponent.
-fn window<const N: usize>(exp: &[Lanes; N], pos: usize) -> Lanes {
-    let (limb, off) = (pos / LIMB_BITS, pos % LIMB_BITS);
-    let mut w = Lanes::default();
-    for lane in 0..LANES {
-        let mut v = exp[limb].0[lane] >> off;
-        if off + WINDOW > LIMB_BITS && limb + 1 < N {
-            v |= exp[limb + 1].0[lane] << (LIMB_BITS - off);
-        }
-        w.0[lane] = v & ((1 << WINDOW) - 1);
-    }
-    w
-}
-
-/// Fixed-window exponentiation in the Montgomery domain: `base^exp` per lane,
-/// all lanes with `exp_bits`-bit exponents (the public size, not the actual
-/// bit length). Squarings and multiplications in a fixed sequence; the table
-/// entry is picked by `select`, which reads all entries.
-fn mod_exp<K: MontKernel, const N: usize>(
-    k: &K,
-    base: &[Lanes; N],
-    exp: &[Lanes; N],
-    exp_bits: usize,
-    m: &[Lanes; N],
-    k0: &Lanes,
-    one: &[Lanes; N],
-) -> [Lanes; N] {
-    let mut table: Box<[[Lanes; N]; TABLE]> = vec![[Lanes::default(); N]; TABLE]
-        .into_boxed_slice()
-        .try_into()
-        .expect("TABLE entries");
-    table[0] = *one;
-    table[1] = *base;
-    for i in 2..table.len() {
-        table[i] = if i % 2 == 0 {
-            k.sqr(&table[i / 2], m, k0)
-        } else {
-            k.mul(&table[i - 1], base, m, k0)
-        };
-    }
-    let windows = exp_bits.div_ceil(WINDOW);
-    let mut acc = k.select(&table, &window(exp, (windows - 1) * WINDOW));
-    for w in (0..windows - 1).rev() {
-        for _ in 0..WINDOW {
-            k.sqr_assign(&mut acc, m, k0);
-        }
-        let mut t = k.select(&table, &window(exp, w * WINDOW));
-        acc = k.mul(&acc, &t, m, k0);
-        t.zeroize();
-    }
-    table.iter_mut().for_each(|e| e.zeroize());
-    acc
-}
-
 /// One multi-buffer pass of up to 8 exponentiation jobs; returns each job's
 /// `c^exp mod m`, fully reduced, `H` limbs.
 fn exp_pass<K: MontKernel, const H: usize>(
@@ -367,7 +309,7 @@ fn exp_pass<K: MontKernel, const H: usize>(
     });
     t.zeroize();
     let base = k.mul(&x, &r3, &m, &k0);
-    let acc = mod_exp(k, &base, &exp, exp_bits, &m, &k0, &one);
+    let acc = k.mod_exp(&base, &exp, exp_bits, &m, &k0, &one);
     let mut out = k.mul(&acc, &unit, &m, &k0);
     let mut res = Vec::with_capacity(jobs.len());
     let mut ml = [0u64; H];

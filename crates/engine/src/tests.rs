@@ -159,6 +159,47 @@ fn check_select<const N: usize>(seed: u64) {
     });
 }
 
+/// A kernel's own `mod_exp` (the AVX2 kernel keeps its numbers in its own
+/// limbs throughout) against the shared sequence run by the portable kernel:
+/// the same bits, for every lane count. `exp_bits` is a multiple of the
+/// window or not, as the key sizes give it.
+fn check_exp<const N: usize>(seed: &[u64], exp_bits: usize) {
+    let (m, a, b, k0) = operands::<N>(seed);
+    // The exponent: b's limbs, cut to exp_bits (the top window may be short).
+    let mut e = b;
+    for (j, limb) in e.iter_mut().enumerate() {
+        for lane in 0..LANES {
+            let keep = exp_bits.saturating_sub(j * LIMB_BITS).min(LIMB_BITS);
+            limb.0[lane] &= if keep == LIMB_BITS { MASK52 } else { (1 << keep) - 1 };
+        }
+    }
+    let want = Portable { lanes: LANES }.mod_exp(&a, &e, exp_bits, &m, &k0, &b);
+    each_simd_kernel!(LANES, |k| {
+        assert_eq!(k.mod_exp(&a, &e, exp_bits, &m, &k0, &b), want, "mod_exp == portable");
+    });
+    #[cfg(target_arch = "x86_64")]
+    for lanes in 1..LANES {
+        if let Some(k) = crate::avx2::Avx2::new(lanes) {
+            let got = k.mod_exp(&a, &e, exp_bits, &m, &k0, &b);
+            for lane in 0..lanes {
+                for j in 0..N {
+                    assert_eq!(got[j].0[lane], want[j].0[lane], "AVX2 mod_exp, {lanes} lanes");
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4))]
+    #[test]
+    fn mod_exp_20(seed in proptest::collection::vec(any::<u64>(), 4)) { check_exp::<20>(&seed, 1024); }
+    #[test]
+    fn mod_exp_30(seed in proptest::collection::vec(any::<u64>(), 4)) { check_exp::<30>(&seed, 1536); }
+    #[test]
+    fn mod_exp_40(seed in proptest::collection::vec(any::<u64>(), 4)) { check_exp::<40>(&seed, 2048); }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]

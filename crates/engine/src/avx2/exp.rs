@@ -1,0 +1,89 @@
+//! The fixed-window exponentiation with the numbers kept in the kernel's own
+//! limbs: the same sequence of squarings, multiplications and table
+//! selections as `crate::exp::fixed_window`, so the same bits come out, but
+//! without converting to and from radix 2^52 around each multiplication.
+//!
+//! The table stays in radix 2^52 (20 limbs instead of 36 for RSA-2048): the
+//! masked selection reads every entry once per window, and the one selected
+//! number is cheaper to convert than 32 wider entries are to read.
+
+use zeroize::Zeroize;
+
+use super::{convert, load_modulus, mont, select, Buf, Scratch};
+use crate::bn::Lanes;
+use crate::exp::{window, WINDOW};
+use crate::kernel::TABLE;
+
+/// What `MontKernel::mod_exp` gets, in one place.
+pub(super) struct Operands<'a> {
+    pub base: &'a [Lanes],
+    pub exp: &'a [Lanes],
+    pub exp_bits: usize,
+    pub m: &'a [Lanes],
+    pub k0: &'a Lanes,
+    pub one: &'a [Lanes],
+}
+
+/// `r = base^exp` in the Montgomery domain for the first `halves` halves.
+/// Buffers: B holds the base, X each new table entry and then the selected
+/// entry, A the accumulator.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn mod_exp<const N: usize, const L: usize, const B: i32>(
+    s: &mut Scratch,
+    ops: &Operands<'_>,
+    r: &mut [Lanes],
+    halves: usize,
+) {
+    let exp: &[Lanes; N] = ops.exp.try_into().expect("N limbs");
+    assert!(ops.base.len() == N && ops.one.len() == N && ops.m.len() == N && r.len() == N);
+    let mut table: Box<[[Lanes; N]; TABLE]> = vec![[Lanes::default(); N]; TABLE]
+        .into_boxed_slice()
+        .try_into()
+        .expect("TABLE entries");
+    table[0].copy_from_slice(ops.one);
+    table[1].copy_from_slice(ops.base);
+    // SAFETY: AVX2 enabled; the scratch holds MAXL >= L limbs per half.
+    unsafe {
+        load_modulus::<L, B>(s, ops.m, ops.k0, halves);
+        for h in 0..halves {
+            convert::split::<L, B>(ops.base, h, s.at(Buf::B, h, L));
+        }
+        // Even entries square their half, odd ones multiply the entry below
+        // (in X from the step before) by the base, as the shared sequence does.
+        for i in 2..TABLE {
+            if i % 2 == 0 {
+                for h in 0..halves {
+                    convert::split::<L, B>(&table[i / 2], h, s.at(Buf::X, h, L));
+                }
+                mont::<N, L, B>(s, Buf::X, Buf::X, None, halves);
+            } else {
+                mont::<N, L, B>(s, Buf::X, Buf::X, Some(Buf::B), halves);
+            }
+            for h in 0..halves {
+                convert::join::<L, B>(s.at(Buf::X, h, L), &mut table[i], h);
+            }
+        }
+        let windows = ops.exp_bits.div_ceil(WINDOW);
+        let mut picked = [Lanes::default(); N];
+        let top = window(exp, (windows - 1) * WINDOW);
+        select(&mut picked, &table, &top, halves);
+        for h in 0..halves {
+            convert::split::<L, B>(&picked, h, s.at(Buf::A, h, L));
+        }
+        for w in (0..windows - 1).rev() {
+            for _ in 0..WINDOW {
+                mont::<N, L, B>(s, Buf::A, Buf::A, None, halves);
+            }
+            select(&mut picked, &table, &window(exp, w * WINDOW), halves);
+            for h in 0..halves {
+                convert::split::<L, B>(&picked, h, s.at(Buf::X, h, L));
+            }
+            mont::<N, L, B>(s, Buf::A, Buf::A, Some(Buf::X), halves);
+        }
+        for h in 0..halves {
+            convert::join::<L, B>(s.at(Buf::A, h, L), r, h);
+        }
+        picked.zeroize();
+    }
+    table.iter_mut().for_each(|e| e.zeroize());
+}

@@ -1,0 +1,396 @@
+//! One Montgomery multiplication or squaring of up to 8 lanes (two halves of
+//! 4), in the kernel's own limbs: `L` limbs of `B` bits (see `Layout`).
+//!
+//! Schedule: the product `a*b` (or the square, from the upper triangle with
+//! one operand doubled) is accumulated in 2L columns in memory, 4 rows at a
+//! time: the 4 row multiplicands stay in registers and a window of 4 column
+//! accumulators slides along the other operand, so each loaded limb feeds 4
+//! multiplies and each column is loaded and stored once per 4 rows. The
+//! Montgomery reduction runs the same way, 4 quotient digits at a time: a
+//! short serial head computes y_i..y_i+3 from the lowest columns (with their
+//! carries), then the window adds `m*y` to the rest. The heads of the next
+//! block (one per half, two independent chains side by side) are issued as
+//! soon as the bodies have finished the 4 columns they read, so that their
+//! dependency chains run under the rest of the bodies' multiplies instead of
+//! stalling between blocks. The first block of the
+//! product writes its columns instead of adding to them, so only the
+//! columns above it are cleared.
+//!
+//! Carries are lazy: a 64-bit lane holds the sum of many products. Where a
+//! column could reach 2^64 before the reduction has passed it (radix 2^29:
+//! the middle columns take up to 72 products below 2^58), those columns
+//! alone are carried once between product and reduction.
+
+use core::arch::x86_64::*;
+
+use super::{ld, mac, st, Y};
+
+/// Rows per block of the product and reduction windows.
+pub(super) const ROWS: usize = 4;
+
+/// Column `k` of the accumulators, or zero in the first block (`FIRST`),
+/// which writes the columns instead of adding to them (no clearing pass).
+#[inline(always)]
+unsafe fn col<const FIRST: bool>(t: *const Y, k: usize) -> __m256i {
+    // SAFETY: k < 2L (caller); AVX2 enabled.
+    unsafe {
+        if FIRST {
+            _mm256_setzero_si256()
+        } else {
+            ld(t.add(k))
+        }
+    }
+}
+
+/// One block of 4 rows of `a * b` into the columns (see `product`).
+#[inline(always)]
+unsafe fn product_block<const L: usize, const FIRST: bool>(
+    t: *mut Y,
+    a: *const Y,
+    b: *const Y,
+    i0: usize,
+) {
+    // SAFETY: a, b have L entries, t has 2L (column i0 + j + 3 <= 2L - 2).
+    unsafe {
+        let (b0, b1, b2, b3) = (
+            ld(b.add(i0)),
+            ld(b.add(i0 + 1)),
+            ld(b.add(i0 + 2)),
+            ld(b.add(i0 + 3)),
+        );
+        let (mut w0, mut w1, mut w2) = (
+            col::<FIRST>(t, i0),
+            col::<FIRST>(t, i0 + 1),
+            col::<FIRST>(t, i0 + 2),
+        );
+        for j in 0..L {
+            let aj = ld(a.add(j));
+            let w3 = mac(col::<FIRST>(t, i0 + j + 3), aj, b3);
+            st(t.add(i0 + j), mac(w0, aj, b0));
+            w0 = mac(w1, aj, b1);
+            w1 = mac(w2, aj, b2);
+            w2 = w3;
+        }
+        st(t.add(i0 + L), w0);
+        st(t.add(i0 + L + 1), w1);
+        st(t.add(i0 + L + 2), w2);
+    }
+}
+
+/// Column accumulators `t[0..2L]` = `a * b`, 4 rows of `b` at a time. The
+/// first block writes columns 0..L+2; the columns above are zeroed first.
+#[inline(always)]
+pub(super) unsafe fn product<const L: usize>(t: *mut Y, a: *const Y, b: *const Y) {
+    // SAFETY: a, b have L entries, t has 2L.
+    unsafe {
+        clear_upper::<L>(t);
+        product_block::<L, true>(t, a, b, 0);
+        for i0 in (ROWS..L).step_by(ROWS) {
+            product_block::<L, false>(t, a, b, i0);
+        }
+    }
+}
+
+/// One block of 4 rows of the square into the columns (see `square`).
+#[inline(always)]
+unsafe fn square_block<const L: usize, const FIRST: bool>(
+    t: *mut Y,
+    a: *const Y,
+    d: *const Y,
+    i0: usize,
+) {
+    // SAFETY: a, d have L entries, t has 2L.
+    unsafe {
+        let b = [
+            ld(a.add(i0)),
+            ld(a.add(i0 + 1)),
+            ld(a.add(i0 + 2)),
+            ld(a.add(i0 + 3)),
+        ];
+        // Window at step j: columns i0 + j + r for r = 0..3.
+        let mut w = [
+            col::<FIRST>(t, 2 * i0),
+            col::<FIRST>(t, 2 * i0 + 1),
+            col::<FIRST>(t, 2 * i0 + 2),
+            _mm256_setzero_si256(),
+        ];
+        // The triangle: j = i0 + jj for jj < 4 meets rows r <= jj.
+        for jj in 0..ROWS {
+            let j = i0 + jj;
+            w[3] = col::<FIRST>(t, i0 + j + 3);
+            for r in 0..ROWS {
+                if jj == r {
+                    w[r] = mac(w[r], b[r], ld(a.add(j)));
+                } else if jj > r {
+                    w[r] = mac(w[r], b[r], ld(d.add(j)));
+                }
+            }
+            st(t.add(i0 + j), w[0]);
+            w = [w[1], w[2], w[3], w[3]];
+        }
+        let (mut w0, mut w1, mut w2) = (w[0], w[1], w[2]);
+        for j in i0 + ROWS..L {
+            let dj = ld(d.add(j));
+            let w3 = mac(col::<FIRST>(t, i0 + j + 3), dj, b[3]);
+            st(t.add(i0 + j), mac(w0, dj, b[0]));
+            w0 = mac(w1, dj, b[1]);
+            w1 = mac(w2, dj, b[2]);
+            w2 = w3;
+        }
+        st(t.add(i0 + L), w0);
+        st(t.add(i0 + L + 1), w1);
+        st(t.add(i0 + L + 2), w2);
+    }
+}
+
+/// Column accumulators `t[0..2L]` = `a^2`: rows `a_i`, columns `2a_j` for
+/// `j > i` (`d` holds `2a`) plus the squares `a_i^2`. As in `product`, the
+/// first block writes columns 0..L+2 and the columns above are zeroed first.
+#[inline(always)]
+pub(super) unsafe fn square<const L: usize>(t: *mut Y, a: *const Y, d: *const Y) {
+    // SAFETY: a, d have L entries, t has 2L.
+    unsafe {
+        clear_upper::<L>(t);
+        square_block::<L, true>(t, a, d, 0);
+        for i0 in (ROWS..L).step_by(ROWS) {
+            square_block::<L, false>(t, a, d, i0);
+        }
+    }
+}
+
+/// Zeroes the column accumulators the first product block does not write
+/// (L+3..2L).
+#[inline(always)]
+unsafe fn clear_upper<const L: usize>(t: *mut Y) {
+    // SAFETY: t has 2L entries.
+    unsafe {
+        for k in L + 3..2 * L {
+            st(t.add(k), _mm256_setzero_si256());
+        }
+    }
+}
+
+/// The columns whose worst-case total (every product of the multiplication
+/// and of the reduction, limbs `2^B - 1`, plus carries below 2^40) could
+/// overflow a 64-bit lane: `(first, last)`, empty when `first > last`.
+/// Column k takes `min(k + 1, 2L - 1 - k)` products of each kind.
+pub(super) const fn crowded(l: usize, b: u32) -> (usize, usize) {
+    let max = ((1u128 << b) - 1) * ((1u128 << b) - 1);
+    let (mut first, mut last, mut k) = (usize::MAX, 0, 0);
+    while k < 2 * l {
+        let n = if k + 1 < 2 * l - 1 - k {
+            k + 1
+        } else {
+            2 * l - 1 - k
+        };
+        if 2 * n as u128 * max + (1u128 << 40) >= 1u128 << 64 {
+            if first == usize::MAX {
+                first = k;
+            }
+            last = k;
+        }
+        k += 1;
+    }
+    if first == usize::MAX {
+        (1, 0)
+    } else {
+        (first, last)
+    }
+}
+
+/// Carries the crowded columns `first..=last` of a finished product into the
+/// column above each, so that each is below 2^B plus a carry and the
+/// reduction's products fit beside them (see `crowded`). Public positions
+/// only: the same instructions for every value.
+#[inline(always)]
+pub(super) unsafe fn carry_crowded<const L: usize, const B: i32>(t: *mut Y) {
+    let (first, last) = const { crowded(L, B as u32) };
+    // SAFETY: last + 1 < 2L (the top column holds no product); AVX2 enabled.
+    unsafe {
+        if first > last {
+            return;
+        }
+        let mask = _mm256_set1_epi64x((1 << B) - 1);
+        let mut carry = _mm256_setzero_si256();
+        for k in first..=last {
+            let v = _mm256_add_epi64(ld(t.add(k)), carry);
+            carry = _mm256_srli_epi64::<B>(v);
+            st(t.add(k), _mm256_and_si256(v, mask));
+        }
+        st(
+            t.add(last + 1),
+            _mm256_add_epi64(ld(t.add(last + 1)), carry),
+        );
+    }
+}
+
+/// One operand's Montgomery reduction in progress: the 2L columns at `t`, the
+/// modulus and `k0` (low B bits), the mask of the last digit (`W` bits,
+/// where `R = 2^(B(L-1) + W)`), and the carry out of the last completed
+/// column.
+pub(super) struct Reduction {
+    pub t: *mut Y,
+    pub m: *const Y,
+    pub k0: __m256i,
+    pub last_mask: __m256i,
+    pub carry: __m256i,
+}
+
+/// Quotient digits of one block of 4 rows.
+type Digits = [__m256i; ROWS];
+
+/// The serial part of a block: the 4 quotient digits `y_i = c_i * k0 mod
+/// 2^B` of columns i0..i0+3, each column carried into the next as it
+/// completes. In the last block the last digit has W bits: column L-1 is
+/// then not carried but kept whole (its low W bits are zero and the result
+/// starts above them, see `finish`).
+#[inline(always)]
+unsafe fn head<const B: i32>(r: &mut Reduction, i0: usize, last: bool) -> Digits {
+    // SAFETY: columns i0..i0+3 < 2L and limbs 0..3 are in bounds (caller).
+    unsafe {
+        let (t, m, k0) = (r.t, r.m, r.k0);
+        let mask = _mm256_set1_epi64x((1 << B) - 1);
+        let digit = |c: __m256i| _mm256_and_si256(_mm256_mul_epu32(c, k0), mask);
+        let (m0, m1, m2, m3) = (ld(m), ld(m.add(1)), ld(m.add(2)), ld(m.add(3)));
+        let c0 = _mm256_add_epi64(ld(t.add(i0)), r.carry);
+        let y0 = digit(c0);
+        let carry = _mm256_srli_epi64::<B>(mac(c0, m0, y0));
+        let c1 = _mm256_add_epi64(mac(ld(t.add(i0 + 1)), m1, y0), carry);
+        let y1 = digit(c1);
+        let carry = _mm256_srli_epi64::<B>(mac(c1, m0, y1));
+        let c2 = _mm256_add_epi64(mac(mac(ld(t.add(i0 + 2)), m2, y0), m1, y1), carry);
+        let y2 = digit(c2);
+        let carry = _mm256_srli_epi64::<B>(mac(c2, m0, y2));
+        let c3 = _mm256_add_epi64(
+            mac(mac(mac(ld(t.add(i0 + 3)), m3, y0), m2, y1), m1, y2),
+            carry,
+        );
+        if last {
+            let y3 = _mm256_and_si256(_mm256_mul_epu32(c3, k0), r.last_mask);
+            st(t.add(i0 + 3), mac(c3, m0, y3));
+            r.carry = _mm256_setzero_si256();
+            [y0, y1, y2, y3]
+        } else {
+            let y3 = digit(c3);
+            r.carry = _mm256_srli_epi64::<B>(mac(c3, m0, y3));
+            [y0, y1, y2, y3]
+        }
+    }
+}
+
+/// The parallel part of a block: `m_j * y_r` into column i0+j+r for every
+/// pair the head did not add (j + r >= 4), with a window of 4 columns
+/// sliding over limbs `j0..j1`. The window's partial columns are loaded at
+/// the start and stored at the end, so a body can run in two parts: the
+/// first (limbs 4..8) completes the 4 columns the next block's head reads,
+/// and both halves' heads then run side by side, before the rest.
+#[inline(always)]
+unsafe fn body<const L: usize>(r: &Reduction, i0: usize, y: &Digits, j0: usize, j1: usize) {
+    // SAFETY: columns up to i0+L+2 <= 2L-2 and limbs below L (caller).
+    unsafe {
+        let (t, m) = (r.t, r.m);
+        let (mut w0, mut w1, mut w2) = if j0 == ROWS {
+            let (m1, m2, m3) = (ld(m.add(1)), ld(m.add(2)), ld(m.add(3)));
+            (
+                mac(mac(mac(ld(t.add(i0 + 4)), m1, y[3]), m2, y[2]), m3, y[1]),
+                mac(mac(ld(t.add(i0 + 5)), m2, y[3]), m3, y[2]),
+                mac(ld(t.add(i0 + 6)), m3, y[3]),
+            )
+        } else {
+            (
+                ld(t.add(i0 + j0)),
+                ld(t.add(i0 + j0 + 1)),
+                ld(t.add(i0 + j0 + 2)),
+            )
+        };
+        for j in j0..j1 {
+            let mj = ld(m.add(j));
+            let w3 = mac(ld(t.add(i0 + j + 3)), mj, y[3]);
+            st(t.add(i0 + j), mac(w0, mj, y[0]));
+            w0 = mac(w1, mj, y[1]);
+            w1 = mac(w2, mj, y[2]);
+            w2 = w3;
+        }
+        st(t.add(i0 + j1), w0);
+        st(t.add(i0 + j1 + 1), w1);
+        st(t.add(i0 + j1 + 2), w2);
+    }
+}
+
+/// The result: columns L-1..2L-1 plus the final carry, normalized to B-bit
+/// limbs and shifted down by W bits (the low W bits of column L-1 are the
+/// last digit's zeros), as L limbs at `res`.
+#[inline(always)]
+unsafe fn finish<const L: usize, const B: i32>(r: &Reduction, w: i64, res: *mut Y) {
+    // SAFETY: t has 2L entries, res L; AVX2 enabled.
+    unsafe {
+        let mask = _mm256_set1_epi64x((1 << B) - 1);
+        let (down, up) = (_mm_cvtsi64_si128(w), _mm_cvtsi64_si128(B as i64 - w));
+        let v = ld(r.t.add(L - 1));
+        let mut prev = _mm256_and_si256(v, mask);
+        let mut carry = _mm256_srli_epi64::<B>(v);
+        for k in 0..L {
+            let v = _mm256_add_epi64(ld(r.t.add(L + k)), carry);
+            carry = _mm256_srli_epi64::<B>(v);
+            let z = _mm256_and_si256(v, mask);
+            let limb = _mm256_or_si256(_mm256_srl_epi64(prev, down), _mm256_sll_epi64(z, up));
+            st(res.add(k), _mm256_and_si256(limb, mask));
+            prev = z;
+        }
+    }
+}
+
+/// Montgomery reduction of the 2L columns of each of the first `halves`
+/// halves: adds `m*y` with the quotient digits, 4 at a time, and writes the
+/// result to `res[h]` (L limbs of B bits). The two halves' blocks alternate
+/// (independent chains). The result is `< 2m` for a column value `< 4m^2`
+/// (`4m < R`).
+#[inline(always)]
+pub(super) unsafe fn reduce<const L: usize, const B: i32>(
+    red: &mut [Reduction; 2],
+    w: i64,
+    res: [*mut Y; 2],
+    halves: usize,
+) {
+    // SAFETY: as for `head`, `body` and `finish`.
+    unsafe {
+        let mut y = [[_mm256_setzero_si256(); ROWS]; 2];
+        for h in 0..halves {
+            y[h] = head::<B>(&mut red[h], 0, ROWS == L);
+        }
+        for i0 in (0..L).step_by(ROWS) {
+            for h in 0..halves {
+                body::<L>(&red[h], i0, &y[h], ROWS, 2 * ROWS);
+            }
+            let mut next = [[_mm256_setzero_si256(); ROWS]; 2];
+            if i0 + ROWS < L {
+                for h in 0..halves {
+                    next[h] = head::<B>(&mut red[h], i0 + ROWS, i0 + 2 * ROWS == L);
+                }
+            }
+            for h in 0..halves {
+                body::<L>(&red[h], i0, &y[h], 2 * ROWS, L);
+            }
+            y = next;
+        }
+        for h in 0..halves {
+            finish::<L, B>(&red[h], w, res[h]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crowded;
+
+    #[test]
+    fn crowded_columns_per_layout() {
+        // 29-bit limbs: columns 31..=39 take 64 or more products of up to
+        // 2^58 between them; every other layout fits in 64 bits as it is.
+        assert_eq!(crowded(36, 29), (31, 39));
+        for (l, b) in [(56, 28), (80, 26), (120, 26), (160, 26)] {
+            let (first, last) = crowded(l, b);
+            assert!(first > last, "{l} limbs of {b} bits need no carry pass");
+        }
+    }
+}
