@@ -170,12 +170,20 @@ fn check_exp<const N: usize>(seed: &[u64], exp_bits: usize) {
     for (j, limb) in e.iter_mut().enumerate() {
         for lane in 0..LANES {
             let keep = exp_bits.saturating_sub(j * LIMB_BITS).min(LIMB_BITS);
-            limb.0[lane] &= if keep == LIMB_BITS { MASK52 } else { (1 << keep) - 1 };
+            limb.0[lane] &= if keep == LIMB_BITS {
+                MASK52
+            } else {
+                (1 << keep) - 1
+            };
         }
     }
     let want = Portable { lanes: LANES }.mod_exp(&a, &e, exp_bits, &m, &k0, &b);
     each_simd_kernel!(LANES, |k| {
-        assert_eq!(k.mod_exp(&a, &e, exp_bits, &m, &k0, &b), want, "mod_exp == portable");
+        assert_eq!(
+            k.mod_exp(&a, &e, exp_bits, &m, &k0, &b),
+            want,
+            "mod_exp == portable"
+        );
     });
     #[cfg(target_arch = "x86_64")]
     for lanes in 1..LANES {
@@ -183,7 +191,10 @@ fn check_exp<const N: usize>(seed: &[u64], exp_bits: usize) {
             let got = k.mod_exp(&a, &e, exp_bits, &m, &k0, &b);
             for lane in 0..lanes {
                 for j in 0..N {
-                    assert_eq!(got[j].0[lane], want[j].0[lane], "AVX2 mod_exp, {lanes} lanes");
+                    assert_eq!(
+                        got[j].0[lane], want[j].0[lane],
+                        "AVX2 mod_exp, {lanes} lanes"
+                    );
                 }
             }
         }
