@@ -42,6 +42,42 @@ unsafe fn col<const FIRST: bool>(t: *const Y, k: usize) -> __m256i {
     }
 }
 
+/// The sliding window shared by the product, the square and the reduction:
+/// for each limb `x_j` (j in j0..j1) adds `x_j * rows[r]` to column
+/// i0+j+r, r = 0..3. The window `w` holds columns i0+j0..i0+j0+2 on entry;
+/// each step takes in the column above it (zero in the first block of a
+/// product, which writes instead of adding) and stores the one it completes.
+/// Two steps per iteration: the loop's own instructions are a sixth of a
+/// step's, which the dispatch width notices.
+#[inline(always)]
+unsafe fn slide<const FIRST: bool>(
+    t: *mut Y,
+    i0: usize,
+    x: *const Y,
+    rows: &[__m256i; ROWS],
+    mut w: [__m256i; ROWS - 1],
+    j0: usize,
+    j1: usize,
+) {
+    // SAFETY: x has j1 entries and t has i0+j1+3 <= 2L (caller); AVX2.
+    unsafe {
+        debug_assert!((j1 - j0).is_multiple_of(2));
+        let step = |w: &mut [__m256i; ROWS - 1], j: usize| {
+            let xj = ld(x.add(j));
+            let top = mac(col::<FIRST>(t, i0 + j + 3), xj, rows[3]);
+            st(t.add(i0 + j), mac(w[0], xj, rows[0]));
+            *w = [mac(w[1], xj, rows[1]), mac(w[2], xj, rows[2]), top];
+        };
+        for j in (j0..j1).step_by(2) {
+            step(&mut w, j);
+            step(&mut w, j + 1);
+        }
+        st(t.add(i0 + j1), w[0]);
+        st(t.add(i0 + j1 + 1), w[1]);
+        st(t.add(i0 + j1 + 2), w[2]);
+    }
+}
+
 /// One block of 4 rows of `a * b` into the columns (see `product`).
 #[inline(always)]
 unsafe fn product_block<const L: usize, const FIRST: bool>(
@@ -52,28 +88,9 @@ unsafe fn product_block<const L: usize, const FIRST: bool>(
 ) {
     // SAFETY: a, b have L entries, t has 2L (column i0 + j + 3 <= 2L - 2).
     unsafe {
-        let (b0, b1, b2, b3) = (
-            ld(b.add(i0)),
-            ld(b.add(i0 + 1)),
-            ld(b.add(i0 + 2)),
-            ld(b.add(i0 + 3)),
-        );
-        let (mut w0, mut w1, mut w2) = (
-            col::<FIRST>(t, i0),
-            col::<FIRST>(t, i0 + 1),
-            col::<FIRST>(t, i0 + 2),
-        );
-        for j in 0..L {
-            let aj = ld(a.add(j));
-            let w3 = mac(col::<FIRST>(t, i0 + j + 3), aj, b3);
-            st(t.add(i0 + j), mac(w0, aj, b0));
-            w0 = mac(w1, aj, b1);
-            w1 = mac(w2, aj, b2);
-            w2 = w3;
-        }
-        st(t.add(i0 + L), w0);
-        st(t.add(i0 + L + 1), w1);
-        st(t.add(i0 + L + 2), w2);
+        let rows = [0, 1, 2, 3].map(|r| ld(b.add(i0 + r)));
+        let w = [0, 1, 2].map(|r| col::<FIRST>(t, i0 + r));
+        slide::<FIRST>(t, i0, a, &rows, w, 0, L);
     }
 }
 
@@ -128,18 +145,7 @@ unsafe fn square_block<const L: usize, const FIRST: bool>(
             st(t.add(i0 + j), w[0]);
             w = [w[1], w[2], w[3], w[3]];
         }
-        let (mut w0, mut w1, mut w2) = (w[0], w[1], w[2]);
-        for j in i0 + ROWS..L {
-            let dj = ld(d.add(j));
-            let w3 = mac(col::<FIRST>(t, i0 + j + 3), dj, b[3]);
-            st(t.add(i0 + j), mac(w0, dj, b[0]));
-            w0 = mac(w1, dj, b[1]);
-            w1 = mac(w2, dj, b[2]);
-            w2 = w3;
-        }
-        st(t.add(i0 + L), w0);
-        st(t.add(i0 + L + 1), w1);
-        st(t.add(i0 + L + 2), w2);
+        slide::<FIRST>(t, i0, d, &b, [w[0], w[1], w[2]], i0 + ROWS, L);
     }
 }
 
@@ -289,53 +295,51 @@ unsafe fn body<const L: usize>(r: &Reduction, i0: usize, y: &Digits, j0: usize, 
     // SAFETY: columns up to i0+L+2 <= 2L-2 and limbs below L (caller).
     unsafe {
         let (t, m) = (r.t, r.m);
-        let (mut w0, mut w1, mut w2) = if j0 == ROWS {
+        let w = if j0 == ROWS {
             let (m1, m2, m3) = (ld(m.add(1)), ld(m.add(2)), ld(m.add(3)));
-            (
+            [
                 mac(mac(mac(ld(t.add(i0 + 4)), m1, y[3]), m2, y[2]), m3, y[1]),
                 mac(mac(ld(t.add(i0 + 5)), m2, y[3]), m3, y[2]),
                 mac(ld(t.add(i0 + 6)), m3, y[3]),
-            )
+            ]
         } else {
-            (
-                ld(t.add(i0 + j0)),
-                ld(t.add(i0 + j0 + 1)),
-                ld(t.add(i0 + j0 + 2)),
-            )
+            [0, 1, 2].map(|r| ld(t.add(i0 + j0 + r)))
         };
-        for j in j0..j1 {
-            let mj = ld(m.add(j));
-            let w3 = mac(ld(t.add(i0 + j + 3)), mj, y[3]);
-            st(t.add(i0 + j), mac(w0, mj, y[0]));
-            w0 = mac(w1, mj, y[1]);
-            w1 = mac(w2, mj, y[2]);
-            w2 = w3;
-        }
-        st(t.add(i0 + j1), w0);
-        st(t.add(i0 + j1 + 1), w1);
-        st(t.add(i0 + j1 + 2), w2);
+        slide::<false>(t, i0, m, y, w, j0, j1);
     }
 }
 
 /// The result: columns L-1..2L-1 plus the final carry, normalized to B-bit
 /// limbs and shifted down by W bits (the low W bits of column L-1 are the
-/// last digit's zeros), as L limbs at `res`.
+/// last digit's zeros), as L limbs at `res[h]`, for the first H halves in
+/// one loop (the carries are serial: two chains side by side).
 #[inline(always)]
-unsafe fn finish<const L: usize, const B: i32>(r: &Reduction, w: i64, res: *mut Y) {
+unsafe fn finish<const L: usize, const B: i32, const H: usize>(
+    red: &[Reduction; 2],
+    w: i64,
+    res: [*mut Y; 2],
+) {
     // SAFETY: t has 2L entries, res L; AVX2 enabled.
     unsafe {
         let mask = _mm256_set1_epi64x((1 << B) - 1);
         let (down, up) = (_mm_cvtsi64_si128(w), _mm_cvtsi64_si128(B as i64 - w));
-        let v = ld(r.t.add(L - 1));
-        let mut prev = _mm256_and_si256(v, mask);
-        let mut carry = _mm256_srli_epi64::<B>(v);
+        let mut prev = [_mm256_setzero_si256(); H];
+        let mut carry = [_mm256_setzero_si256(); H];
+        for h in 0..H {
+            let v = ld(red[h].t.add(L - 1));
+            prev[h] = _mm256_and_si256(v, mask);
+            carry[h] = _mm256_srli_epi64::<B>(v);
+        }
         for k in 0..L {
-            let v = _mm256_add_epi64(ld(r.t.add(L + k)), carry);
-            carry = _mm256_srli_epi64::<B>(v);
-            let z = _mm256_and_si256(v, mask);
-            let limb = _mm256_or_si256(_mm256_srl_epi64(prev, down), _mm256_sll_epi64(z, up));
-            st(res.add(k), _mm256_and_si256(limb, mask));
-            prev = z;
+            for h in 0..H {
+                let v = _mm256_add_epi64(ld(red[h].t.add(L + k)), carry[h]);
+                carry[h] = _mm256_srli_epi64::<B>(v);
+                let z = _mm256_and_si256(v, mask);
+                let limb =
+                    _mm256_or_si256(_mm256_srl_epi64(prev[h], down), _mm256_sll_epi64(z, up));
+                st(res[h].add(k), _mm256_and_si256(limb, mask));
+                prev[h] = z;
+            }
         }
     }
 }
@@ -373,8 +377,10 @@ pub(super) unsafe fn reduce<const L: usize, const B: i32>(
             }
             y = next;
         }
-        for h in 0..halves {
-            finish::<L, B>(&red[h], w, res[h]);
+        if halves == 2 {
+            finish::<L, B, 2>(red, w, res);
+        } else {
+            finish::<L, B, 1>(red, w, res);
         }
     }
 }
