@@ -345,16 +345,16 @@ unsafe fn select_halves<const N: usize, const H: usize>(
             let mut acc = [[_mm256_setzero_si256(); BLOCK]; H];
             for (k, entry) in table.iter().enumerate() {
                 let key = _mm256_set1_epi64x(k as i64);
-                for h in 0..H {
+                for (h, acch) in acc.iter_mut().enumerate() {
                     let mask = _mm256_cmpeq_epi64(idx[h], key);
-                    for (j, accj) in acc[h].iter_mut().enumerate().take(len) {
+                    for (j, accj) in acch.iter_mut().enumerate().take(len) {
                         let v = _mm256_and_si256(mask, ld_half(&entry[base + j], h));
                         *accj = _mm256_or_si256(*accj, v);
                     }
                 }
             }
-            for h in 0..H {
-                for (j, &accj) in acc[h].iter().enumerate().take(len) {
+            for (h, acch) in acc.iter().enumerate() {
+                for (j, &accj) in acch.iter().enumerate().take(len) {
                     st_half(&mut r[base + j], h, accj);
                 }
             }
