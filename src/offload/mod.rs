@@ -131,11 +131,12 @@ fn choose_kernel(asked: EngineKernel) -> tlsterm_engine::Kernel {
 /// measured break-even of each kernel against BoringSSL for RSA-2048 (`tlsterm speed
 /// --batch-sizes`, BENCHMARKS-engine.md). With IFMA a lone signature is already faster
 /// in the engine. With AVX2 a signature takes 2 of a register's 4 lanes: 1 signature
-/// ran at 0.52x BoringSSL, 2 and 3 at 0.89x, a full 4 at 1.11x (AMD EPYC Zen 3).
+/// ran at 0.72-0.75x BoringSSL, 2 (one register) at 1.33-1.48x, 3 at 1.35-1.41x and a
+/// full 4 at 1.69-1.82x (AMD EPYC Zen 3, two runs).
 fn small_batch_threshold(kernel: tlsterm_engine::Kernel) -> usize {
     match kernel {
         tlsterm_engine::Kernel::Ifma => 1,
-        tlsterm_engine::Kernel::Avx2 => 4,
+        tlsterm_engine::Kernel::Avx2 => 2,
         tlsterm_engine::Kernel::Portable => usize::MAX,
     }
 }
