@@ -42,7 +42,8 @@ pub(super) unsafe fn mod_exp<const N: usize, const L: usize, const B: i32>(
         .expect("TABLE entries");
     table[0].copy_from_slice(ops.one);
     table[1].copy_from_slice(ops.base);
-    // SAFETY: AVX2 enabled; the scratch holds MAXL >= L limbs per half.
+    // SAFETY: AVX2 enabled; `load_modulus` sizes every buffer for L limbs
+    // per half (t: 2L), before any other use.
     unsafe {
         load_modulus::<L, B>(s, ops.m, ops.k0, halves);
         for h in 0..halves {
