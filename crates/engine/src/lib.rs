@@ -84,7 +84,7 @@ impl std::error::Error for EngineError {}
 pub enum Kernel {
     /// AVX-512 IFMA, 8 lanes per zmm register.
     Ifma,
-    /// AVX2, 4 lanes per ymm register (radix 2^26, `vpmuludq`).
+    /// AVX2, 4 lanes per ymm register (`vpmuludq`; 29, 28 or 26-bit limbs by key size).
     Avx2,
     /// Portable constant-time Rust (u64 limbs, u128 products).
     Portable,
