@@ -24,19 +24,35 @@ pub(crate) fn window<const N: usize>(exp: &[Lanes; N], pos: usize) -> Lanes {
     w
 }
 
-/// Fixed-window exponentiation in the Montgomery domain: `base^exp` per lane,
-/// all lanes with `exp_bits`-bit exponents (the public size, not the actual
-/// bit length). Squarings and multiplications in a fixed sequence; the table
-/// entry is picked by `select`, which reads all entries.
-pub(crate) fn fixed_window<K: MontKernel, const N: usize>(
-    k: &K,
-    base: &[Lanes; N],
-    exp: &[Lanes; N],
-    exp_bits: usize,
-    m: &[Lanes; N],
-    k0: &Lanes,
-    one: &[Lanes; N],
-) -> [Lanes; N] {
+/// One exponentiation per lane: `base^exp` in the Montgomery domain (`one`
+/// is R mod m), every lane's exponent `exp_bits` bits long (the public size,
+/// not the actual bit length). The numbers have the N limbs of the kernel
+/// call that takes them.
+pub(crate) struct ExpJob<'a> {
+    pub base: &'a [Lanes],
+    pub exp: &'a [Lanes],
+    pub exp_bits: usize,
+    pub m: &'a [Lanes],
+    pub k0: &'a Lanes,
+    pub one: &'a [Lanes],
+}
+
+/// `x` as a number of N limbs.
+pub(crate) fn limbs<const N: usize>(x: &[Lanes]) -> &[Lanes; N] {
+    x.try_into().expect("a number of N limbs")
+}
+
+/// Fixed-window exponentiation in the Montgomery domain: squarings and
+/// multiplications in a fixed sequence; the table entry is picked by
+/// `select`, which reads all entries.
+pub(crate) fn fixed_window<K: MontKernel, const N: usize>(k: &K, job: &ExpJob<'_>) -> [Lanes; N] {
+    let (base, exp, m, one) = (
+        limbs::<N>(job.base),
+        limbs::<N>(job.exp),
+        limbs::<N>(job.m),
+        limbs::<N>(job.one),
+    );
+    let (k0, exp_bits) = (job.k0, job.exp_bits);
     let mut table: Box<[[Lanes; N]; TABLE]> = vec![[Lanes::default(); N]; TABLE]
         .into_boxed_slice()
         .try_into()

@@ -33,26 +33,16 @@ pub(crate) trait MontKernel {
     }
     /// Per lane `l`: `table[idx[l]]`, reading every entry (no secret index).
     fn select<const N: usize>(&self, table: &[[Lanes; N]; TABLE], idx: &Lanes) -> [Lanes; N];
-    /// `base^exp` in the Montgomery domain (`one` = R mod m), exponents of
-    /// `exp_bits` bits, by [`crate::exp::fixed_window`]. A kernel whose own
+    /// The exponentiation of `job`, by [`crate::exp::fixed_window`]. A kernel whose own
     /// limb layout differs from the shared radix 2^52 overrides it to keep
     /// its numbers in that layout from the first power to the last instead
     /// of converting around every multiplication; the result must be the
     /// same bits.
-    #[allow(clippy::too_many_arguments)]
-    fn mod_exp<const N: usize>(
-        &self,
-        base: &[Lanes; N],
-        exp: &[Lanes; N],
-        exp_bits: usize,
-        m: &[Lanes; N],
-        k0: &Lanes,
-        one: &[Lanes; N],
-    ) -> [Lanes; N]
+    fn mod_exp<const N: usize>(&self, job: &crate::exp::ExpJob<'_>) -> [Lanes; N]
     where
         Self: Sized,
     {
-        crate::exp::fixed_window(self, base, exp, exp_bits, m, k0, one)
+        crate::exp::fixed_window(self, job)
     }
 }
 

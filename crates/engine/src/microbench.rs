@@ -96,7 +96,14 @@ fn chain<K: MontKernel, const N: usize>(k: &K, op: MontOp, bits: usize, iters: u
         a = match op {
             MontOp::Mul => k.mul(&a, &b, &m, &k0),
             MontOp::Sqr => k.sqr(&a, &m, &k0),
-            MontOp::Exp => k.mod_exp(&a, &b, bits, &m, &k0, &b),
+            MontOp::Exp => k.mod_exp(&crate::exp::ExpJob {
+                base: &a,
+                exp: &b,
+                exp_bits: bits,
+                m: &m,
+                k0: &k0,
+                one: &b,
+            }),
         };
     }
     let elapsed = start.elapsed();

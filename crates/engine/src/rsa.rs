@@ -18,6 +18,7 @@
 //! are covered by the public-key check, which never lets a wrong result out.
 
 use crate::bn::{self, limbs_for_bits, Lanes, LANES, LIMB_BITS};
+use crate::exp::ExpJob;
 use crate::kernel::{get_lane, set_lane, MontKernel};
 use crate::EngineError;
 use zeroize::{Zeroize, ZeroizeOnDrop};
@@ -309,7 +310,14 @@ fn exp_pass<K: MontKernel, const H: usize>(
     });
     t.zeroize();
     let base = k.mul(&x, &r3, &m, &k0);
-    let acc = k.mod_exp(&base, &exp, exp_bits, &m, &k0, &one);
+    let acc = k.mod_exp::<H>(&ExpJob {
+        base: &base,
+        exp: &exp,
+        exp_bits,
+        m: &m,
+        k0: &k0,
+        one: &one,
+    });
     let mut out = k.mul(&acc, &unit, &m, &k0);
     let mut res = Vec::with_capacity(jobs.len());
     let mut ml = [0u64; H];

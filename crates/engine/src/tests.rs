@@ -177,18 +177,22 @@ fn check_exp<const N: usize>(seed: &[u64], exp_bits: usize) {
             };
         }
     }
-    let want = Portable { lanes: LANES }.mod_exp(&a, &e, exp_bits, &m, &k0, &b);
+    let job = crate::exp::ExpJob {
+        base: &a,
+        exp: &e,
+        exp_bits,
+        m: &m,
+        k0: &k0,
+        one: &b,
+    };
+    let want: [Lanes; N] = Portable { lanes: LANES }.mod_exp(&job);
     each_simd_kernel!(LANES, |k| {
-        assert_eq!(
-            k.mod_exp(&a, &e, exp_bits, &m, &k0, &b),
-            want,
-            "mod_exp == portable"
-        );
+        assert_eq!(k.mod_exp::<N>(&job), want, "mod_exp == portable");
     });
     #[cfg(target_arch = "x86_64")]
     for lanes in 1..LANES {
         if let Some(k) = crate::avx2::Avx2::new(lanes) {
-            let got = k.mod_exp(&a, &e, exp_bits, &m, &k0, &b);
+            let got = k.mod_exp::<N>(&job);
             for lane in 0..lanes {
                 for j in 0..N {
                     assert_eq!(

@@ -11,18 +11,8 @@ use zeroize::Zeroize;
 
 use super::{convert, load_modulus, mont, select, Buf, Scratch};
 use crate::bn::Lanes;
-use crate::exp::{window, WINDOW};
+use crate::exp::{limbs, window, ExpJob, WINDOW};
 use crate::kernel::TABLE;
-
-/// What `MontKernel::mod_exp` gets, in one place.
-pub(super) struct Operands<'a> {
-    pub base: &'a [Lanes],
-    pub exp: &'a [Lanes],
-    pub exp_bits: usize,
-    pub m: &'a [Lanes],
-    pub k0: &'a Lanes,
-    pub one: &'a [Lanes],
-}
 
 /// `r = base^exp` in the Montgomery domain for the first `halves` halves.
 /// Buffers: B holds the base, X each new table entry and then the selected
@@ -30,11 +20,11 @@ pub(super) struct Operands<'a> {
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn mod_exp<const N: usize, const L: usize, const B: i32>(
     s: &mut Scratch,
-    ops: &Operands<'_>,
+    ops: &ExpJob<'_>,
     r: &mut [Lanes],
     halves: usize,
 ) {
-    let exp: &[Lanes; N] = ops.exp.try_into().expect("N limbs");
+    let exp = limbs::<N>(ops.exp);
     assert!(ops.base.len() == N && ops.one.len() == N && ops.m.len() == N && r.len() == N);
     let mut table: Box<[[Lanes; N]; TABLE]> = vec![[Lanes::default(); N]; TABLE]
         .into_boxed_slice()

@@ -408,28 +408,12 @@ impl MontKernel for Avx2 {
         r
     }
 
-    fn mod_exp<const N: usize>(
-        &self,
-        base: &[Lanes; N],
-        exp: &[Lanes; N],
-        exp_bits: usize,
-        m: &[Lanes; N],
-        k0: &Lanes,
-        one: &[Lanes; N],
-    ) -> [Lanes; N] {
+    fn mod_exp<const N: usize>(&self, job: &crate::exp::ExpJob<'_>) -> [Lanes; N] {
         let mut s = self.scratch.borrow_mut();
         let halves = self.halves();
         let mut r = [Lanes::default(); N];
-        let ops = exp::Operands {
-            base,
-            exp,
-            exp_bits,
-            m,
-            k0,
-            one,
-        };
         // SAFETY: `self` proves AVX2 was detected at runtime.
-        unsafe { by_layout!(N, exp::mod_exp, &mut s, &ops, &mut r, halves) };
+        unsafe { by_layout!(N, exp::mod_exp, &mut s, job, &mut r, halves) };
         r
     }
 }
