@@ -59,22 +59,20 @@ impl Zeroize for Y {
     }
 }
 
-/// The buffers of the scratch, per half: operands A, B and X, the modulus M
-/// and the doubled operand D of a squaring (L limbs each), the column
-/// accumulators T (2L).
+/// The buffers of the scratch, per half: operands A, B and X and the modulus
+/// M (L limbs each), the column accumulators T (2L).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Buf {
     A,
     B,
     X,
     M,
-    D,
     T,
 }
 
 /// Entries of the scratch per limb of the operand size: the buffers of both
 /// halves.
-const SCRATCH_PER_LIMB: usize = 14;
+const SCRATCH_PER_LIMB: usize = 12;
 
 /// Scratch of one kernel value, in the kernel's limbs.
 struct Scratch {
@@ -107,8 +105,7 @@ impl Scratch {
             Buf::B => (2 * l, l),
             Buf::X => (4 * l, l),
             Buf::M => (6 * l, l),
-            Buf::D => (8 * l, l),
-            Buf::T => (10 * l, 2 * l),
+            Buf::T => (8 * l, 2 * l),
         };
         self.buf[start + h * len..][..len].as_mut_ptr()
     }
@@ -246,14 +243,7 @@ unsafe fn mont<const N: usize, const L: usize, const B: i32>(
             let (pa, pt) = (s.at(a, h, L), s.at(Buf::T, h, L));
             match b {
                 Some(b) => mont::product::<L>(pt, pa, s.at(b, h, L)),
-                None => {
-                    let pd = s.at(Buf::D, h, L);
-                    for k in 0..L {
-                        let v = ld(pa.add(k));
-                        st(pd.add(k), _mm256_add_epi64(v, v));
-                    }
-                    mont::square::<L>(pt, pa, pd);
-                }
+                None => mont::square::<L>(pt, pa),
             }
             mont::carry_crowded::<L, B>(pt);
         }

@@ -2,7 +2,7 @@
 //! 4), in the kernel's own limbs: `L` limbs of `B` bits (see `Layout`).
 //!
 //! Schedule: the product `a*b` (or the square, from the upper triangle with
-//! one operand doubled) is accumulated in 2L columns in memory, 4 rows at a
+//! the rows doubled) is accumulated in 2L columns in memory, 4 rows at a
 //! time: the 4 row multiplicands stay in registers and a window of 4 column
 //! accumulators slides along the other operand, so each loaded limb feeds 4
 //! multiplies and each column is loaded and stored once per 4 rows. The
@@ -110,20 +110,13 @@ pub(super) unsafe fn product<const L: usize>(t: *mut Y, a: *const Y, b: *const Y
 
 /// One block of 4 rows of the square into the columns (see `square`).
 #[inline(always)]
-unsafe fn square_block<const L: usize, const FIRST: bool>(
-    t: *mut Y,
-    a: *const Y,
-    d: *const Y,
-    i0: usize,
-) {
-    // SAFETY: a, d have L entries, t has 2L.
+unsafe fn square_block<const L: usize, const FIRST: bool>(t: *mut Y, a: *const Y, i0: usize) {
+    // SAFETY: a has L entries, t has 2L.
     unsafe {
-        let b = [
-            ld(a.add(i0)),
-            ld(a.add(i0 + 1)),
-            ld(a.add(i0 + 2)),
-            ld(a.add(i0 + 3)),
-        ];
+        let b = [0, 1, 2, 3].map(|r| ld(a.add(i0 + r)));
+        // The rows doubled: every product a_i*a_j with i < j counts twice.
+        // Below 2^(B+1) <= 2^30, so still a 32-bit multiplicand.
+        let b2 = b.map(|v| _mm256_add_epi64(v, v));
         // Window at step j: columns i0 + j + r for r = 0..3.
         let mut w = [
             col::<FIRST>(t, 2 * i0),
@@ -137,29 +130,30 @@ unsafe fn square_block<const L: usize, const FIRST: bool>(
             w[3] = col::<FIRST>(t, i0 + j + 3);
             for r in 0..ROWS {
                 if jj == r {
-                    w[r] = mac(w[r], b[r], ld(a.add(j)));
+                    w[r] = mac(w[r], b[r], b[jj]);
                 } else if jj > r {
-                    w[r] = mac(w[r], b[r], ld(d.add(j)));
+                    w[r] = mac(w[r], b2[r], b[jj]);
                 }
             }
             st(t.add(i0 + j), w[0]);
             w = [w[1], w[2], w[3], w[3]];
         }
-        slide::<FIRST>(t, i0, d, &b, [w[0], w[1], w[2]], i0 + ROWS, L);
+        slide::<FIRST>(t, i0, a, &b2, [w[0], w[1], w[2]], i0 + ROWS, L);
     }
 }
 
-/// Column accumulators `t[0..2L]` = `a^2`: rows `a_i`, columns `2a_j` for
-/// `j > i` (`d` holds `2a`) plus the squares `a_i^2`. As in `product`, the
-/// first block writes columns 0..L+2 and the columns above are zeroed first.
+/// Column accumulators `t[0..2L]` = `a^2`: the upper triangle, rows `2a_i`
+/// (doubled in registers) times `a_j` for `j > i`, plus the squares `a_i^2`.
+/// As in `product`, the first block writes columns 0..L+2 and the columns
+/// above are zeroed first.
 #[inline(always)]
-pub(super) unsafe fn square<const L: usize>(t: *mut Y, a: *const Y, d: *const Y) {
-    // SAFETY: a, d have L entries, t has 2L.
+pub(super) unsafe fn square<const L: usize>(t: *mut Y, a: *const Y) {
+    // SAFETY: a has L entries, t has 2L.
     unsafe {
         clear_upper::<L>(t);
-        square_block::<L, true>(t, a, d, 0);
+        square_block::<L, true>(t, a, 0);
         for i0 in (ROWS..L).step_by(ROWS) {
-            square_block::<L, false>(t, a, d, i0);
+            square_block::<L, false>(t, a, i0);
         }
     }
 }
