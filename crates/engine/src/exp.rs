@@ -37,6 +37,42 @@ pub(crate) struct ExpJob<'a> {
     pub one: &'a [Lanes],
 }
 
+/// The table of the first 32 powers, on the heap (40 KiB for RSA-2048), with
+/// entries 0 and 1 set (the Montgomery one and the base); zeroized when
+/// dropped. Every kernel's exponentiation builds the rest in the same order.
+pub(crate) struct Table<const N: usize>(Box<[[Lanes; N]; TABLE]>);
+
+impl<const N: usize> Table<N> {
+    pub(crate) fn new(job: &ExpJob<'_>) -> Self {
+        let mut table: Box<[[Lanes; N]; TABLE]> = vec![[Lanes::default(); N]; TABLE]
+            .into_boxed_slice()
+            .try_into()
+            .expect("TABLE entries");
+        table[0] = *limbs::<N>(job.one);
+        table[1] = *limbs::<N>(job.base);
+        Table(table)
+    }
+}
+
+impl<const N: usize> core::ops::Deref for Table<N> {
+    type Target = [[Lanes; N]; TABLE];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl<const N: usize> core::ops::DerefMut for Table<N> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl<const N: usize> Drop for Table<N> {
+    fn drop(&mut self) {
+        self.0.iter_mut().for_each(|e| e.zeroize());
+    }
+}
+
 /// `x` as a number of N limbs.
 pub(crate) fn limbs<const N: usize>(x: &[Lanes]) -> &[Lanes; N] {
     x.try_into().expect("a number of N limbs")
@@ -46,19 +82,9 @@ pub(crate) fn limbs<const N: usize>(x: &[Lanes]) -> &[Lanes; N] {
 /// multiplications in a fixed sequence; the table entry is picked by
 /// `select`, which reads all entries.
 pub(crate) fn fixed_window<K: MontKernel, const N: usize>(k: &K, job: &ExpJob<'_>) -> [Lanes; N] {
-    let (base, exp, m, one) = (
-        limbs::<N>(job.base),
-        limbs::<N>(job.exp),
-        limbs::<N>(job.m),
-        limbs::<N>(job.one),
-    );
+    let (base, exp, m) = (limbs::<N>(job.base), limbs::<N>(job.exp), limbs::<N>(job.m));
     let (k0, exp_bits) = (job.k0, job.exp_bits);
-    let mut table: Box<[[Lanes; N]; TABLE]> = vec![[Lanes::default(); N]; TABLE]
-        .into_boxed_slice()
-        .try_into()
-        .expect("TABLE entries");
-    table[0] = *one;
-    table[1] = *base;
+    let mut table = Table::<N>::new(job);
     for i in 2..table.len() {
         table[i] = if i % 2 == 0 {
             k.sqr(&table[i / 2], m, k0)
@@ -76,6 +102,5 @@ pub(crate) fn fixed_window<K: MontKernel, const N: usize>(k: &K, job: &ExpJob<'_
         acc = k.mul(&acc, &t, m, k0);
         t.zeroize();
     }
-    table.iter_mut().for_each(|e| e.zeroize());
     acc
 }

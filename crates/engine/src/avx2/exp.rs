@@ -11,7 +11,7 @@ use zeroize::Zeroize;
 
 use super::{convert, load_modulus, mont, select, Buf, Scratch};
 use crate::bn::Lanes;
-use crate::exp::{limbs, window, ExpJob, WINDOW};
+use crate::exp::{limbs, window, ExpJob, Table, WINDOW};
 use crate::kernel::TABLE;
 
 /// `r = base^exp` in the Montgomery domain for the first `halves` halves.
@@ -25,13 +25,8 @@ pub(super) unsafe fn mod_exp<const N: usize, const L: usize, const B: i32>(
     halves: usize,
 ) {
     let exp = limbs::<N>(ops.exp);
-    assert!(ops.base.len() == N && ops.one.len() == N && ops.m.len() == N && r.len() == N);
-    let mut table: Box<[[Lanes; N]; TABLE]> = vec![[Lanes::default(); N]; TABLE]
-        .into_boxed_slice()
-        .try_into()
-        .expect("TABLE entries");
-    table[0].copy_from_slice(ops.one);
-    table[1].copy_from_slice(ops.base);
+    assert!(ops.base.len() == N && ops.m.len() == N && r.len() == N);
+    let mut table = Table::<N>::new(ops);
     // SAFETY: AVX2 enabled; `load_modulus` sizes every buffer for L limbs
     // per half (t: 2L), before any other use.
     unsafe {
@@ -76,5 +71,4 @@ pub(super) unsafe fn mod_exp<const N: usize, const L: usize, const B: i32>(
         }
         picked.zeroize();
     }
-    table.iter_mut().for_each(|e| e.zeroize());
 }

@@ -197,6 +197,7 @@ macro_rules! by_layout {
         }
     };
 }
+
 /// Sizes the scratch for L limbs and loads the modulus (split into B-bit
 /// limbs) and `k0` (low B bits) of the first `halves` halves into it: the
 /// first step of every operation.

@@ -1,5 +1,6 @@
 //! One Montgomery multiplication or squaring of up to 8 lanes (two halves of
-//! 4), in the kernel's own limbs: `L` limbs of `B` bits (see `Layout`).
+//! 4), in the kernel's own limbs: `L` limbs of `B` bits (per key size: see
+//! `by_layout!` in `mod.rs`).
 //!
 //! Schedule: the product `a*b` (or the square, from the upper triangle with
 //! the rows doubled) is accumulated in 2L columns in memory, 4 rows at a
@@ -12,9 +13,9 @@
 //! block (one per half, two independent chains side by side) are issued as
 //! soon as the bodies have finished the 4 columns they read, so that their
 //! dependency chains run under the rest of the bodies' multiplies instead of
-//! stalling between blocks. The first block of the
-//! product writes its columns instead of adding to them, so only the
-//! columns above it are cleared.
+//! stalling between blocks. The first block of the product writes its
+//! columns instead of adding to them, so only the columns above it are
+//! cleared.
 //!
 //! Carries are lazy: a 64-bit lane holds the sum of many products. Where a
 //! column could reach 2^64 before the reduction has passed it (radix 2^29:
@@ -265,16 +266,17 @@ unsafe fn head<const B: i32>(r: &mut Reduction, i0: usize, last: bool) -> Digits
             mac(mac(mac(ld(t.add(i0 + 3)), m3, y0), m2, y1), m1, y2),
             carry,
         );
-        if last {
+        let y3 = if last {
             let y3 = _mm256_and_si256(_mm256_mul_epu32(c3, k0), r.last_mask);
             st(t.add(i0 + 3), mac(c3, m0, y3));
             r.carry = _mm256_setzero_si256();
-            [y0, y1, y2, y3]
+            y3
         } else {
             let y3 = digit(c3);
             r.carry = _mm256_srli_epi64::<B>(mac(c3, m0, y3));
-            [y0, y1, y2, y3]
-        }
+            y3
+        };
+        [y0, y1, y2, y3]
     }
 }
 
