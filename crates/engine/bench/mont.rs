@@ -6,7 +6,9 @@
 //!   cargo run --release -p tlsterm-engine --example mont [-- ITERS [mul|sqr|exp]]
 //!
 //! With an operation named, only that one is timed (for a profiler) and the
-//! BoringSSL comparison is left out.
+//! BoringSSL comparison is left out. Otherwise the last line gives the AVX2
+//! ceiling: multiply-adds (`vpmuludq` + `vpaddq`) per cycle with every
+//! operand in a register, the rate no kernel built on them can pass.
 //!
 //! Cycles are TSC cycles (the clock `cpu MHz` in /proc/cpuinfo reports); run
 //! it pinned (`taskset -c 1`) on a quiet machine.
@@ -36,6 +38,77 @@ fn tsc_ghz() -> f64 {
 /// The fastest run: on a shared machine, other work only ever adds time.
 fn best(v: Vec<Duration>) -> Duration {
     v.into_iter().min().expect("runs")
+}
+
+/// Multiply-adds per TSC cycle at the most: 8 independent accumulators and
+/// operands in registers, so nothing but the multiply and add units limits
+/// the rate. `None` without AVX2.
+#[cfg(target_arch = "x86_64")]
+fn avx2_peak(ghz: f64) -> Option<f64> {
+    if !is_x86_feature_detected!("avx2") {
+        return None;
+    }
+    const ITERS: u64 = 20_000_000;
+    let runs: Vec<Duration> = (0..9)
+        .map(|_| {
+            let start = Instant::now();
+            // SAFETY: AVX2 is present (checked above).
+            unsafe { madd_loop(ITERS) };
+            start.elapsed()
+        })
+        .collect();
+    let cycles = best(runs).as_nanos() as f64 * ghz;
+    Some((ITERS * 8) as f64 / cycles)
+}
+
+/// `iters` rounds of 8 independent multiply-adds on registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn madd_loop(iters: u64) {
+    use std::arch::asm;
+    use std::arch::x86_64::_mm256_set1_epi64x;
+    let (x, y) = (
+        _mm256_set1_epi64x(0x1234_5678),
+        _mm256_set1_epi64x(0x0bad_cafe),
+    );
+    // SAFETY: the block only reads its inputs and writes the registers it
+    // declares as outputs; AVX2 is enabled for this function.
+    unsafe {
+        asm!(
+            "2:",
+            "vpmuludq {t0}, {x}, {y}", "vpaddq {a0}, {a0}, {t0}",
+            "vpmuludq {t1}, {x}, {x}", "vpaddq {a1}, {a1}, {t1}",
+            "vpmuludq {t2}, {y}, {y}", "vpaddq {a2}, {a2}, {t2}",
+            "vpmuludq {t3}, {y}, {x}", "vpaddq {a3}, {a3}, {t3}",
+            "vpmuludq {t0}, {x}, {y}", "vpaddq {a4}, {a4}, {t0}",
+            "vpmuludq {t1}, {x}, {x}", "vpaddq {a5}, {a5}, {t1}",
+            "vpmuludq {t2}, {y}, {y}", "vpaddq {a6}, {a6}, {t2}",
+            "vpmuludq {t3}, {y}, {x}", "vpaddq {a7}, {a7}, {t3}",
+            "dec {n}",
+            "jnz 2b",
+            n = inout(reg) iters => _,
+            x = in(ymm_reg) x,
+            y = in(ymm_reg) y,
+            t0 = out(ymm_reg) _,
+            t1 = out(ymm_reg) _,
+            t2 = out(ymm_reg) _,
+            t3 = out(ymm_reg) _,
+            a0 = inout(ymm_reg) x => _,
+            a1 = inout(ymm_reg) x => _,
+            a2 = inout(ymm_reg) x => _,
+            a3 = inout(ymm_reg) x => _,
+            a4 = inout(ymm_reg) y => _,
+            a5 = inout(ymm_reg) y => _,
+            a6 = inout(ymm_reg) y => _,
+            a7 = inout(ymm_reg) y => _,
+            options(nomem, nostack),
+        );
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx2_peak(_ghz: f64) -> Option<f64> {
+    None
 }
 
 fn main() {
@@ -105,6 +178,11 @@ fn main() {
     }
     if only.is_some() {
         return;
+    }
+    if let Some(rate) = avx2_peak(ghz) {
+        println!(
+            "AVX2 ceiling: {rate:.2} multiply-adds (vpmuludq + vpaddq, 4 lanes each) per cycle, 8 independent sums in registers"
+        );
     }
     // BoringSSL: RSA-2048 sign time / ~2,500 Montgomery multiplications of
     // 1024 bits (two CRT exponentiations of ~1,024 squarings + ~230
