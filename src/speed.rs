@@ -39,6 +39,12 @@ pub struct SpeedArgs {
     /// Use RSA-PSS (SHA-256) instead of PKCS#1 v1.5 (SHA-256).
     #[arg(long)]
     pub pss: bool,
+    /// Rounds of measurements. Each round measures inline and then every
+    /// kernel, one after the other; the figures printed are medians over the
+    /// rounds and the ratio is the median of each round's own ratio, so that
+    /// a noisy shared machine moves both sides of a ratio alike.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Algorithms to measure (rsa2048, rsa3072, rsa4096, ecdsap256); all if none.
     pub algorithms: Vec<String>,
 }
@@ -189,6 +195,9 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
     if jobs == 0 {
         bail!("--jobs must be at least 1");
     }
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
     let algs: Vec<String> = if args.algorithms.is_empty() {
         ["rsa2048", "rsa3072", "rsa4096", "ecdsap256"]
             .map(String::from)
@@ -223,30 +232,37 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
     );
     let mut rows = Vec::new();
     for alg in &algs {
-        let (inline, batch): (Option<f64>, Vec<Option<f64>>) = match alg.as_str() {
+        // Operations per second of each round, inline and per kernel.
+        let (inline, batch): (Vec<f64>, Vec<Vec<f64>>) = match alg.as_str() {
             "rsa2048" | "rsa3072" | "rsa4096" => {
                 let bits: u32 = alg[3..].parse()?;
                 progress(&format!("{alg}: generating key"));
                 let setup = rsa_setup(bits)?;
-                let inline = do_inline.then(|| {
-                    progress(&format!("{alg}: inline (BoringSSL)"));
-                    measure(args.seconds, args.elapsed, 1, || {
-                        inline_rsa_sign(&setup.pkey, args.pss);
-                    })
-                    .0
-                });
-                let batch = batch_kernels
-                    .iter()
-                    .map(|&kernel| {
-                        progress(&format!("{alg}: batch of {jobs} ({})", kernel.name()));
-                        Some(
+                let mut inline = Vec::new();
+                let mut batch = vec![Vec::new(); batch_kernels.len()];
+                for round in 1..=args.rounds {
+                    if do_inline {
+                        progress(&format!("{alg}: round {round}: inline (BoringSSL)"));
+                        inline.push(
+                            measure(args.seconds, args.elapsed, 1, || {
+                                inline_rsa_sign(&setup.pkey, args.pss);
+                            })
+                            .0,
+                        );
+                    }
+                    for (runs, &kernel) in batch.iter_mut().zip(batch_kernels) {
+                        progress(&format!(
+                            "{alg}: round {round}: batch of {jobs} ({})",
+                            kernel.name()
+                        ));
+                        runs.push(
                             measure(args.seconds, args.elapsed, jobs, || {
                                 batch_sign(kernel, &setup.key, padding, jobs)
                             })
                             .0,
-                        )
-                    })
-                    .collect();
+                        );
+                    }
+                }
                 (inline, batch)
             }
             "ecdsap256" => {
@@ -259,8 +275,13 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
                     s.sign_to_vec().expect("sign");
                 };
                 // ECDSA is always signed by BoringSSL: no kernel columns.
-                let r = measure(args.seconds, args.elapsed, 1, sign).0;
-                (Some(r), vec![None; batch_kernels.len()])
+                let runs = (1..=args.rounds)
+                    .map(|round| {
+                        progress(&format!("{alg}: round {round}: inline (BoringSSL)"));
+                        measure(args.seconds, args.elapsed, 1, &sign).0
+                    })
+                    .collect();
+                (runs, vec![Vec::new(); batch_kernels.len()])
             }
             other => bail!("unknown algorithm {other:?} (rsa2048, rsa3072, rsa4096, ecdsap256)"),
         };
@@ -268,26 +289,73 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
     }
     progress("");
     let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.0}"));
+    let ranges = args.rounds > 1;
     let mut header = format!("{:<10} {:>12}", "algorithm", "inline/s");
     for kernel in batch_kernels {
         header += &format!(" {:>12} {:>7}", format!("{}/s", kernel.name()), "ratio");
+        if ranges {
+            header += &format!(" {:>11}", "range");
+        }
     }
     println!("{header}");
     for (alg, inline, batch) in rows {
-        let mut line = format!("{alg:<10} {:>12}", f(inline));
+        let mut line = format!("{alg:<10} {:>12}", f(median(&inline)));
         for b in batch {
-            let ratio = match (inline, b) {
-                (Some(i), Some(b)) => format!("{:.2}", b / i),
-                _ => "-".into(),
-            };
-            line += &format!(" {:>12} {ratio:>7}", f(b));
+            let ratio = paired_ratio(&inline, &b);
+            line += &format!(
+                " {:>12} {:>7}",
+                f(median(&b)),
+                ratio.map_or("-".into(), |r| format!("{:.2}", r.median))
+            );
+            if ranges {
+                let range = ratio.map_or("-".into(), |r| format!("{:.2}-{:.2}", r.min, r.max));
+                line += &format!(" {range:>11}");
+            }
         }
         println!("{line}");
     }
     if !batch_kernels.is_empty() {
         println!("ratio: the kernel's operations per second over BoringSSL inline; ECDSA is always inline");
     }
+    if ranges {
+        println!(
+            "{} rounds: operations per second are medians; ratio is the median of the rounds' own ratios, range their lowest and highest",
+            args.rounds
+        );
+    }
     Ok(())
+}
+
+/// The median of `v` (the mean of the middle two for an even count), `None`
+/// when empty.
+fn median(v: &[f64]) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(s[n / 2]),
+        _ => Some((s[n / 2 - 1] + s[n / 2]) / 2.0),
+    }
+}
+
+/// Ratios of a kernel's rounds over inline's, each round with its own.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct PairedRatio {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+/// `kernel[r] / inline[r]` over the rounds both measured; `None` if there
+/// are none.
+fn paired_ratio(inline: &[f64], kernel: &[f64]) -> Option<PairedRatio> {
+    let ratios: Vec<f64> = inline.iter().zip(kernel).map(|(i, k)| k / i).collect();
+    Some(PairedRatio {
+        median: median(&ratios)?,
+        min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        max: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    })
 }
 
 /// The CPU's model name, for every figure printed.
@@ -360,4 +428,33 @@ fn batch_sizes(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{median, paired_ratio, PairedRatio};
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn ratio_pairs_each_round_with_its_own() {
+        // A slow second round slows both sides: paired, the ratio stays 2;
+        // the ratio of the medians would not.
+        let inline = [100.0, 50.0, 100.0];
+        let kernel = [200.0, 100.0, 150.0];
+        assert_eq!(
+            paired_ratio(&inline, &kernel),
+            Some(PairedRatio {
+                median: 2.0,
+                min: 1.5,
+                max: 2.0
+            })
+        );
+        assert_eq!(paired_ratio(&[], &kernel), None);
+    }
 }

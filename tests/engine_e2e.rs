@@ -201,3 +201,48 @@ async fn inline_mode_never_batches() {
         ("none", "inline")
     );
 }
+
+/// `tlsterm speed` prints one column per multi-buffer kernel this CPU has (none, and says
+/// so, without either), and with `--rounds` the median of the rounds' paired ratios and
+/// their range. Every signature it times is checked by the engine (a wrong one panics).
+#[test]
+fn speed_has_a_column_per_kernel_and_pairs_rounds() {
+    let out = run(std::process::Command::new(TLSTERM).args([
+        "speed",
+        "--seconds",
+        "0.05",
+        "--rounds",
+        "2",
+        "rsa2048",
+    ]));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let kernels = Kernel::simd_available();
+    if kernels.is_empty() {
+        eprintln!("no multi-buffer kernel on this CPU: checking the inline-only table");
+        assert!(text.contains("no multi-buffer kernel"), "{text}");
+    }
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("algorithm"))
+        .unwrap_or_else(|| panic!("no table header in {text}"));
+    for k in &kernels {
+        assert!(header.contains(&format!("{}/s", k.name())), "{header}");
+    }
+    assert_eq!(header.matches("range").count(), kernels.len(), "{header}");
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("rsa2048"))
+        .unwrap_or_else(|| panic!("no rsa2048 row in {text}"))
+        .split_whitespace()
+        .collect();
+    // algorithm, inline/s, then ops/s, ratio and range per kernel.
+    assert_eq!(row.len(), 2 + 3 * kernels.len(), "{row:?}");
+    assert!(row[1].parse::<f64>().expect("inline/s") > 0.0, "{row:?}");
+    for k in 0..kernels.len() {
+        let ratio: f64 = row[3 + 3 * k].parse().expect("ratio");
+        let (lo, hi) = row[4 + 3 * k].split_once('-').expect("range lo-hi");
+        let (lo, hi): (f64, f64) = (lo.parse().expect("lo"), hi.parse().expect("hi"));
+        assert!(lo <= ratio && ratio <= hi && lo > 0.0, "{row:?}");
+    }
+    assert!(text.contains("2 rounds:"), "{text}");
+}
