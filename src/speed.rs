@@ -42,7 +42,8 @@ pub struct SpeedArgs {
     /// Rounds of measurements. Each round measures inline and then every
     /// kernel, one after the other; the figures printed are medians over the
     /// rounds and the ratio is the median of each round's own ratio, so that
-    /// a noisy shared machine moves both sides of a ratio alike.
+    /// a noisy shared machine moves both sides of a ratio alike. Not used by
+    /// `--batch-sizes`.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
     /// Algorithms to measure (rsa2048, rsa3072, rsa4096, ecdsap256); all if none.
