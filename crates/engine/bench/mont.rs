@@ -6,9 +6,12 @@
 //!   cargo run --release -p tlsterm-engine --example mont [-- ITERS [mul|sqr|exp]]
 //!
 //! With an operation named, only that one is timed (for a profiler) and the
-//! BoringSSL comparison is left out. Otherwise the last line gives the AVX2
-//! ceiling: multiply-adds (`vpmuludq` + `vpaddq`) per cycle with every
-//! operand in a register, the rate no kernel built on them can pass.
+//! BoringSSL comparison is left out. Otherwise two lines give the ceilings
+//! of AVX2 arithmetic with every operand in a register: multiply-adds
+//! (`vpmuludq` + `vpaddq`) per cycle, the rate no kernel built on them can
+//! pass, and exact 52x52-bit products per cycle done with double-precision
+//! FMA instead (the other way to multiply on a CPU without IFMA), each worth
+//! (52/29)^2 = 3.2 of the 29-bit multiply-adds.
 //!
 //! Cycles are TSC cycles (the clock `cpu MHz` in /proc/cpuinfo reports); run
 //! it pinned (`taskset -c 1`) on a quiet machine.
@@ -111,6 +114,93 @@ fn avx2_peak(_ghz: f64) -> Option<f64> {
     None
 }
 
+/// Exact 52x52-bit products per TSC cycle with double-precision FMA, at
+/// the most (4 independent products per round, operands in registers).
+/// `None` without AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+fn fma_peak(ghz: f64) -> Option<f64> {
+    if !is_x86_feature_detected!("avx2") || !is_x86_feature_detected!("fma") {
+        return None;
+    }
+    const ITERS: u64 = 20_000_000;
+    let runs: Vec<Duration> = (0..9)
+        .map(|_| {
+            let start = Instant::now();
+            // SAFETY: AVX2 and FMA are present (checked above).
+            unsafe { fma_loop(ITERS) };
+            start.elapsed()
+        })
+        .collect();
+    let cycles = best(runs).as_nanos() as f64 * ghz;
+    Some((ITERS * 4) as f64 / cycles)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fma_peak(_ghz: f64) -> Option<f64> {
+    None
+}
+
+/// `iters` rounds of 4 independent exact products of 52-bit integers held
+/// in doubles, each split the way a kernel would have to: `hi = a*b + 2^104`
+/// (its low 52 bits of mantissa are the high half, rounded), `lo = a*b -
+/// (hi - 2^104)` exactly (signed, below 2^51), `lo + 1.5*2^52` (so its bits
+/// are an integer), and both halves added as 64-bit integers to column sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_loop(iters: u64) {
+    use std::arch::asm;
+    use std::arch::x86_64::{_mm256_set1_pd, _mm256_setzero_si256};
+    let (a, b) = (
+        _mm256_set1_pd(3_456_789_012_345.0),
+        _mm256_set1_pd(1_234_567_890_123.0),
+    );
+    // 2^104 and 1.5 * 2^52.
+    let (c, m) = (
+        _mm256_set1_pd(2f64.powi(104)),
+        _mm256_set1_pd(1.5 * 2f64.powi(52)),
+    );
+    let zero = _mm256_setzero_si256();
+    // SAFETY: the block only reads its inputs and writes the registers it
+    // declares as outputs; AVX2 and FMA are enabled for this function.
+    unsafe {
+        asm!(
+            "2:",
+            "vmovapd {t0}, {c}", "vfmadd231pd {t0}, {a}, {b}", "vsubpd {s0}, {t0}, {c}",
+            "vfmsub231pd {s0}, {a}, {b}", "vaddpd {s0}, {s0}, {m}",
+            "vpaddq {h0}, {h0}, {t0}", "vpaddq {l0}, {l0}, {s0}",
+            "vmovapd {t1}, {c}", "vfmadd231pd {t1}, {b}, {a}", "vsubpd {s1}, {t1}, {c}",
+            "vfmsub231pd {s1}, {b}, {a}", "vaddpd {s1}, {s1}, {m}",
+            "vpaddq {h0}, {h0}, {t1}", "vpaddq {l0}, {l0}, {s1}",
+            "vmovapd {t2}, {c}", "vfmadd231pd {t2}, {a}, {a}", "vsubpd {s2}, {t2}, {c}",
+            "vfmsub231pd {s2}, {a}, {a}", "vaddpd {s2}, {s2}, {m}",
+            "vpaddq {h1}, {h1}, {t2}", "vpaddq {l1}, {l1}, {s2}",
+            "vmovapd {t3}, {c}", "vfmadd231pd {t3}, {b}, {b}", "vsubpd {s3}, {t3}, {c}",
+            "vfmsub231pd {s3}, {b}, {b}", "vaddpd {s3}, {s3}, {m}",
+            "vpaddq {h1}, {h1}, {t3}", "vpaddq {l1}, {l1}, {s3}",
+            "dec {n}",
+            "jnz 2b",
+            n = inout(reg) iters => _,
+            a = in(ymm_reg) a,
+            b = in(ymm_reg) b,
+            c = in(ymm_reg) c,
+            m = in(ymm_reg) m,
+            t0 = out(ymm_reg) _,
+            t1 = out(ymm_reg) _,
+            t2 = out(ymm_reg) _,
+            t3 = out(ymm_reg) _,
+            s0 = out(ymm_reg) _,
+            s1 = out(ymm_reg) _,
+            s2 = out(ymm_reg) _,
+            s3 = out(ymm_reg) _,
+            h0 = inout(ymm_reg) zero => _,
+            h1 = inout(ymm_reg) zero => _,
+            l0 = inout(ymm_reg) zero => _,
+            l1 = inout(ymm_reg) zero => _,
+            options(nomem, nostack),
+        );
+    }
+}
+
 fn main() {
     let iters: usize = std::env::args()
         .nth(1)
@@ -182,6 +272,12 @@ fn main() {
     if let Some(rate) = avx2_peak(ghz) {
         println!(
             "AVX2 ceiling: {rate:.2} multiply-adds (vpmuludq + vpaddq, 4 lanes each) per cycle, 8 independent sums in registers"
+        );
+    }
+    if let Some(rate) = fma_peak(ghz) {
+        println!(
+            "FMA ceiling: {rate:.2} exact 52x52-bit products (4 lanes each) per cycle, worth {:.2} of those multiply-adds",
+            rate * (52.0f64 / 29.0).powi(2)
         );
     }
     // BoringSSL: RSA-2048 sign time / ~2,500 Montgomery multiplications of
