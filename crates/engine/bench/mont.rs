@@ -38,30 +38,48 @@ fn tsc_ghz() -> f64 {
         .unwrap_or(1.0)
 }
 
-/// The fastest run: on a shared machine, other work only ever adds time.
-fn best(v: Vec<Duration>) -> Duration {
-    v.into_iter().min().expect("runs")
+/// The fastest of 9 runs of `run` (each gives its own time): on a shared
+/// machine, other work only ever adds time.
+fn fastest(mut run: impl FnMut() -> Duration) -> Duration {
+    (0..9).map(|_| run()).min().expect("runs")
 }
 
-/// Multiply-adds per TSC cycle at the most: 8 independent accumulators and
-/// operands in registers, so nothing but the multiply and add units limits
-/// the rate. `None` without AVX2.
+/// How long `f` takes.
+fn timed(f: impl FnOnce()) -> Duration {
+    let start = Instant::now();
+    f();
+    start.elapsed()
+}
+
+/// The ceilings of AVX2 arithmetic on this CPU, each from a loop whose
+/// operands stay in registers, so nothing but the execution units limits
+/// the rate: multiply-adds per TSC cycle (8 independent sums), and exact
+/// 52x52-bit products per cycle made with FMA instead. A line is left out
+/// when the CPU lacks the instructions.
 #[cfg(target_arch = "x86_64")]
-fn avx2_peak(ghz: f64) -> Option<f64> {
-    if !is_x86_feature_detected!("avx2") {
-        return None;
+fn print_ceilings(ghz: f64) {
+    // Operations per TSC cycle of `f(ITERS)`, which does `per_round` per
+    // round of its loop.
+    let per_cycle = |per_round: u64, f: &dyn Fn(u64)| {
+        const ITERS: u64 = 20_000_000;
+        let t = fastest(|| timed(|| f(ITERS)));
+        (ITERS * per_round) as f64 / (t.as_nanos() as f64 * ghz)
+    };
+    if is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present (checked above).
+        let rate = per_cycle(8, &|n| unsafe { madd_loop(n) });
+        println!(
+            "AVX2 ceiling: {rate:.2} multiply-adds (vpmuludq + vpaddq, 4 lanes each) per cycle, 8 independent sums in registers"
+        );
     }
-    const ITERS: u64 = 20_000_000;
-    let runs: Vec<Duration> = (0..9)
-        .map(|_| {
-            let start = Instant::now();
-            // SAFETY: AVX2 is present (checked above).
-            unsafe { madd_loop(ITERS) };
-            start.elapsed()
-        })
-        .collect();
-    let cycles = best(runs).as_nanos() as f64 * ghz;
-    Some((ITERS * 8) as f64 / cycles)
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: AVX2 and FMA are present (checked above).
+        let rate = per_cycle(4, &|n| unsafe { fma_loop(n) });
+        println!(
+            "FMA ceiling: {rate:.2} exact 52x52-bit products (4 lanes each) per cycle, worth {:.2} of those multiply-adds",
+            rate * (52.0f64 / 29.0).powi(2)
+        );
+    }
 }
 
 /// `iters` rounds of 8 independent multiply-adds on registers.
@@ -107,37 +125,6 @@ unsafe fn madd_loop(iters: u64) {
             options(nomem, nostack),
         );
     }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx2_peak(_ghz: f64) -> Option<f64> {
-    None
-}
-
-/// Exact 52x52-bit products per TSC cycle with double-precision FMA, at
-/// the most (4 independent products per round, operands in registers).
-/// `None` without AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-fn fma_peak(ghz: f64) -> Option<f64> {
-    if !is_x86_feature_detected!("avx2") || !is_x86_feature_detected!("fma") {
-        return None;
-    }
-    const ITERS: u64 = 20_000_000;
-    let runs: Vec<Duration> = (0..9)
-        .map(|_| {
-            let start = Instant::now();
-            // SAFETY: AVX2 and FMA are present (checked above).
-            unsafe { fma_loop(ITERS) };
-            start.elapsed()
-        })
-        .collect();
-    let cycles = best(runs).as_nanos() as f64 * ghz;
-    Some((ITERS * 4) as f64 / cycles)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn fma_peak(_ghz: f64) -> Option<f64> {
-    None
 }
 
 /// `iters` rounds of 4 independent exact products of 52-bit integers held
@@ -247,10 +234,8 @@ fn main() {
                         iters
                     };
                     let n = (n / per_call).max(2);
-                    let runs: Vec<Duration> = (0..9)
-                        .map(|_| mont_time(kernel, bits, op, lanes, n).expect("available"))
-                        .collect();
-                    let ns = best(runs).as_nanos() as f64 / (n * per_call) as f64;
+                    let t = fastest(|| mont_time(kernel, bits, op, lanes, n).expect("available"));
+                    let ns = t.as_nanos() as f64 / (n * per_call) as f64;
                     let per_lane = ns / lanes as f64;
                     println!(
                         "{:<11} {:>5} {:>5} {:>4} {:>10.1} {:>12.1} {:>12.0}",
@@ -269,17 +254,8 @@ fn main() {
     if only.is_some() {
         return;
     }
-    if let Some(rate) = avx2_peak(ghz) {
-        println!(
-            "AVX2 ceiling: {rate:.2} multiply-adds (vpmuludq + vpaddq, 4 lanes each) per cycle, 8 independent sums in registers"
-        );
-    }
-    if let Some(rate) = fma_peak(ghz) {
-        println!(
-            "FMA ceiling: {rate:.2} exact 52x52-bit products (4 lanes each) per cycle, worth {:.2} of those multiply-adds",
-            rate * (52.0f64 / 29.0).powi(2)
-        );
-    }
+    #[cfg(target_arch = "x86_64")]
+    print_ceilings(ghz);
     // BoringSSL: RSA-2048 sign time / ~2,500 Montgomery multiplications of
     // 1024 bits (two CRT exponentiations of ~1,024 squarings + ~230
     // multiplications each).
@@ -291,16 +267,14 @@ fn main() {
         s.sign_to_vec().expect("sign")
     };
     let count = 400;
-    let runs: Vec<Duration> = (0..9)
-        .map(|_| {
-            let start = Instant::now();
+    let t = fastest(|| {
+        timed(|| {
             for _ in 0..count {
                 std::hint::black_box(sign_once());
             }
-            start.elapsed()
         })
-        .collect();
-    let sign_ns = best(runs).as_nanos() as f64 / count as f64;
+    });
+    let sign_ns = t.as_nanos() as f64 / count as f64;
     println!(
         "BoringSSL RSA-2048 sign: {:.0} us ({:.0}/s); implied 1024-bit Montgomery multiplication: {:.0} ns = {:.0} cycles",
         sign_ns / 1000.0,
