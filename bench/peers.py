@@ -233,7 +233,7 @@ def start_server(name, cert, certs, engine):
         p = Proc(name, ["hitch", "--config", conf])
     elif name.startswith("tlsterm"):
         conf = render("tlsterm.toml", f"{name}.toml", LISTEN=listen, BACKEND=backend, CERT=crt,
-                      KEY=key, CIPHERS=CIPHERS, ENGINE=engine_of(name, engine))
+                      KEY=key, CIPHERS=CIPHERS, **engine_of(name, engine))
         p = Proc(name, [TLSTERM, "serve", "-c", conf])
     else:
         raise ValueError(name)
@@ -266,7 +266,13 @@ def port_busy(addr):
 
 
 def engine_of(name, default):
-    return name.split("-", 1)[1] if "-" in name else default
+    """The [engine] settings a tlsterm server's name asks for: tlsterm-inline and
+    tlsterm-batch force the mode; tlsterm-avx2 and tlsterm-avx512ifma batch with that
+    kernel (the AVX2 kernel can be measured on a CPU that also has IFMA)."""
+    suffix = name.split("-", 1)[1] if "-" in name else None
+    if suffix in ("avx2", "avx512ifma"):
+        return {"ENGINE": "batch", "KERNEL": suffix}
+    return {"ENGINE": suffix or default, "KERNEL": "auto"}
 
 
 # ---------------------------------------------------------------- measuring
@@ -380,7 +386,8 @@ def median_of(runs, key):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servers", default="nginx,haproxy,hitch,tlsterm",
-                    help="comma list; tlsterm-inline / tlsterm-batch force the engine mode")
+                    help="comma list; tlsterm-inline / tlsterm-batch force the engine mode, "
+                         "tlsterm-avx2 / tlsterm-avx512ifma the kernel")
     ap.add_argument("--scenarios", default=",".join(s[0] for s in SCENARIOS))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5)

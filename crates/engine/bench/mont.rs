@@ -6,12 +6,15 @@
 //!   cargo run --release -p tlsterm-engine --example mont [-- ITERS [mul|sqr|exp]]
 //!
 //! With an operation named, only that one is timed (for a profiler) and the
-//! BoringSSL comparison is left out. Otherwise two lines give the ceilings
+//! BoringSSL comparison is left out. Otherwise three lines give the ceilings
 //! of AVX2 arithmetic with every operand in a register: multiply-adds
 //! (`vpmuludq` + `vpaddq`) per cycle, the rate no kernel built on them can
-//! pass, and exact 52x52-bit products per cycle done with double-precision
-//! FMA instead (the other way to multiply on a CPU without IFMA), each worth
-//! (52/29)^2 = 3.2 of the 29-bit multiply-adds.
+//! pass; the same loop with a scalar MULX/ADX multiply-accumulate stream in
+//! its body, which tells whether the integer units could run one more
+//! exponentiation beside the vector lanes without slowing them; and exact
+//! 52x52-bit products per cycle done with double-precision FMA instead (the
+//! other way to multiply on a CPU without IFMA), each worth (52/29)^2 = 3.2 of
+//! the 29-bit multiply-adds.
 //!
 //! Cycles are TSC cycles (the clock `cpu MHz` in /proc/cpuinfo reports); run
 //! it pinned (`taskset -c 1`) on a quiet machine.
@@ -53,8 +56,9 @@ fn timed(f: impl FnOnce()) -> Duration {
 
 /// The ceilings of AVX2 arithmetic on this CPU, each from a loop whose
 /// operands stay in registers, so nothing but the execution units limits
-/// the rate: multiply-adds per TSC cycle (8 independent sums), and exact
-/// 52x52-bit products per cycle made with FMA instead. A line is left out
+/// the rate: multiply-adds per TSC cycle (8 independent sums), alone and
+/// beside scalar MULX/ADX products in the same loop, and exact 52x52-bit
+/// products per cycle made with FMA instead. A line is left out
 /// when the CPU lacks the instructions.
 #[cfg(target_arch = "x86_64")]
 fn print_ceilings(ghz: f64) {
@@ -65,11 +69,22 @@ fn print_ceilings(ghz: f64) {
         let t = fastest(|| timed(|| f(ITERS)));
         (ITERS * per_round) as f64 / (t.as_nanos() as f64 * ghz)
     };
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 is present (checked above).
-        let rate = per_cycle(8, &|n| unsafe { madd_loop(n) });
+    if is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("bmi2")
+        && is_x86_feature_detected!("adx")
+    {
+        // SAFETY (each call): AVX2, BMI2 and ADX are present (checked above).
+        let vector = per_cycle(8, &|n| unsafe { ceiling_loop(CeilingLoop::Vector, n) });
         println!(
-            "AVX2 ceiling: {rate:.2} multiply-adds (vpmuludq + vpaddq, 4 lanes each) per cycle, 8 independent sums in registers"
+            "AVX2 ceiling: {vector:.2} multiply-adds (vpmuludq + vpaddq, 4 lanes each) per cycle, 8 independent sums in registers"
+        );
+        let scalar = per_cycle(4, &|n| unsafe { ceiling_loop(CeilingLoop::Scalar, n) });
+        // Rounds of both per cycle: each round is 8 multiply-adds and 4 products.
+        let both = per_cycle(1, &|n| unsafe { ceiling_loop(CeilingLoop::Both, n) });
+        println!(
+            "AVX2 and MULX in one loop: {:.2} multiply-adds and {:.2} 64x64-bit products per cycle (MULX/ADX alone: {scalar:.2} products)",
+            8.0 * both,
+            4.0 * both
         );
     }
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
@@ -82,48 +97,131 @@ fn print_ceilings(ghz: f64) {
     }
 }
 
-/// `iters` rounds of 8 independent multiply-adds on registers.
+/// One round of 8 independent multiply-adds on registers (`vpmuludq` +
+/// `vpaddq`, 4 lanes each): the vector side of a Montgomery kernel's inner
+/// loop with nothing but the execution units to wait for.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn madd_loop(iters: u64) {
+macro_rules! madd_round {
+    () => {
+        concat!(
+            "vpmuludq {t0}, {x}, {y}\n",
+            "vpaddq {a0}, {a0}, {t0}\n",
+            "vpmuludq {t1}, {x}, {x}\n",
+            "vpaddq {a1}, {a1}, {t1}\n",
+            "vpmuludq {t2}, {y}, {y}\n",
+            "vpaddq {a2}, {a2}, {t2}\n",
+            "vpmuludq {t3}, {y}, {x}\n",
+            "vpaddq {a3}, {a3}, {t3}\n",
+            "vpmuludq {t0}, {x}, {y}\n",
+            "vpaddq {a4}, {a4}, {t0}\n",
+            "vpmuludq {t1}, {x}, {x}\n",
+            "vpaddq {a5}, {a5}, {t1}\n",
+            "vpmuludq {t2}, {y}, {y}\n",
+            "vpaddq {a6}, {a6}, {t2}\n",
+            "vpmuludq {t3}, {y}, {x}\n",
+            "vpaddq {a7}, {a7}, {t3}\n",
+        )
+    };
+}
+
+/// One round of 4 scalar 64x64-bit products (`mulx`), each added to a
+/// running sum by the two carry chains of a MULX/ADX Montgomery
+/// multiplication (`adcx` the low halves, `adox` the high halves), as
+/// BoringSSL's and OpenSSL's RSA code does on these CPUs.
+#[cfg(target_arch = "x86_64")]
+macro_rules! mulx_round {
+    () => {
+        concat!(
+            "xor {z:e}, {z:e}\n",
+            "mulx {h}, {l}, {s0}\n",
+            "adcx {c0}, {l}\n",
+            "adox {c1}, {h}\n",
+            "mulx {h}, {l}, {s1}\n",
+            "adcx {c0}, {l}\n",
+            "adox {c1}, {h}\n",
+            "mulx {h}, {l}, {s0}\n",
+            "adcx {c0}, {l}\n",
+            "adox {c1}, {h}\n",
+            "mulx {h}, {l}, {s1}\n",
+            "adcx {c0}, {l}\n",
+            "adox {c1}, {h}\n",
+        )
+    };
+}
+
+/// The loop `{rounds}` runs `iters` times: `madd_round!`, `mulx_round!` or
+/// both in one loop body, so that the out-of-order core may run the vector
+/// and the integer work side by side if its units allow.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+enum CeilingLoop {
+    Vector,
+    Scalar,
+    Both,
+}
+
+/// `iters` rounds of `which`. Every operand is a register; the sums are
+/// thrown away.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi2,adx")]
+unsafe fn ceiling_loop(which: CeilingLoop, iters: u64) {
     use std::arch::asm;
     use std::arch::x86_64::_mm256_set1_epi64x;
     let (x, y) = (
         _mm256_set1_epi64x(0x1234_5678),
         _mm256_set1_epi64x(0x0bad_cafe),
     );
-    // SAFETY: the block only reads its inputs and writes the registers it
-    // declares as outputs; AVX2 is enabled for this function.
-    unsafe {
-        asm!(
-            "2:",
-            "vpmuludq {t0}, {x}, {y}", "vpaddq {a0}, {a0}, {t0}",
-            "vpmuludq {t1}, {x}, {x}", "vpaddq {a1}, {a1}, {t1}",
-            "vpmuludq {t2}, {y}, {y}", "vpaddq {a2}, {a2}, {t2}",
-            "vpmuludq {t3}, {y}, {x}", "vpaddq {a3}, {a3}, {t3}",
-            "vpmuludq {t0}, {x}, {y}", "vpaddq {a4}, {a4}, {t0}",
-            "vpmuludq {t1}, {x}, {x}", "vpaddq {a5}, {a5}, {t1}",
-            "vpmuludq {t2}, {y}, {y}", "vpaddq {a6}, {a6}, {t2}",
-            "vpmuludq {t3}, {y}, {x}", "vpaddq {a7}, {a7}, {t3}",
-            "dec {n}",
-            "jnz 2b",
-            n = inout(reg) iters => _,
-            x = in(ymm_reg) x,
-            y = in(ymm_reg) y,
-            t0 = out(ymm_reg) _,
-            t1 = out(ymm_reg) _,
-            t2 = out(ymm_reg) _,
-            t3 = out(ymm_reg) _,
-            a0 = inout(ymm_reg) x => _,
-            a1 = inout(ymm_reg) x => _,
-            a2 = inout(ymm_reg) x => _,
-            a3 = inout(ymm_reg) x => _,
-            a4 = inout(ymm_reg) y => _,
-            a5 = inout(ymm_reg) y => _,
-            a6 = inout(ymm_reg) y => _,
-            a7 = inout(ymm_reg) y => _,
-            options(nomem, nostack),
-        );
+    let (s0, s1, d) = (
+        0x9e37_79b9_7f4a_7c15u64,
+        0x2545_f491_4f6c_dd1du64,
+        0xbf58_476d_1ce4_e5b9u64,
+    );
+    // Each block only reads its inputs and writes the registers it declares
+    // as outputs; AVX2, BMI2 and ADX are enabled for this function.
+    macro_rules! run {
+        ($($body:expr),*) => {
+            // SAFETY: as above.
+            unsafe {
+                asm!(
+                    "2:",
+                    $($body,)*
+                    "dec {n}",
+                    "jnz 2b",
+                    // Operands a body leaves out are named in a comment:
+                    // asm! refuses operands that no template line uses.
+                    "/* {x}{y}{t0}{t1}{t2}{t3}{a0}{a1}{a2}{a3}{a4}{a5}{a6}{a7}{z}{h}{l}{s0}{s1}{c0}{c1} */",
+                    n = inout(reg) iters => _,
+                    x = in(ymm_reg) x,
+                    y = in(ymm_reg) y,
+                    t0 = out(ymm_reg) _,
+                    t1 = out(ymm_reg) _,
+                    t2 = out(ymm_reg) _,
+                    t3 = out(ymm_reg) _,
+                    a0 = inout(ymm_reg) x => _,
+                    a1 = inout(ymm_reg) x => _,
+                    a2 = inout(ymm_reg) x => _,
+                    a3 = inout(ymm_reg) x => _,
+                    a4 = inout(ymm_reg) y => _,
+                    a5 = inout(ymm_reg) y => _,
+                    a6 = inout(ymm_reg) y => _,
+                    a7 = inout(ymm_reg) y => _,
+                    z = out(reg) _,
+                    h = out(reg) _,
+                    l = out(reg) _,
+                    s0 = in(reg) s0,
+                    s1 = in(reg) s1,
+                    c0 = inout(reg) s0 => _,
+                    c1 = inout(reg) s1 => _,
+                    in("rdx") d,
+                    options(nomem, nostack),
+                )
+            }
+        };
+    }
+    match which {
+        CeilingLoop::Vector => run!(madd_round!()),
+        CeilingLoop::Scalar => run!(mulx_round!()),
+        CeilingLoop::Both => run!(madd_round!(), mulx_round!()),
     }
 }
 
