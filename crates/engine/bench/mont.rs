@@ -149,7 +149,7 @@ macro_rules! mulx_round {
     };
 }
 
-/// The loop `{rounds}` runs `iters` times: `madd_round!`, `mulx_round!` or
+/// What one round of `ceiling_loop` runs: `madd_round!`, `mulx_round!`, or
 /// both in one loop body, so that the out-of-order core may run the vector
 /// and the integer work side by side if its units allow.
 #[cfg(target_arch = "x86_64")]

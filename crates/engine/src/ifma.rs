@@ -161,17 +161,23 @@ unsafe fn square_band(p: *mut __m512i, a: *const Lanes, blocks: usize) {
                 }
             }
             // Columns TILE*bj .. TILE*bj + TILE are complete for this band.
-            let out = p.add(TILE * bj);
+            add_columns(p.add(TILE * bj), &lo, &hi);
             for c in 0..TILE {
-                let sum = _mm512_add_epi64(lo[c], hi[c]);
-                out.add(c).write(_mm512_add_epi64(out.add(c).read(), sum));
                 lo[c] = lo[c + TILE];
                 hi[c] = hi[c + TILE];
                 lo[c + TILE] = zero;
                 hi[c + TILE] = zero;
             }
         }
-        let out = p.add(TILE * blocks);
+        add_columns(p.add(TILE * blocks), &lo, &hi);
+    }
+}
+
+/// `out[c] += lo[c] + hi[c]` for the TILE columns a band has finished.
+#[inline(always)]
+unsafe fn add_columns(out: *mut __m512i, lo: &[__m512i; 2 * TILE], hi: &[__m512i; 2 * TILE]) {
+    // SAFETY: the caller guarantees the target features and `out[0..TILE]`.
+    unsafe {
         for c in 0..TILE {
             let sum = _mm512_add_epi64(lo[c], hi[c]);
             out.add(c).write(_mm512_add_epi64(out.add(c).read(), sum));
@@ -180,15 +186,16 @@ unsafe fn square_band(p: *mut __m512i, a: *const Lanes, blocks: usize) {
 }
 
 /// Dedicated squaring: the N(N-1)/2 cross products once (in bands of TILE
-/// rows, TILE x TILE blocks at a time), doubled, plus the N squares, then a separate Montgomery
-/// reduction of the 2N-limb product with the window in registers. About
+/// rows, TILE x TILE blocks at a time), doubled, plus the N squares, then a
+/// separate Montgomery reduction of the 2N-limb product with the window in
+/// registers. About
 /// N^2 + 3N IFMA instead of 4N^2 + N for `amm(a, a)`'s 2N^2 products...
 /// precisely: cross 2*N(N-1)/2, squares 2N, reduction 2N^2 + N. Same result
 /// as `amm(a, a)`: y_i depends only on the running low limbs, which agree.
 #[target_feature(enable = "avx512f,avx512ifma")]
 unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) {
     const { assert!(N.is_multiple_of(TILE) && 2 * N <= 160) };
-    // SAFETY: the caller guarantees AVX-512F/IFMA; tile offsets stay below
+    // SAFETY: the caller guarantees AVX-512F/IFMA; band offsets stay below
     // 2N <= 160 entries of `p`, limb offsets below N.
     unsafe {
         let zero = _mm512_setzero_si512();
