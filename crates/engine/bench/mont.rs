@@ -286,28 +286,6 @@ unsafe fn fma_loop(iters: u64) {
     }
 }
 
-/// Scalar radix-2^64 lanes beside the 8 AVX2 lanes (1024-bit
-/// multiplications): alone and together, and the lanes per microsecond.
-#[cfg(target_arch = "x86_64")]
-fn print_beside(iters: usize, ghz: f64) {
-    for scalar in 1..=4 {
-        let runs: Vec<[Duration; 3]> = (0..9)
-            .filter_map(|_| tlsterm_engine::microbench::beside_times(iters, scalar))
-            .collect();
-        let Some(first) = runs.first() else { return };
-        let best = |i: usize| runs.iter().map(|r| r[i]).min().unwrap_or(first[i]);
-        let ns = |i: usize| best(i).as_nanos() as f64 / iters as f64;
-        let (vector, alone, both) = (ns(0), ns(1), ns(2));
-        println!(
-            "beside: 8 AVX2 lanes {vector:.0} ns, {scalar} scalar lanes alone {alone:.0} ns ({:.0} cycles each), together {both:.0} ns: {:.2} lane-multiplications per 100 ns against {:.2} (x{:.2})",
-            alone / scalar as f64 * ghz,
-            (8 + scalar) as f64 * 100.0 / both,
-            8.0 * 100.0 / vector,
-            (8 + scalar) as f64 / both * vector / 8.0,
-        );
-    }
-}
-
 fn main() {
     let iters: usize = std::env::args()
         .nth(1)
@@ -369,23 +347,6 @@ fn main() {
                     );
                 }
             }
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if only.as_deref().is_none_or(|o| o == "beside") {
-        print_beside(iters, ghz);
-        for k in 0..=3 {
-            let runs: Vec<_> = (0..9)
-                .filter_map(|_| tlsterm_engine::microbench::fine_time(iters, k))
-                .collect();
-            let t = runs.iter().map(|r| r.0).min().expect("avx2");
-            let alone = runs.iter().map(|r| r.1).min().expect("avx2");
-            println!(
-                "fine: {} scalar products per 8-lane multiplication: {:.0} ns; the products alone {:.0} ns",
-                runs[0].2,
-                t.as_nanos() as f64 / iters as f64,
-                alone.as_nanos() as f64 / iters as f64
-            );
         }
     }
     if only.is_some() {

@@ -110,18 +110,3 @@ fn chain<K: MontKernel, const N: usize>(k: &K, op: MontOp, bits: usize, iters: u
     std::hint::black_box(&a);
     elapsed
 }
-
-/// Prototype: 8 AVX2 lanes and `scalar` radix-2^64 lanes of 1024-bit
-/// Montgomery multiplication, alone and together (`[vector, scalar, both]`
-/// for `iters` multiplications each); `None` without AVX2 and BMI2.
-#[cfg(target_arch = "x86_64")]
-pub fn beside_times(iters: usize, scalar: usize) -> Option<[Duration; 3]> {
-    crate::avx2::beside_times(iters, scalar)
-}
-
-/// Prototype: the 8-lane vector multiplication with `k` pairs of scalar
-/// products after every second vector step.
-#[cfg(target_arch = "x86_64")]
-pub fn fine_time(iters: usize, k: usize) -> Option<(Duration, Duration, usize)> {
-    crate::avx2::fine_time(iters, k)
-}

@@ -41,17 +41,9 @@ pub(super) unsafe fn mod_exp<const N: usize, const L: usize, const B: i32>(
                 for h in 0..halves {
                     convert::split::<L, B>(&table[i / 2], h, s.at(Buf::X, h, L));
                 }
-                mont::<N, L, B>(s, Buf::X, Buf::X, None, halves, &mut || {}, &mut || {});
+                mont::<N, L, B>(s, Buf::X, Buf::X, None, halves);
             } else {
-                mont::<N, L, B>(
-                    s,
-                    Buf::X,
-                    Buf::X,
-                    Some(Buf::B),
-                    halves,
-                    &mut || {},
-                    &mut || {},
-                );
+                mont::<N, L, B>(s, Buf::X, Buf::X, Some(Buf::B), halves);
             }
             for h in 0..halves {
                 convert::join::<L, B>(s.at(Buf::X, h, L), &mut table[i], h);
@@ -66,21 +58,13 @@ pub(super) unsafe fn mod_exp<const N: usize, const L: usize, const B: i32>(
         }
         for w in (0..windows - 1).rev() {
             for _ in 0..WINDOW {
-                mont::<N, L, B>(s, Buf::A, Buf::A, None, halves, &mut || {}, &mut || {});
+                mont::<N, L, B>(s, Buf::A, Buf::A, None, halves);
             }
             select(&mut picked, &table, &window(exp, w * WINDOW), halves);
             for h in 0..halves {
                 convert::split::<L, B>(&picked, h, s.at(Buf::X, h, L));
             }
-            mont::<N, L, B>(
-                s,
-                Buf::A,
-                Buf::A,
-                Some(Buf::X),
-                halves,
-                &mut || {},
-                &mut || {},
-            );
+            mont::<N, L, B>(s, Buf::A, Buf::A, Some(Buf::X), halves);
         }
         for h in 0..halves {
             convert::join::<L, B>(s.at(Buf::A, h, L), r, h);

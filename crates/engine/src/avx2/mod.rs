@@ -30,7 +30,6 @@
 //! owned by the kernel value, reused by every operation of a pass and
 //! zeroized when the kernel is dropped.
 
-mod beside;
 mod convert;
 mod exp;
 mod mont;
@@ -231,8 +230,6 @@ unsafe fn mont<const N: usize, const L: usize, const B: i32>(
     a: Buf,
     b: Option<Buf>,
     halves: usize,
-    beside: &mut impl FnMut(),
-    fine: &mut impl FnMut(),
 ) {
     const {
         assert!(L <= MAXL && L.is_multiple_of(mont::ROWS) && L >= 2 * mont::ROWS);
@@ -246,8 +243,8 @@ unsafe fn mont<const N: usize, const L: usize, const B: i32>(
         for h in 0..halves {
             let (pa, pt) = (s.at(a, h, L), s.at(Buf::T, h, L));
             match b {
-                Some(b) => mont::product::<L>(pt, pa, s.at(b, h, L), beside, fine),
-                None => mont::square::<L>(pt, pa, beside, fine),
+                Some(b) => mont::product::<L>(pt, pa, s.at(b, h, L)),
+                None => mont::square::<L>(pt, pa),
             }
             mont::carry_crowded::<L, B>(pt);
         }
@@ -260,7 +257,7 @@ unsafe fn mont<const N: usize, const L: usize, const B: i32>(
             carry: _mm256_setzero_si256(),
         });
         let res = [s.at(r, 0, L), s.at(r, 1, L)];
-        mont::reduce::<L, B>(&mut red, w, res, halves, beside, fine);
+        mont::reduce::<L, B>(&mut red, w, res, halves);
     }
 }
 
@@ -289,15 +286,7 @@ unsafe fn mont52<const N: usize, const L: usize, const B: i32>(
                 convert::split::<L, B>(b, h, s.at(Buf::B, h, L));
             }
         }
-        mont::<N, L, B>(
-            s,
-            Buf::A,
-            Buf::A,
-            b.map(|_| Buf::B),
-            halves,
-            &mut || {},
-            &mut || {},
-        );
+        mont::<N, L, B>(s, Buf::A, Buf::A, b.map(|_| Buf::B), halves);
         for h in 0..halves {
             convert::join::<L, B>(s.at(Buf::A, h, L), r, h);
         }
@@ -418,186 +407,4 @@ impl MontKernel for Avx2 {
         unsafe { by_layout!(N, exp::mod_exp, &mut s, job, &mut r, halves) };
         r
     }
-}
-
-/// Prototype timing of scalar lanes beside the vector ones: `iters`
-/// 1024-bit multiplications of the 8 vector lanes alone, of `scalar` scalar
-/// lanes alone (rows taken round-robin), and of both with the scalar rows
-/// spread over the vector blocks.
-pub(crate) fn beside_times(iters: usize, scalar: usize) -> Option<[std::time::Duration; 3]> {
-    let cpu = Avx2::new(LANES)?;
-    (is_x86_feature_detected!("bmi2") && is_x86_feature_detected!("adx") && scalar > 0)
-        .then_some(())?;
-    let mut s = cpu.scratch.borrow_mut();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let (mut m, mut a, mut k0) = (
-        [Lanes::default(); 20],
-        [Lanes::default(); 20],
-        Lanes::default(),
-    );
-    for lane in 0..LANES {
-        for j in 0..20 {
-            m[j].0[lane] = next() & crate::bn::MASK52;
-            a[j].0[lane] = next() & crate::bn::MASK52;
-        }
-        m[19].0[lane] = (m[19].0[lane] >> 4) | (1 << 47);
-        m[0].0[lane] |= 1;
-        a[19].0[lane] >>= 6;
-        k0.0[lane] = crate::bn::mont_k0(m[0].0[lane]);
-    }
-    let mut lanes: Vec<beside::RowMont<16>> = (0..scalar)
-        .map(|_| {
-            let mut v = [[0u64; 16]; 3];
-            v.iter_mut().flatten().for_each(|x| *x = next());
-            v[2][0] |= 1;
-            v[2][15] |= 1 << 63;
-            v[0][15] >>= 2;
-            v[1][15] >>= 2;
-            let mut inv = v[2][0];
-            for _ in 0..6 {
-                inv = inv.wrapping_mul(2u64.wrapping_sub(v[2][0].wrapping_mul(inv)));
-            }
-            beside::RowMont::new(v[0], v[1], v[2], inv.wrapping_neg())
-        })
-        .collect();
-    // Hooks per multiplication: a product block per half, a reduction block
-    // per block pair.
-    const L: usize = 36;
-    let hooks = 3 * (L / mont::ROWS);
-    let rows = 16 * scalar;
-    let (mut hook, mut row) = (0usize, 0usize);
-    let mut step = |lanes: &mut Vec<beside::RowMont<16>>, upto: usize| {
-        while row < upto {
-            lanes[row % scalar].row();
-            row += 1;
-        }
-        if row == rows {
-            lanes.iter_mut().for_each(|l| l.finish());
-            row = 0;
-        }
-    };
-    // SAFETY: AVX2 detected (`cpu`); buffers sized by `load_modulus`.
-    unsafe {
-        load_modulus::<36, 29>(&mut s, &m, &k0, 2);
-        for h in 0..2 {
-            convert::split::<36, 29>(&a, h, s.at(Buf::A, h, 36));
-            convert::split::<36, 29>(&a, h, s.at(Buf::B, h, 36));
-        }
-        let start = std::time::Instant::now();
-        for _ in 0..iters {
-            vector_mul(&mut s, &mut || {});
-        }
-        let vector = start.elapsed();
-        let start = std::time::Instant::now();
-        with_bmi2(&mut || {
-            for _ in 0..iters {
-                step(&mut lanes, rows);
-            }
-        });
-        let alone = start.elapsed();
-        let start = std::time::Instant::now();
-        for _ in 0..iters {
-            vector_mul(&mut s, &mut || {
-                hook += 1;
-                step(&mut lanes, hook * rows / hooks);
-                if hook == hooks {
-                    hook = 0;
-                }
-            });
-        }
-        let both = start.elapsed();
-        std::hint::black_box(&lanes.iter().map(|l| l.a[0]).sum::<u64>());
-        Some([vector, alone, both])
-    }
-}
-
-#[target_feature(enable = "avx2,bmi2")]
-unsafe fn with_bmi2(f: &mut impl FnMut()) {
-    f()
-}
-
-#[target_feature(enable = "avx2,bmi2")]
-unsafe fn vector_mul(s: &mut Scratch, beside: &mut impl FnMut()) {
-    // SAFETY: AVX2 enabled; buffers sized by the caller's `load_modulus`.
-    unsafe { mont::<20, 36, 29>(s, Buf::A, Buf::A, Some(Buf::B), 2, beside, &mut || {}) }
-}
-
-/// The vector multiplication with `k` 64x64-bit products (`mulx`, `adcx`,
-/// `adox` into two accumulators) after every second vector step; returns the
-/// time of `iters` and the products per multiplication.
-pub(crate) fn fine_time(
-    iters: usize,
-    k: usize,
-) -> Option<(std::time::Duration, std::time::Duration, usize)> {
-    let cpu = Avx2::new(LANES)?;
-    let mut s = cpu.scratch.borrow_mut();
-    let m = [Lanes([(1 << 47) | 12345; 8]); 20];
-    let k0 = Lanes([7; 8]);
-    let x = 0x1234_5678_9abc_def1u64;
-    // SAFETY: AVX2 detected; buffers sized by `load_modulus`.
-    let mut hooks = 0usize;
-    unsafe {
-        load_modulus::<36, 29>(&mut s, &m, &k0, 2);
-        fine_mul(&mut s, &mut || hooks += 1);
-    }
-    let n = 4 * k * hooks;
-    let stream = || {
-        for _ in 0..k {
-            // SAFETY: BMI2 and ADX present on every CPU this prototype runs on.
-            unsafe {
-                core::arch::asm!(
-                    "xor eax, eax",
-                    "xor r10d, r10d",
-                    "xor r11d, r11d",
-                    "mulx r9, r8, {x}",
-                    "adcx r10, r8",
-                    "adox r11, r9",
-                    "mulx r9, r8, {y}",
-                    "adcx r11, r8",
-                    "adox r10, r9",
-                    "mulx r9, r8, {x}",
-                    "adcx r10, r8",
-                    "adox r11, r9",
-                    "mulx r9, r8, {y}",
-                    "adcx r11, r8",
-                    "adox r10, r9",
-                    x = in(reg) x, y = in(reg) !x,
-                    in("rdx") 0x9e37_79b9_7f4a_7c15u64,
-                    out("rax") _, out("r8") _, out("r9") _, out("r10") _, out("r11") _,
-                    options(nomem, nostack),
-                )
-            };
-        }
-    };
-    let start = std::time::Instant::now();
-    // SAFETY: as above.
-    unsafe {
-        for _ in 0..iters {
-            fine_mul(&mut s, &mut || stream());
-        }
-    }
-    let t = start.elapsed();
-    let start = std::time::Instant::now();
-    // SAFETY: BMI2 checked with AVX2 by the caller's CPU.
-    unsafe {
-        with_bmi2(&mut || {
-            for _ in 0..iters * hooks {
-                stream();
-            }
-        })
-    };
-    let alone = start.elapsed();
-    Some((t, alone, n))
-}
-
-#[target_feature(enable = "avx2,bmi2")]
-unsafe fn fine_mul(s: &mut Scratch, fine: &mut impl FnMut()) {
-    // SAFETY: AVX2 enabled; buffers sized by the caller's `load_modulus`.
-    unsafe { mont::<20, 36, 29>(s, Buf::A, Buf::A, Some(Buf::B), 2, &mut || {}, fine) }
 }

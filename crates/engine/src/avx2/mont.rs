@@ -51,7 +51,6 @@ unsafe fn col<const FIRST: bool>(t: *const Y, k: usize) -> __m256i {
 /// Two steps per iteration: the loop's own instructions are a sixth of a
 /// step's, which the dispatch width notices.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)] // prototype hooks
 unsafe fn slide<const FIRST: bool>(
     t: *mut Y,
     i0: usize,
@@ -60,7 +59,6 @@ unsafe fn slide<const FIRST: bool>(
     mut w: [__m256i; ROWS - 1],
     j0: usize,
     j1: usize,
-    fine: &mut impl FnMut(),
 ) {
     // SAFETY: x has j1 entries and t has i0+j1+3 <= 2L (caller); AVX2.
     unsafe {
@@ -74,7 +72,6 @@ unsafe fn slide<const FIRST: bool>(
         for j in (j0..j1).step_by(2) {
             step(&mut w, j);
             step(&mut w, j + 1);
-            fine();
         }
         st(t.add(i0 + j1), w[0]);
         st(t.add(i0 + j1 + 1), w[1]);
@@ -89,46 +86,32 @@ unsafe fn product_block<const L: usize, const FIRST: bool>(
     a: *const Y,
     b: *const Y,
     i0: usize,
-    fine: &mut impl FnMut(),
 ) {
     // SAFETY: a, b have L entries, t has 2L (column i0 + j + 3 <= 2L - 2).
     unsafe {
         let rows = [0, 1, 2, 3].map(|r| ld(b.add(i0 + r)));
         let w = [0, 1, 2].map(|r| col::<FIRST>(t, i0 + r));
-        slide::<FIRST>(t, i0, a, &rows, w, 0, L, fine);
+        slide::<FIRST>(t, i0, a, &rows, w, 0, L);
     }
 }
 
 /// Column accumulators `t[0..2L]` = `a * b`, 4 rows of `b` at a time. The
 /// first block writes columns 0..L+2; the columns above are zeroed first.
 #[inline(always)]
-pub(super) unsafe fn product<const L: usize>(
-    t: *mut Y,
-    a: *const Y,
-    b: *const Y,
-    beside: &mut impl FnMut(),
-    fine: &mut impl FnMut(),
-) {
+pub(super) unsafe fn product<const L: usize>(t: *mut Y, a: *const Y, b: *const Y) {
     // SAFETY: a, b have L entries, t has 2L.
     unsafe {
         clear_upper::<L>(t);
-        product_block::<L, true>(t, a, b, 0, fine);
-        beside();
+        product_block::<L, true>(t, a, b, 0);
         for i0 in (ROWS..L).step_by(ROWS) {
-            product_block::<L, false>(t, a, b, i0, fine);
-            beside();
+            product_block::<L, false>(t, a, b, i0);
         }
     }
 }
 
 /// One block of 4 rows of the square into the columns (see `square`).
 #[inline(always)]
-unsafe fn square_block<const L: usize, const FIRST: bool>(
-    t: *mut Y,
-    a: *const Y,
-    i0: usize,
-    fine: &mut impl FnMut(),
-) {
+unsafe fn square_block<const L: usize, const FIRST: bool>(t: *mut Y, a: *const Y, i0: usize) {
     // SAFETY: a has L entries, t has 2L.
     unsafe {
         let b = [0, 1, 2, 3].map(|r| ld(a.add(i0 + r)));
@@ -156,7 +139,7 @@ unsafe fn square_block<const L: usize, const FIRST: bool>(
             st(t.add(i0 + j), w[0]);
             w = [w[1], w[2], w[3], w[3]];
         }
-        slide::<FIRST>(t, i0, a, &b2, [w[0], w[1], w[2]], i0 + ROWS, L, fine);
+        slide::<FIRST>(t, i0, a, &b2, [w[0], w[1], w[2]], i0 + ROWS, L);
     }
 }
 
@@ -165,20 +148,13 @@ unsafe fn square_block<const L: usize, const FIRST: bool>(
 /// As in `product`, the first block writes columns 0..L+2 and the columns
 /// above are zeroed first.
 #[inline(always)]
-pub(super) unsafe fn square<const L: usize>(
-    t: *mut Y,
-    a: *const Y,
-    beside: &mut impl FnMut(),
-    fine: &mut impl FnMut(),
-) {
+pub(super) unsafe fn square<const L: usize>(t: *mut Y, a: *const Y) {
     // SAFETY: a has L entries, t has 2L.
     unsafe {
         clear_upper::<L>(t);
-        square_block::<L, true>(t, a, 0, fine);
-        beside();
+        square_block::<L, true>(t, a, 0);
         for i0 in (ROWS..L).step_by(ROWS) {
-            square_block::<L, false>(t, a, i0, fine);
-            beside();
+            square_block::<L, false>(t, a, i0);
         }
     }
 }
@@ -311,14 +287,7 @@ unsafe fn head<const B: i32>(r: &mut Reduction, i0: usize, last: bool) -> Digits
 /// first (limbs 4..8) completes the 4 columns the next block's head reads,
 /// and both halves' heads then run side by side, before the rest.
 #[inline(always)]
-unsafe fn body<const L: usize>(
-    r: &Reduction,
-    i0: usize,
-    y: &Digits,
-    j0: usize,
-    j1: usize,
-    fine: &mut impl FnMut(),
-) {
+unsafe fn body<const L: usize>(r: &Reduction, i0: usize, y: &Digits, j0: usize, j1: usize) {
     // SAFETY: columns up to i0+L+2 <= 2L-2 and limbs below L (caller).
     unsafe {
         let (t, m) = (r.t, r.m);
@@ -332,7 +301,7 @@ unsafe fn body<const L: usize>(
         } else {
             [0, 1, 2].map(|r| ld(t.add(i0 + j0 + r)))
         };
-        slide::<false>(t, i0, m, y, w, j0, j1, fine);
+        slide::<false>(t, i0, m, y, w, j0, j1);
     }
 }
 
@@ -382,8 +351,6 @@ pub(super) unsafe fn reduce<const L: usize, const B: i32>(
     w: i64,
     res: [*mut Y; 2],
     halves: usize,
-    beside: &mut impl FnMut(),
-    fine: &mut impl FnMut(),
 ) {
     // SAFETY: as for `head`, `body` and `finish`.
     unsafe {
@@ -393,7 +360,7 @@ pub(super) unsafe fn reduce<const L: usize, const B: i32>(
         }
         for i0 in (0..L).step_by(ROWS) {
             for h in 0..halves {
-                body::<L>(&red[h], i0, &y[h], ROWS, 2 * ROWS, fine);
+                body::<L>(&red[h], i0, &y[h], ROWS, 2 * ROWS);
             }
             let mut next = [[_mm256_setzero_si256(); ROWS]; 2];
             if i0 + ROWS < L {
@@ -402,9 +369,8 @@ pub(super) unsafe fn reduce<const L: usize, const B: i32>(
                 }
             }
             for h in 0..halves {
-                body::<L>(&red[h], i0, &y[h], 2 * ROWS, L, fine);
+                body::<L>(&red[h], i0, &y[h], 2 * ROWS, L);
             }
-            beside();
             y = next;
         }
         if halves == 2 {
