@@ -367,15 +367,7 @@ async fn early_data_is_refused_once_disabled() {
 /// ClientHello with early data recorded on one is refused 0-RTT when replayed to the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_to_another_process_is_refused_through_redis() {
-    let redis = Redis::start();
-    let keys = tempfile::tempdir().unwrap();
-    let key_file = keys.path().join("ticket.keys");
-    std::fs::write(&key_file, key_line(1)).unwrap();
-    let session = format!(
-        "ticket_key_file = {:?}\nredis_url = {:?}",
-        key_file.display().to_string(),
-        redis.url()
-    );
+    let (_redis, _keys, session) = fleet_with_redis();
     let (backend, mut seen) = recording_backend().await;
     let a = Setup::start(backend, &session, "true");
     let b = Setup::start(backend, &session, "true");
@@ -395,15 +387,7 @@ async fn a_replay_to_another_process_is_refused_through_redis() {
 /// the memory) is still claimed in Redis: a copy replayed to another process is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_hello_refused_for_its_share_is_claimed_for_the_fleet() {
-    let redis = Redis::start();
-    let keys = tempfile::tempdir().unwrap();
-    let key_file = keys.path().join("ticket.keys");
-    std::fs::write(&key_file, key_line(1)).unwrap();
-    let session = format!(
-        "ticket_key_file = {:?}\nredis_url = {:?}",
-        key_file.display().to_string(),
-        redis.url()
-    );
+    let (_redis, _keys, session) = fleet_with_redis();
     let (backend, mut seen) = recording_backend().await;
     let a = Setup::start(
         backend,
@@ -443,6 +427,27 @@ async fn a_client_hello_refused_for_its_share_is_claimed_for_the_fleet() {
     b.replay(&recorded).await;
     assert_eq!(metric(b.admin, EARLY_DATA, "result=\"replayed\""), 1.0);
     assert_eq!(metric(b.admin, EARLY_DATA, "result=\"accepted\""), 0.0);
+}
+
+/// What a fleet of processes shares: a Redis, a ticket key file, and the `[session]`
+/// lines that point at both. Redis runs, and the key file exists, while the first two live.
+fn fleet_with_redis() -> (Redis, tempfile::TempDir, String) {
+    let redis = Redis::start();
+    let keys = tempfile::tempdir().unwrap();
+    let session = format!(
+        "{}\nredis_url = {:?}",
+        shared_ticket_keys(keys.path()),
+        redis.url()
+    );
+    (redis, keys, session)
+}
+
+/// A ticket key file in `dir`, as every process of a fleet would share it, and the
+/// `[session]` line that points at it.
+fn shared_ticket_keys(dir: &std::path::Path) -> String {
+    let key_file = dir.join("ticket.keys");
+    std::fs::write(&key_file, key_line(1)).unwrap();
+    format!("ticket_key_file = {:?}", key_file.display().to_string())
 }
 
 /// The client's first flight in recorded bytes: its TLS records up to the first
@@ -500,9 +505,7 @@ async fn early_data_past_max_early_data_waits_for_the_handshake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_ticket_keys_without_redis_refuse_early_data_after_start() {
     let keys = tempfile::tempdir().unwrap();
-    let key_file = keys.path().join("ticket.keys");
-    std::fs::write(&key_file, key_line(1)).unwrap();
-    let session = format!("ticket_key_file = {:?}", key_file.display().to_string());
+    let session = shared_ticket_keys(keys.path());
     let (backend, mut seen) = recording_backend().await;
     let setup = Setup::start(backend, &session, "true");
     let ticket = setup.save_session(&mut seen).await;

@@ -275,16 +275,7 @@ fn fetching_needs_a_responder_url_and_an_issuer() {
         .unwrap()
         .replace("chain.pem", "leaf.pem");
     std::fs::write(&config, text).unwrap();
-    let check = |config: &Path| {
-        let out = Command::new(TLSTERM)
-            .args(["serve", "--check", "-c"])
-            .arg(config)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        String::from_utf8_lossy(&out.stderr).to_string()
-    };
-    let err = check(&config);
+    let err = check_refuses(&config);
     assert!(
         err.contains("ocsp_fetch") && err.contains("no issuer"),
         "{err}"
@@ -310,7 +301,7 @@ fn fetching_needs_a_responder_url_and_an_issuer() {
          [[listener.certificate]]\ncert = \"chain.pem\"\nkey = \"leaf.key\"\nocsp_fetch = true\n",
         free_port()
     );
-    let err = check(&write_config(other.path(), "", &[listener]));
+    let err = check_refuses(&write_config(other.path(), "", &[listener]));
     assert!(
         err.contains("ocsp_fetch") && err.contains("Authority Information Access"),
         "{err}"

@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -601,12 +600,6 @@ fn ticket_key_file_errors_refuse_start() {
         free_port(),
         &format!("ticket_key_file = {:?}", keys.display().to_string()),
     );
-    let out = Command::new(TLSTERM)
-        .args(["serve", "--check", "-c"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = check_refuses(&config);
     assert!(stderr.contains("expected 80"), "{stderr}");
 }

@@ -661,13 +661,7 @@ fn bad_config_is_refused_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, "workers = 1\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nhandshake_timeout = \"ten seconds\"\n").unwrap();
-    let out = Command::new(TLSTERM)
-        .args(["serve", "--check", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = check_refuses(&path);
     assert!(stderr.contains("bad.toml:5"), "{stderr}");
 
     let good = dir.path().join("good.toml");

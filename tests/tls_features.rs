@@ -310,21 +310,39 @@ async fn per_name_settings_follow_sni() {
         !out.contains("Hello"),
         "no client certificate, no service: {out}"
     );
-    let args: Vec<String> = [
-        "-servername",
-        "x.api.test",
-        "-tls1_3",
-        "-alpn",
-        "http/1.1,h2",
-        "-cert",
-        &p("alice.pem"),
-        "-key",
-        &p("alice.key"),
-        "-ign_eof",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let out = to_api_backend_as_alice(
+        port,
+        &api_backend,
+        dir.path(),
+        &[
+            "-servername",
+            "x.api.test",
+            "-tls1_3",
+            "-alpn",
+            "http/1.1,h2",
+        ],
+    )
+    .await;
+    assert!(out.contains("ALPN protocol: h2"), "{out}");
+}
+
+/// Sends a line through `openssl s_client` (with `args` and Alice's client certificate
+/// from `pki`) and checks that the api backend receives it; returns s_client's output.
+async fn to_api_backend_as_alice(
+    port: u16,
+    api_backend: &RawBackend,
+    pki: &Path,
+    args: &[&str],
+) -> String {
+    let p = |name: &str| pki.join(name).display().to_string();
+    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    args.extend([
+        "-cert".into(),
+        p("alice.pem"),
+        "-key".into(),
+        p("alice.key"),
+    ]);
+    args.push("-ign_eof".into());
     let client = tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         s_client(port, &args, "to the api backend")
@@ -337,8 +355,7 @@ async fn per_name_settings_follow_sni() {
         .unwrap();
     assert_eq!(got, b"to the api backend");
     drop(upstream);
-    let out = client.await.unwrap();
-    assert!(out.contains("ALPN protocol: h2"), "{out}");
+    client.await.unwrap()
 }
 
 /// A name that asks for client certificates cannot be reached without one: a name without
@@ -361,13 +378,7 @@ async fn a_name_requiring_client_certificates_is_not_reached_without_one() {
     let config = write_config(dir.path(), "", &[listener("")]);
     let text = std::fs::read_to_string(&config).unwrap();
     let line = 1 + text.lines().position(|l| l.starts_with("names")).unwrap();
-    let out = Command::new(TLSTERM)
-        .args(["serve", "--check", "-c"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = check_refuses(&config);
     assert!(
         stderr.contains(&format!("tlsterm.toml:{line}: key `backends`")),
         "{stderr}"
@@ -375,7 +386,6 @@ async fn a_name_requiring_client_certificates_is_not_reached_without_one() {
 
     let own = format!("backends = [\"{}\"]\n", api_backend.address);
     let _server = Server::start(&write_config(dir.path(), "", &[listener(&own)]));
-    let p = |name: &str| dir.path().join(name).display().to_string();
     for sni in ["api.test.", "API.Test."] {
         let out = s_client(port, &["-servername", sni, "-ign_eof"], GET_CLOSE);
         assert!(
@@ -383,31 +393,13 @@ async fn a_name_requiring_client_certificates_is_not_reached_without_one() {
             "{sni} without a certificate: {out}"
         );
     }
-    let args: Vec<String> = [
-        "-servername",
-        "api.test.",
-        "-cert",
-        &p("alice.pem"),
-        "-key",
-        &p("alice.key"),
-        "-ign_eof",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let client = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        s_client(port, &args, "to the api backend")
-    });
-    let mut upstream = api_backend.accept().await;
-    let mut got = vec![0u8; 18];
-    tokio::time::timeout(DEADLINE, upstream.read_exact(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(got, b"to the api backend");
-    drop(upstream);
-    client.await.unwrap();
+    to_api_backend_as_alice(
+        port,
+        &api_backend,
+        dir.path(),
+        &["-servername", "api.test."],
+    )
+    .await;
 }
 
 /// A CA, a leaf for localhost it signed, and a "good" OCSP response for the leaf made by
@@ -956,13 +948,7 @@ fn unparsable_crl_is_a_config_error() {
         .lines()
         .position(|l| l.starts_with("client_crl"))
         .unwrap();
-    let out = Command::new(TLSTERM)
-        .args(["serve", "--check", "-c"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = check_refuses(&config);
     assert!(
         stderr.contains(&format!("tlsterm.toml:{line}: key `client_crl`")),
         "{stderr}"

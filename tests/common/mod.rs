@@ -62,6 +62,19 @@ pub fn run(cmd: &mut Command) -> std::process::Output {
     out
 }
 
+/// `tlsterm serve --check` on `config`, which must refuse it; returns what it printed on
+/// stderr (the line and key it names).
+pub fn check_refuses(config: &Path) -> String {
+    let out = Command::new(TLSTERM)
+        .args(["serve", "--check", "-c"])
+        .arg(config)
+        .output()
+        .expect("tlsterm runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{config:?} was accepted: {stderr}");
+    stderr
+}
+
 #[derive(Clone, Copy, Debug)]
 pub enum KeyType {
     Rsa2048,
