@@ -267,10 +267,11 @@ def port_busy(addr):
 
 def engine_of(name, default):
     """The [engine] settings a tlsterm server's name asks for: tlsterm-inline and
-    tlsterm-batch force the mode; tlsterm-avx2 and tlsterm-avx512ifma batch with that
-    kernel (the AVX2 kernel can be measured on a CPU that also has IFMA)."""
+    tlsterm-batch force the mode; tlsterm-avx2, tlsterm-avx512f and tlsterm-avx512ifma batch
+    with that kernel (the AVX2 and AVX-512F kernels can be measured on a CPU that also has
+    IFMA)."""
     suffix = name.split("-", 1)[1] if "-" in name else None
-    if suffix in ("avx2", "avx512ifma"):
+    if suffix in ("avx2", "avx512f", "avx512ifma"):
         return {"ENGINE": "batch", "KERNEL": suffix}
     return {"ENGINE": suffix or default, "KERNEL": "auto"}
 
@@ -387,7 +388,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servers", default="nginx,haproxy,hitch,tlsterm",
                     help="comma list; tlsterm-inline / tlsterm-batch force the engine mode, "
-                         "tlsterm-avx2 / tlsterm-avx512ifma the kernel")
+                         "tlsterm-avx2 / tlsterm-avx512f / tlsterm-avx512ifma the kernel")
     ap.add_argument("--scenarios", default=",".join(s[0] for s in SCENARIOS))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5)

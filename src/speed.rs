@@ -61,6 +61,8 @@ pub enum SpeedEngine {
 pub enum SpeedKernel {
     #[value(alias = "avx512ifma")]
     Ifma,
+    #[value(name = "avx512f")]
+    Avx512,
     Avx2,
     Portable,
 }
@@ -69,6 +71,7 @@ impl SpeedKernel {
     fn kernel(self) -> Kernel {
         match self {
             SpeedKernel::Ifma => Kernel::Ifma,
+            SpeedKernel::Avx512 => Kernel::Avx512,
             SpeedKernel::Avx2 => Kernel::Avx2,
             SpeedKernel::Portable => Kernel::Portable,
         }

@@ -140,7 +140,7 @@ fn best_kernel() -> &'static str {
 fn assert_path(load: &Load, kernel: &str, what: &str) {
     assert_eq!(load.kernel, kernel, "{what}: kernel in tlsterm_engine_info");
     if kernel == "none" {
-        eprintln!("note: {what}: no AVX-512 IFMA or AVX2 on this CPU; checking the inline path");
+        eprintln!("note: {what}: no SIMD kernel (AVX-512 IFMA, AVX-512F, AVX2) on this CPU; checking the inline path");
         assert_eq!(load.signing, "inline", "{what}");
         assert_eq!(load.batches, 0.0, "{what}: no batch without a SIMD kernel");
     } else {
@@ -176,7 +176,8 @@ async fn rsa3072_and_rsa4096_through_the_best_kernel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_simd_kernel_of_this_cpu_signs_handshakes() {
-    for (kernel, name) in [(Kernel::Ifma, "avx512ifma"), (Kernel::Avx2, "avx2")] {
+    for kernel in Kernel::ALL.into_iter().filter(|k| k.is_simd()) {
+        let name = kernel.name();
         if !kernel.is_available() {
             eprintln!("note: kernel {name} skipped: this CPU lacks it");
             continue;

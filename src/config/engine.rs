@@ -38,11 +38,14 @@ pub struct EngineConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineKernel {
-    /// The fastest the CPU has: AVX-512 IFMA, else AVX2, else none (inline signing).
+    /// The fastest the CPU has: AVX-512 IFMA, else AVX-512F, else AVX2, else none
+    /// (inline signing).
     #[default]
     Auto,
     /// AVX-512 IFMA (8 lanes per register).
     Avx512ifma,
+    /// AVX-512F without IFMA (8 lanes per register, 32-bit multiplies).
+    Avx512f,
     /// AVX2 (4 lanes per register).
     Avx2,
 }

@@ -113,6 +113,7 @@ fn choose_kernel(asked: EngineKernel) -> tlsterm_engine::Kernel {
     let wanted = match asked {
         EngineKernel::Auto => return best,
         EngineKernel::Avx512ifma => Kernel::Ifma,
+        EngineKernel::Avx512f => Kernel::Avx512,
         EngineKernel::Avx2 => Kernel::Avx2,
     };
     if wanted.is_available() {
@@ -132,11 +133,13 @@ fn choose_kernel(asked: EngineKernel) -> tlsterm_engine::Kernel {
 /// --batch-sizes`, BENCHMARKS-engine.md). With IFMA a lone signature is already faster
 /// in the engine. With AVX2 a signature takes 2 of a register's 4 lanes: 1 signature
 /// ran at 0.72-0.75x BoringSSL, 2 (one register) at 1.33-1.48x, 3 at 1.35-1.41x and a
-/// full 4 at 1.69-1.82x (AMD EPYC Zen 3, two runs).
+/// full 4 at 1.69-1.82x (AMD EPYC Zen 3, two runs). With AVX-512F a pass costs the same
+/// for 1 to 4 signatures: 1 ran at 0.70-0.78x, 2 at 1.40-1.56x, 4 at 2.76-3.08x (AMD EPYC
+/// Zen 5, RSA-2048/3072/4096).
 fn small_batch_threshold(kernel: tlsterm_engine::Kernel) -> usize {
     match kernel {
         tlsterm_engine::Kernel::Ifma => 1,
-        tlsterm_engine::Kernel::Avx2 => 2,
+        tlsterm_engine::Kernel::Avx512 | tlsterm_engine::Kernel::Avx2 => 2,
         tlsterm_engine::Kernel::Portable => usize::MAX,
     }
 }

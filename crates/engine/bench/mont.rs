@@ -308,7 +308,7 @@ fn main() {
     );
     for kernel in Kernel::ALL.into_iter().filter(|k| k.is_available()) {
         let lanes_list: &[usize] = match kernel {
-            Kernel::Ifma => &[8],
+            Kernel::Ifma | Kernel::Avx512 => &[8],
             Kernel::Avx2 => &[4, 8],
             Kernel::Portable => &[1],
         };

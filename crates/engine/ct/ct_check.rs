@@ -141,6 +141,7 @@ fn main() {
             let table = Box::new([[Default::default(); 20]; 32]);
             let idx = Default::default();
             std::hint::black_box(planted_select(&table, &idx));
+            std::hint::black_box(planted_mac(&idx, &idx));
         }
         other => panic!("unknown mode {other}"),
     }

@@ -4,14 +4,15 @@
 #   crates/engine/ct/run.sh            # 2048-bit keys
 #   CT_ALL_SIZES=1 crates/engine/ct/run.sh   # 2048, 3072 and 4096
 #
-# 1. Static check of the IFMA kernel (ct/ifma_branches.py): every conditional
-#    branch in tlsterm_engine::ifma::* is a loop counter compared with an
-#    immediate. Valgrind 3.19 cannot run AVX-512 (it hides it from CPUID and
-#    raises SIGILL on IFMA instructions), hence this check for that kernel.
+# 1. Static check of the two AVX-512 kernels, IFMA and AVX-512F
+#    (ct/avx512_branches.py): no conditional branch and no address derived from
+#    data in any function they are compiled into. Valgrind 3.19 cannot run
+#    AVX-512 (it hides it from CPUID and raises SIGILL on its instructions),
+#    hence this check for those kernels.
 # 2. Valgrind memcheck: marks all secret key material undefined (client
 #    requests, feature `ct-valgrind`) and signs with every kernel valgrind can
 #    execute: the AVX2 kernel (when the CPU has AVX2) and the portable one,
-#    which share the whole RSA pipeline with the IFMA kernel; then builds a key
+#    which share the whole RSA pipeline with the AVX-512 kernels; then builds a key
 #    from marked components (key setup, CRT values) and signs with it. The
 #    binary is the release build (same profile and flags as the shipped one;
 #    the feature only adds the client requests). Memcheck must report
@@ -29,11 +30,12 @@ fi
 cargo build --release --workspace --example ct_check \
     --features tlsterm-engine/ct-valgrind,tlsterm-engine/ct-planted
 cp target/release/examples/ct_check /tmp/ct_check_planted
-python3 crates/engine/ct/ifma_branches.py --expect-fail /tmp/ct_check_planted \
-    tlsterm_engine::ifma::planted_select
+for planted in tlsterm_engine::ifma::planted_select tlsterm_engine::mul32::planted_mac_zmm; do
+    python3 crates/engine/ct/avx512_branches.py --expect-fail /tmp/ct_check_planted "$planted"
+done
 cargo build --release --workspace --example ct_check --features tlsterm-engine/ct-valgrind
 bin=target/release/examples/ct_check
-python3 crates/engine/ct/ifma_branches.py "$bin"
+python3 crates/engine/ct/avx512_branches.py "$bin"
 vg=(valgrind --tool=memcheck --error-exitcode=99 --track-origins=yes --quiet)
 
 for control in control-local control-input; do
@@ -67,4 +69,4 @@ for mode in "${kernels[@]/#/sign }" "keysetup"; do
     fi
     echo "ct/run.sh: '$mode': no secret-dependent branch or address"
 done
-echo "ct/run.sh: OK (${kernels[*]} under memcheck, IFMA statically)"
+echo "ct/run.sh: OK (${kernels[*]} under memcheck, IFMA and AVX-512F statically)"

@@ -13,7 +13,7 @@
 //! compare-to-mask and blend have data-independent latency. Valgrind cannot
 //! run AVX-512, so `ct/run.sh` checks this kernel statically: every
 //! conditional branch in `tlsterm_engine::ifma::*` must compare a loop
-//! counter with an immediate (`ct/ifma_branches.py`). The rest of the RSA
+//! counter with an immediate (`ct/avx512_branches.py`). The rest of the RSA
 //! pipeline is shared with the portable kernel and checked under valgrind.
 
 use crate::bn::{Lanes, LANES};

@@ -3,24 +3,27 @@
 //! Signs batches of RSA requests (PKCS#1 v1.5 or PSS, 2048/3072/4096-bit
 //! keys, keys may differ within a batch) with 8 modular exponentiations at a
 //! time in the 64-bit lanes of SIMD registers: AVX-512 IFMA (`ifma.rs`, 8
-//! lanes per zmm) or AVX2 (`avx2/`, two halves of 4 lanes per ymm), with a
+//! lanes per zmm), or 32-bit multiplies with AVX-512F (8 lanes per zmm) or
+//! AVX2 (two halves of 4 lanes per ymm) (`mul32/`), with a
 //! portable constant-time kernel (`kernel.rs`) as the reference the tests
 //! compare them with. Every signature is checked with the public key before
 //! it is returned.
 //!
-//! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `avx2/`) and in the
+//! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `mul32/`) and in the
 //! valgrind client requests of the optional `ct-valgrind` feature (`ct.rs`).
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
 mod bn;
 #[doc(hidden)]
 pub mod ct;
 mod exp;
 #[cfg(target_arch = "x86_64")]
 mod ifma;
+#[cfg(target_arch = "x86_64")]
+mod mul32;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use ifma::planted_select;
+#[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
+pub use mul32::planted_mac;
 mod kernel;
 #[doc(hidden)]
 pub mod microbench;
@@ -84,6 +87,9 @@ impl std::error::Error for EngineError {}
 pub enum Kernel {
     /// AVX-512 IFMA, 8 lanes per zmm register.
     Ifma,
+    /// AVX-512F without IFMA, 8 lanes per zmm register (`vpmuludq`; the AVX2
+    /// kernel's limbs and schedule at twice the width).
+    Avx512,
     /// AVX2, 4 lanes per ymm register (`vpmuludq`; 29, 28 or 26-bit limbs by key size).
     Avx2,
     /// Portable constant-time Rust (u64 limbs, u128 products).
@@ -92,7 +98,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, fastest first.
-    pub const ALL: [Kernel; 3] = [Kernel::Ifma, Kernel::Avx2, Kernel::Portable];
+    pub const ALL: [Kernel; 4] = [Kernel::Ifma, Kernel::Avx512, Kernel::Avx2, Kernel::Portable];
 
     /// The fastest kernel this CPU supports (the portable one when it has
     /// neither IFMA nor AVX2).
@@ -124,15 +130,18 @@ impl Kernel {
             #[cfg(target_arch = "x86_64")]
             Kernel::Ifma => ifma::Ifma::new().is_some(),
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => avx2::Avx2::detected(),
+            Kernel::Avx512 => mul32::Avx512::detected(),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => mul32::Avx2::detected(),
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Ifma | Kernel::Avx2 => false,
+            Kernel::Ifma | Kernel::Avx512 | Kernel::Avx2 => false,
         }
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Ifma => "avx512ifma",
+            Kernel::Avx512 => "avx512f",
             Kernel::Avx2 => "avx2",
             Kernel::Portable => "portable",
         }
@@ -259,15 +268,23 @@ fn private_batch_impl(
                 run_size(&move |_| k, bits, &gk, &gi, gfault)
             }
             #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => run_size(
+                &|lanes| mul32::Avx512::new(lanes).expect("checked above"),
+                bits,
+                &gk,
+                &gi,
+                gfault,
+            ),
+            #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => run_size(
-                &|lanes| avx2::Avx2::new(lanes).expect("checked above"),
+                &|lanes| mul32::Avx2::new(lanes).expect("checked above"),
                 bits,
                 &gk,
                 &gi,
                 gfault,
             ),
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Ifma | Kernel::Avx2 => unreachable!("checked above"),
+            Kernel::Ifma | Kernel::Avx512 | Kernel::Avx2 => unreachable!("checked above"),
             Kernel::Portable => run_size(&|lanes| Portable { lanes }, bits, &gk, &gi, gfault),
         };
         for (i, r) in gidx.into_iter().zip(res) {

@@ -40,8 +40,13 @@ pub fn mont_time(
             by_size(&k, bits, op, iters)
         }
         #[cfg(target_arch = "x86_64")]
+        (Kernel::Avx512, _) => {
+            let k = crate::mul32::Avx512::new(lanes).expect("checked above");
+            by_size(&k, bits, op, iters)
+        }
+        #[cfg(target_arch = "x86_64")]
         (Kernel::Avx2, _) => {
-            let k = crate::avx2::Avx2::new(lanes).expect("checked above");
+            let k = crate::mul32::Avx2::new(lanes).expect("checked above");
             by_size(&k, bits, op, iters)
         }
         (Kernel::Portable, _) => by_size(&Portable { lanes }, bits, op, iters),

@@ -1,5 +1,5 @@
 //! Kernel tests against a simple reference (num-bigint), and each SIMD kernel
-//! the CPU has (IFMA, AVX2) against portable (bit-identical by construction:
+//! the CPU has (IFMA, AVX-512F, AVX2) against portable (bit-identical by construction:
 //! the Montgomery quotient below R is unique, whatever the radix). A kernel
 //! the CPU lacks is reported as skipped by name.
 
@@ -18,19 +18,39 @@ macro_rules! each_simd_kernel {
                 Some($k) => $body,
                 None => skipped("avx512ifma"),
             }
-            match crate::avx2::Avx2::new($lanes) {
+        }
+        each_mul32_kernel!($lanes, |$k| $body);
+    }};
+}
+
+/// Runs `$body` with `$k` bound to each `vpmuludq` kernel (AVX-512F, AVX2)
+/// this CPU supports, for `lanes` lanes; prints the ones it lacks.
+macro_rules! each_mul32_kernel {
+    ($lanes:expr, |$k:ident| $body:block) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            match crate::mul32::Avx512::new($lanes) {
+                Some($k) => $body,
+                None => skipped("avx512f"),
+            }
+            match crate::mul32::Avx2::new($lanes) {
                 Some($k) => $body,
                 None => skipped("avx2"),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        skipped("avx512ifma and avx2 (not x86_64)");
+        skipped("avx512ifma, avx512f and avx2 (not x86_64)");
     }};
 }
 
-fn skipped(kernel: &str) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| eprintln!("note: kernel {kernel} skipped: this CPU lacks it"));
+/// Says once per kernel that its tests did not run here.
+fn skipped(kernel: &'static str) {
+    static SAID: std::sync::Mutex<Vec<&str>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.contains(&kernel) {
+        said.push(kernel);
+        eprintln!("note: kernel {kernel} skipped: this CPU lacks it");
+    }
 }
 
 fn to_big(x: &[u64]) -> BigUint {
@@ -121,17 +141,17 @@ fn check_mul<const N: usize>(seed: &[u64]) {
     // Fewer lanes: the lanes in use agree.
     #[cfg(target_arch = "x86_64")]
     for lanes in 1..LANES {
-        if let Some(k) = crate::avx2::Avx2::new(lanes) {
+        each_mul32_kernel!(lanes, |k| {
             let got = k.mul(&a, &b, &m, &k0);
             let mut x = a;
             k.sqr_assign(&mut x, &m, &k0);
             for lane in 0..lanes {
                 for j in 0..N {
-                    assert_eq!(got[j].0[lane], r[j].0[lane], "AVX2 with {lanes} lanes");
-                    assert_eq!(x[j].0[lane], aa[j].0[lane], "AVX2 in place, {lanes} lanes");
+                    assert_eq!(got[j].0[lane], r[j].0[lane], "with {lanes} lanes");
+                    assert_eq!(x[j].0[lane], aa[j].0[lane], "in place, {lanes} lanes");
                 }
             }
-        }
+        });
     }
 }
 
@@ -191,17 +211,14 @@ fn check_exp<const N: usize>(seed: &[u64], exp_bits: usize) {
     });
     #[cfg(target_arch = "x86_64")]
     for lanes in 1..LANES {
-        if let Some(k) = crate::avx2::Avx2::new(lanes) {
+        each_mul32_kernel!(lanes, |k| {
             let got = k.mod_exp::<N>(&job);
             for lane in 0..lanes {
                 for j in 0..N {
-                    assert_eq!(
-                        got[j].0[lane], want[j].0[lane],
-                        "AVX2 mod_exp, {lanes} lanes"
-                    );
+                    assert_eq!(got[j].0[lane], want[j].0[lane], "mod_exp, {lanes} lanes");
                 }
             }
-        }
+        });
     }
 }
 

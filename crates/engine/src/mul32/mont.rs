@@ -1,5 +1,5 @@
 //! One Montgomery multiplication or squaring of up to 8 lanes (two halves of
-//! 4), in the kernel's own limbs: `L` limbs of `B` bits (per key size: see
+//! 4 with AVX2, one register with AVX-512F), in the kernel's own limbs: `L` limbs of `B` bits (per key size: see
 //! `by_layout!` in `mod.rs`).
 //!
 //! Schedule: the product `a*b` (or the square, from the upper triangle with
@@ -22,9 +22,9 @@
 //! the middle columns take up to 72 products below 2^58), those columns
 //! alone are carried once between product and reduction.
 
-use core::arch::x86_64::*;
+use core::arch::x86_64::_mm_cvtsi64_si128;
 
-use super::{ld, mac, st, Y};
+use super::{mac, Simd};
 
 /// Rows per block of the product and reduction windows.
 pub(super) const ROWS: usize = 4;
@@ -32,14 +32,39 @@ pub(super) const ROWS: usize = 4;
 /// Column `k` of the accumulators, or zero in the first block (`FIRST`),
 /// which writes the columns instead of adding to them (no clearing pass).
 #[inline(always)]
-unsafe fn col<const FIRST: bool>(t: *const Y, k: usize) -> __m256i {
-    // SAFETY: k < 2L (caller); AVX2 enabled.
+unsafe fn col<V: Simd, const FIRST: bool>(t: *const V::M, k: usize) -> V::R {
+    // SAFETY: k < 2L (caller); the width's feature enabled.
     unsafe {
         if FIRST {
-            _mm256_setzero_si256()
+            V::zero()
         } else {
-            ld(t.add(k))
+            V::ld(t.add(k))
         }
+    }
+}
+
+/// One step of `slide`: limb `x_j` into the window, the lowest column out.
+/// A function rather than a closure: a closure is compiled on its own,
+/// without the width's feature, and its vector operations would stay calls.
+#[inline(always)]
+unsafe fn slide_step<V: Simd, const FIRST: bool>(
+    t: *mut V::M,
+    i0: usize,
+    x: *const V::M,
+    rows: &[V::R; ROWS],
+    w: &mut [V::R; ROWS - 1],
+    j: usize,
+) {
+    // SAFETY: as for `slide`.
+    unsafe {
+        let xj = V::ld(x.add(j));
+        let top = mac::<V>(col::<V, FIRST>(t, i0 + j + 3), xj, rows[3]);
+        V::st(t.add(i0 + j), mac::<V>(w[0], xj, rows[0]));
+        *w = [
+            mac::<V>(w[1], xj, rows[1]),
+            mac::<V>(w[2], xj, rows[2]),
+            top,
+        ];
     }
 }
 
@@ -51,95 +76,116 @@ unsafe fn col<const FIRST: bool>(t: *const Y, k: usize) -> __m256i {
 /// Two steps per iteration: the loop's own instructions are a sixth of a
 /// step's, which the dispatch width notices.
 #[inline(always)]
-unsafe fn slide<const FIRST: bool>(
-    t: *mut Y,
+unsafe fn slide<V: Simd, const FIRST: bool>(
+    t: *mut V::M,
     i0: usize,
-    x: *const Y,
-    rows: &[__m256i; ROWS],
-    mut w: [__m256i; ROWS - 1],
+    x: *const V::M,
+    rows: &[V::R; ROWS],
+    mut w: [V::R; ROWS - 1],
     j0: usize,
     j1: usize,
 ) {
-    // SAFETY: x has j1 entries and t has i0+j1+3 <= 2L (caller); AVX2.
+    // SAFETY: x has j1 entries and t has i0+j1+3 <= 2L (caller); the width's feature enabled.
     unsafe {
         debug_assert!((j1 - j0).is_multiple_of(2));
-        let step = |w: &mut [__m256i; ROWS - 1], j: usize| {
-            let xj = ld(x.add(j));
-            let top = mac(col::<FIRST>(t, i0 + j + 3), xj, rows[3]);
-            st(t.add(i0 + j), mac(w[0], xj, rows[0]));
-            *w = [mac(w[1], xj, rows[1]), mac(w[2], xj, rows[2]), top];
-        };
         for j in (j0..j1).step_by(2) {
-            step(&mut w, j);
-            step(&mut w, j + 1);
+            slide_step::<V, FIRST>(t, i0, x, rows, &mut w, j);
+            slide_step::<V, FIRST>(t, i0, x, rows, &mut w, j + 1);
         }
-        st(t.add(i0 + j1), w[0]);
-        st(t.add(i0 + j1 + 1), w[1]);
-        st(t.add(i0 + j1 + 2), w[2]);
+        V::st(t.add(i0 + j1), w[0]);
+        V::st(t.add(i0 + j1 + 1), w[1]);
+        V::st(t.add(i0 + j1 + 2), w[2]);
     }
 }
 
 /// One block of 4 rows of `a * b` into the columns (see `product`).
 #[inline(always)]
-unsafe fn product_block<const L: usize, const FIRST: bool>(
-    t: *mut Y,
-    a: *const Y,
-    b: *const Y,
+unsafe fn product_block<V: Simd, const L: usize, const FIRST: bool>(
+    t: *mut V::M,
+    a: *const V::M,
+    b: *const V::M,
     i0: usize,
 ) {
     // SAFETY: a, b have L entries, t has 2L (column i0 + j + 3 <= 2L - 2).
     unsafe {
-        let rows = [0, 1, 2, 3].map(|r| ld(b.add(i0 + r)));
-        let w = [0, 1, 2].map(|r| col::<FIRST>(t, i0 + r));
-        slide::<FIRST>(t, i0, a, &rows, w, 0, L);
+        let rows = [
+            V::ld(b.add(i0)),
+            V::ld(b.add(i0 + 1)),
+            V::ld(b.add(i0 + 2)),
+            V::ld(b.add(i0 + 3)),
+        ];
+        let w = [
+            col::<V, FIRST>(t, i0),
+            col::<V, FIRST>(t, i0 + 1),
+            col::<V, FIRST>(t, i0 + 2),
+        ];
+        slide::<V, FIRST>(t, i0, a, &rows, w, 0, L);
     }
 }
 
 /// Column accumulators `t[0..2L]` = `a * b`, 4 rows of `b` at a time. The
 /// first block writes columns 0..L+2; the columns above are zeroed first.
 #[inline(always)]
-pub(super) unsafe fn product<const L: usize>(t: *mut Y, a: *const Y, b: *const Y) {
+pub(super) unsafe fn product<V: Simd, const L: usize>(
+    t: *mut V::M,
+    a: *const V::M,
+    b: *const V::M,
+) {
     // SAFETY: a, b have L entries, t has 2L.
     unsafe {
-        clear_upper::<L>(t);
-        product_block::<L, true>(t, a, b, 0);
+        clear_upper::<V, L>(t);
+        product_block::<V, L, true>(t, a, b, 0);
         for i0 in (ROWS..L).step_by(ROWS) {
-            product_block::<L, false>(t, a, b, i0);
+            product_block::<V, L, false>(t, a, b, i0);
         }
     }
 }
 
 /// One block of 4 rows of the square into the columns (see `square`).
 #[inline(always)]
-unsafe fn square_block<const L: usize, const FIRST: bool>(t: *mut Y, a: *const Y, i0: usize) {
+unsafe fn square_block<V: Simd, const L: usize, const FIRST: bool>(
+    t: *mut V::M,
+    a: *const V::M,
+    i0: usize,
+) {
     // SAFETY: a has L entries, t has 2L.
     unsafe {
-        let b = [0, 1, 2, 3].map(|r| ld(a.add(i0 + r)));
+        let b = [
+            V::ld(a.add(i0)),
+            V::ld(a.add(i0 + 1)),
+            V::ld(a.add(i0 + 2)),
+            V::ld(a.add(i0 + 3)),
+        ];
         // The rows doubled: every product a_i*a_j with i < j counts twice.
         // Below 2^(B+1) <= 2^30, so still a 32-bit multiplicand.
-        let b2 = b.map(|v| _mm256_add_epi64(v, v));
+        let b2 = [
+            V::add(b[0], b[0]),
+            V::add(b[1], b[1]),
+            V::add(b[2], b[2]),
+            V::add(b[3], b[3]),
+        ];
         // Window at step j: columns i0 + j + r for r = 0..3.
         let mut w = [
-            col::<FIRST>(t, 2 * i0),
-            col::<FIRST>(t, 2 * i0 + 1),
-            col::<FIRST>(t, 2 * i0 + 2),
-            _mm256_setzero_si256(),
+            col::<V, FIRST>(t, 2 * i0),
+            col::<V, FIRST>(t, 2 * i0 + 1),
+            col::<V, FIRST>(t, 2 * i0 + 2),
+            V::zero(),
         ];
         // The triangle: j = i0 + jj for jj < 4 meets rows r <= jj.
         for jj in 0..ROWS {
             let j = i0 + jj;
-            w[3] = col::<FIRST>(t, i0 + j + 3);
+            w[3] = col::<V, FIRST>(t, i0 + j + 3);
             for r in 0..ROWS {
                 if jj == r {
-                    w[r] = mac(w[r], b[r], b[jj]);
+                    w[r] = mac::<V>(w[r], b[r], b[jj]);
                 } else if jj > r {
-                    w[r] = mac(w[r], b2[r], b[jj]);
+                    w[r] = mac::<V>(w[r], b2[r], b[jj]);
                 }
             }
-            st(t.add(i0 + j), w[0]);
+            V::st(t.add(i0 + j), w[0]);
             w = [w[1], w[2], w[3], w[3]];
         }
-        slide::<FIRST>(t, i0, a, &b2, [w[0], w[1], w[2]], i0 + ROWS, L);
+        slide::<V, FIRST>(t, i0, a, &b2, [w[0], w[1], w[2]], i0 + ROWS, L);
     }
 }
 
@@ -148,13 +194,13 @@ unsafe fn square_block<const L: usize, const FIRST: bool>(t: *mut Y, a: *const Y
 /// As in `product`, the first block writes columns 0..L+2 and the columns
 /// above are zeroed first.
 #[inline(always)]
-pub(super) unsafe fn square<const L: usize>(t: *mut Y, a: *const Y) {
+pub(super) unsafe fn square<V: Simd, const L: usize>(t: *mut V::M, a: *const V::M) {
     // SAFETY: a has L entries, t has 2L.
     unsafe {
-        clear_upper::<L>(t);
-        square_block::<L, true>(t, a, 0);
+        clear_upper::<V, L>(t);
+        square_block::<V, L, true>(t, a, 0);
         for i0 in (ROWS..L).step_by(ROWS) {
-            square_block::<L, false>(t, a, i0);
+            square_block::<V, L, false>(t, a, i0);
         }
     }
 }
@@ -162,11 +208,11 @@ pub(super) unsafe fn square<const L: usize>(t: *mut Y, a: *const Y) {
 /// Zeroes the column accumulators the first product block does not write
 /// (L+3..2L).
 #[inline(always)]
-unsafe fn clear_upper<const L: usize>(t: *mut Y) {
+unsafe fn clear_upper<V: Simd, const L: usize>(t: *mut V::M) {
     // SAFETY: t has 2L entries.
     unsafe {
         for k in L + 3..2 * L {
-            st(t.add(k), _mm256_setzero_si256());
+            V::st(t.add(k), V::zero());
         }
     }
 }
@@ -204,24 +250,21 @@ pub(super) const fn crowded(l: usize, b: u32) -> (usize, usize) {
 /// reduction's products fit beside them (see `crowded`). Public positions
 /// only: the same instructions for every value.
 #[inline(always)]
-pub(super) unsafe fn carry_crowded<const L: usize, const B: i32>(t: *mut Y) {
+pub(super) unsafe fn carry_crowded<V: Simd, const L: usize, const B: i32>(t: *mut V::M) {
     let (first, last) = const { crowded(L, B as u32) };
-    // SAFETY: last + 1 < 2L (the top column holds no product); AVX2 enabled.
+    // SAFETY: last + 1 < 2L (the top column holds no product); the width's feature enabled.
     unsafe {
         if first > last {
             return;
         }
-        let mask = _mm256_set1_epi64x((1 << B) - 1);
-        let mut carry = _mm256_setzero_si256();
+        let mask = V::splat((1 << B) - 1);
+        let mut carry = V::zero();
         for k in first..=last {
-            let v = _mm256_add_epi64(ld(t.add(k)), carry);
-            carry = _mm256_srli_epi64::<B>(v);
-            st(t.add(k), _mm256_and_si256(v, mask));
+            let v = V::add(V::ld(t.add(k)), carry);
+            carry = V::srli::<B>(v);
+            V::st(t.add(k), V::and(v, mask));
         }
-        st(
-            t.add(last + 1),
-            _mm256_add_epi64(ld(t.add(last + 1)), carry),
-        );
+        V::st(t.add(last + 1), V::add(V::ld(t.add(last + 1)), carry));
     }
 }
 
@@ -229,16 +272,16 @@ pub(super) unsafe fn carry_crowded<const L: usize, const B: i32>(t: *mut Y) {
 /// modulus and `k0` (low B bits), the mask of the last digit (`W` bits,
 /// where `R = 2^(B(L-1) + W)`), and the carry out of the last completed
 /// column.
-pub(super) struct Reduction {
-    pub t: *mut Y,
-    pub m: *const Y,
-    pub k0: __m256i,
-    pub last_mask: __m256i,
-    pub carry: __m256i,
+pub(super) struct Reduction<V: Simd> {
+    pub t: *mut V::M,
+    pub m: *const V::M,
+    pub k0: V::R,
+    pub last_mask: V::R,
+    pub carry: V::R,
 }
 
 /// Quotient digits of one block of 4 rows.
-type Digits = [__m256i; ROWS];
+type Digits<V> = [<V as Simd>::R; ROWS];
 
 /// The serial part of a block: the 4 quotient digits `y_i = c_i * k0 mod
 /// 2^B` of columns i0..i0+3, each column carried into the next as it
@@ -246,34 +289,40 @@ type Digits = [__m256i; ROWS];
 /// then not carried but kept whole (its low W bits are zero and the result
 /// starts above them, see `finish`).
 #[inline(always)]
-unsafe fn head<const B: i32>(r: &mut Reduction, i0: usize, last: bool) -> Digits {
+unsafe fn head<V: Simd, const B: i32>(r: &mut Reduction<V>, i0: usize, last: bool) -> Digits<V> {
     // SAFETY: columns i0..i0+3 < 2L and limbs 0..3 are in bounds (caller).
     unsafe {
         let (t, m, k0) = (r.t, r.m, r.k0);
-        let mask = _mm256_set1_epi64x((1 << B) - 1);
-        let digit = |c: __m256i| _mm256_and_si256(_mm256_mul_epu32(c, k0), mask);
-        let (m0, m1, m2, m3) = (ld(m), ld(m.add(1)), ld(m.add(2)), ld(m.add(3)));
-        let c0 = _mm256_add_epi64(ld(t.add(i0)), r.carry);
-        let y0 = digit(c0);
-        let carry = _mm256_srli_epi64::<B>(mac(c0, m0, y0));
-        let c1 = _mm256_add_epi64(mac(ld(t.add(i0 + 1)), m1, y0), carry);
-        let y1 = digit(c1);
-        let carry = _mm256_srli_epi64::<B>(mac(c1, m0, y1));
-        let c2 = _mm256_add_epi64(mac(mac(ld(t.add(i0 + 2)), m2, y0), m1, y1), carry);
-        let y2 = digit(c2);
-        let carry = _mm256_srli_epi64::<B>(mac(c2, m0, y2));
-        let c3 = _mm256_add_epi64(
-            mac(mac(mac(ld(t.add(i0 + 3)), m3, y0), m2, y1), m1, y2),
+        let mask = V::splat((1 << B) - 1);
+        let (m0, m1, m2, m3) = (V::ld(m), V::ld(m.add(1)), V::ld(m.add(2)), V::ld(m.add(3)));
+        let c0 = V::add(V::ld(t.add(i0)), r.carry);
+        let y0 = V::and(V::mul(c0, k0), mask);
+        let carry = V::srli::<B>(mac::<V>(c0, m0, y0));
+        let c1 = V::add(mac::<V>(V::ld(t.add(i0 + 1)), m1, y0), carry);
+        let y1 = V::and(V::mul(c1, k0), mask);
+        let carry = V::srli::<B>(mac::<V>(c1, m0, y1));
+        let c2 = V::add(
+            mac::<V>(mac::<V>(V::ld(t.add(i0 + 2)), m2, y0), m1, y1),
+            carry,
+        );
+        let y2 = V::and(V::mul(c2, k0), mask);
+        let carry = V::srli::<B>(mac::<V>(c2, m0, y2));
+        let c3 = V::add(
+            mac::<V>(
+                mac::<V>(mac::<V>(V::ld(t.add(i0 + 3)), m3, y0), m2, y1),
+                m1,
+                y2,
+            ),
             carry,
         );
         let y3 = if last {
-            let y3 = _mm256_and_si256(_mm256_mul_epu32(c3, k0), r.last_mask);
-            st(t.add(i0 + 3), mac(c3, m0, y3));
-            r.carry = _mm256_setzero_si256();
+            let y3 = V::and(V::mul(c3, k0), r.last_mask);
+            V::st(t.add(i0 + 3), mac::<V>(c3, m0, y3));
+            r.carry = V::zero();
             y3
         } else {
-            let y3 = digit(c3);
-            r.carry = _mm256_srli_epi64::<B>(mac(c3, m0, y3));
+            let y3 = V::and(V::mul(c3, k0), mask);
+            r.carry = V::srli::<B>(mac::<V>(c3, m0, y3));
             y3
         };
         [y0, y1, y2, y3]
@@ -287,21 +336,35 @@ unsafe fn head<const B: i32>(r: &mut Reduction, i0: usize, last: bool) -> Digits
 /// first (limbs 4..8) completes the 4 columns the next block's head reads,
 /// and both halves' heads then run side by side, before the rest.
 #[inline(always)]
-unsafe fn body<const L: usize>(r: &Reduction, i0: usize, y: &Digits, j0: usize, j1: usize) {
+unsafe fn body<V: Simd, const L: usize>(
+    r: &Reduction<V>,
+    i0: usize,
+    y: &Digits<V>,
+    j0: usize,
+    j1: usize,
+) {
     // SAFETY: columns up to i0+L+2 <= 2L-2 and limbs below L (caller).
     unsafe {
         let (t, m) = (r.t, r.m);
         let w = if j0 == ROWS {
-            let (m1, m2, m3) = (ld(m.add(1)), ld(m.add(2)), ld(m.add(3)));
+            let (m1, m2, m3) = (V::ld(m.add(1)), V::ld(m.add(2)), V::ld(m.add(3)));
             [
-                mac(mac(mac(ld(t.add(i0 + 4)), m1, y[3]), m2, y[2]), m3, y[1]),
-                mac(mac(ld(t.add(i0 + 5)), m2, y[3]), m3, y[2]),
-                mac(ld(t.add(i0 + 6)), m3, y[3]),
+                mac::<V>(
+                    mac::<V>(mac::<V>(V::ld(t.add(i0 + 4)), m1, y[3]), m2, y[2]),
+                    m3,
+                    y[1],
+                ),
+                mac::<V>(mac::<V>(V::ld(t.add(i0 + 5)), m2, y[3]), m3, y[2]),
+                mac::<V>(V::ld(t.add(i0 + 6)), m3, y[3]),
             ]
         } else {
-            [0, 1, 2].map(|r| ld(t.add(i0 + j0 + r)))
+            [
+                V::ld(t.add(i0 + j0)),
+                V::ld(t.add(i0 + j0 + 1)),
+                V::ld(t.add(i0 + j0 + 2)),
+            ]
         };
-        slide::<false>(t, i0, m, y, w, j0, j1);
+        slide::<V, false>(t, i0, m, y, w, j0, j1);
     }
 }
 
@@ -310,30 +373,29 @@ unsafe fn body<const L: usize>(r: &Reduction, i0: usize, y: &Digits, j0: usize, 
 /// last digit's zeros), as L limbs at `res[h]`, for the first H halves in
 /// one loop (the carries are serial: two chains side by side).
 #[inline(always)]
-unsafe fn finish<const L: usize, const B: i32, const H: usize>(
-    red: &[Reduction; 2],
+unsafe fn finish<V: Simd, const L: usize, const B: i32, const H: usize>(
+    red: &[Reduction<V>; 2],
     w: i64,
-    res: [*mut Y; 2],
+    res: [*mut V::M; 2],
 ) {
-    // SAFETY: t has 2L entries, res L; AVX2 enabled.
+    // SAFETY: t has 2L entries, res L; the width's feature enabled.
     unsafe {
-        let mask = _mm256_set1_epi64x((1 << B) - 1);
+        let mask = V::splat((1 << B) - 1);
         let (down, up) = (_mm_cvtsi64_si128(w), _mm_cvtsi64_si128(B as i64 - w));
-        let mut prev = [_mm256_setzero_si256(); H];
-        let mut carry = [_mm256_setzero_si256(); H];
+        let mut prev = [V::zero(); H];
+        let mut carry = [V::zero(); H];
         for h in 0..H {
-            let v = ld(red[h].t.add(L - 1));
-            prev[h] = _mm256_and_si256(v, mask);
-            carry[h] = _mm256_srli_epi64::<B>(v);
+            let v = V::ld(red[h].t.add(L - 1));
+            prev[h] = V::and(v, mask);
+            carry[h] = V::srli::<B>(v);
         }
         for k in 0..L {
             for h in 0..H {
-                let v = _mm256_add_epi64(ld(red[h].t.add(L + k)), carry[h]);
-                carry[h] = _mm256_srli_epi64::<B>(v);
-                let z = _mm256_and_si256(v, mask);
-                let limb =
-                    _mm256_or_si256(_mm256_srl_epi64(prev[h], down), _mm256_sll_epi64(z, up));
-                st(res[h].add(k), _mm256_and_si256(limb, mask));
+                let v = V::add(V::ld(red[h].t.add(L + k)), carry[h]);
+                carry[h] = V::srli::<B>(v);
+                let z = V::and(v, mask);
+                let limb = V::or(V::srl(prev[h], down), V::sll(z, up));
+                V::st(res[h].add(k), V::and(limb, mask));
                 prev[h] = z;
             }
         }
@@ -346,37 +408,37 @@ unsafe fn finish<const L: usize, const B: i32, const H: usize>(
 /// (independent chains). The result is `< 2m` for a column value `< 4m^2`
 /// (`4m < R`).
 #[inline(always)]
-pub(super) unsafe fn reduce<const L: usize, const B: i32>(
-    red: &mut [Reduction; 2],
+pub(super) unsafe fn reduce<V: Simd, const L: usize, const B: i32>(
+    red: &mut [Reduction<V>; 2],
     w: i64,
-    res: [*mut Y; 2],
+    res: [*mut V::M; 2],
     halves: usize,
 ) {
     // SAFETY: as for `head`, `body` and `finish`.
     unsafe {
-        let mut y = [[_mm256_setzero_si256(); ROWS]; 2];
+        let mut y = [[V::zero(); ROWS]; 2];
         for h in 0..halves {
-            y[h] = head::<B>(&mut red[h], 0, ROWS == L);
+            y[h] = head::<V, B>(&mut red[h], 0, ROWS == L);
         }
         for i0 in (0..L).step_by(ROWS) {
             for h in 0..halves {
-                body::<L>(&red[h], i0, &y[h], ROWS, 2 * ROWS);
+                body::<V, L>(&red[h], i0, &y[h], ROWS, 2 * ROWS);
             }
-            let mut next = [[_mm256_setzero_si256(); ROWS]; 2];
+            let mut next = [[V::zero(); ROWS]; 2];
             if i0 + ROWS < L {
                 for h in 0..halves {
-                    next[h] = head::<B>(&mut red[h], i0 + ROWS, i0 + 2 * ROWS == L);
+                    next[h] = head::<V, B>(&mut red[h], i0 + ROWS, i0 + 2 * ROWS == L);
                 }
             }
             for h in 0..halves {
-                body::<L>(&red[h], i0, &y[h], 2 * ROWS, L);
+                body::<V, L>(&red[h], i0, &y[h], 2 * ROWS, L);
             }
             y = next;
         }
         if halves == 2 {
-            finish::<L, B, 2>(red, w, res);
+            finish::<V, L, B, 2>(red, w, res);
         } else {
-            finish::<L, B, 1>(red, w, res);
+            finish::<V, L, B, 1>(red, w, res);
         }
     }
 }
