@@ -101,7 +101,7 @@ impl Kernel {
     pub const ALL: [Kernel; 4] = [Kernel::Ifma, Kernel::Avx512, Kernel::Avx2, Kernel::Portable];
 
     /// The fastest kernel this CPU supports (the portable one when it has
-    /// neither IFMA nor AVX2).
+    /// none of IFMA, AVX-512F and AVX2).
     pub fn detect() -> Kernel {
         Kernel::ALL
             .into_iter()
@@ -109,8 +109,8 @@ impl Kernel {
             .unwrap_or(Kernel::Portable)
     }
 
-    /// The SIMD kernels this CPU supports, fastest first (empty without IFMA
-    /// and AVX2).
+    /// The SIMD kernels this CPU supports, fastest first (empty without IFMA,
+    /// AVX-512F and AVX2).
     pub fn simd_available() -> Vec<Kernel> {
         Kernel::ALL
             .into_iter()
