@@ -98,6 +98,14 @@ unsafe fn slide<V: Simd, const FIRST: bool>(
     }
 }
 
+/// The 4 limbs at `p`: one block's row multiplicands. Written out rather
+/// than mapped over an array: see `slide_step`.
+#[inline(always)]
+unsafe fn block_rows<V: Simd>(p: *const V::M) -> [V::R; ROWS] {
+    // SAFETY: p has 4 entries (caller).
+    unsafe { [V::ld(p), V::ld(p.add(1)), V::ld(p.add(2)), V::ld(p.add(3))] }
+}
+
 /// One block of 4 rows of `a * b` into the columns (see `product`).
 #[inline(always)]
 unsafe fn product_block<V: Simd, const L: usize, const FIRST: bool>(
@@ -108,12 +116,7 @@ unsafe fn product_block<V: Simd, const L: usize, const FIRST: bool>(
 ) {
     // SAFETY: a, b have L entries, t has 2L (column i0 + j + 3 <= 2L - 2).
     unsafe {
-        let rows = [
-            V::ld(b.add(i0)),
-            V::ld(b.add(i0 + 1)),
-            V::ld(b.add(i0 + 2)),
-            V::ld(b.add(i0 + 3)),
-        ];
+        let rows = block_rows::<V>(b.add(i0));
         let w = [
             col::<V, FIRST>(t, i0),
             col::<V, FIRST>(t, i0 + 1),
@@ -150,12 +153,7 @@ unsafe fn square_block<V: Simd, const L: usize, const FIRST: bool>(
 ) {
     // SAFETY: a has L entries, t has 2L.
     unsafe {
-        let b = [
-            V::ld(a.add(i0)),
-            V::ld(a.add(i0 + 1)),
-            V::ld(a.add(i0 + 2)),
-            V::ld(a.add(i0 + 3)),
-        ];
+        let b = block_rows::<V>(a.add(i0));
         // The rows doubled: every product a_i*a_j with i < j counts twice.
         // Below 2^(B+1) <= 2^30, so still a 32-bit multiplicand.
         let b2 = [

@@ -202,10 +202,65 @@ macro_rules! entry_points {
     };
 }
 
+/// The operations that are one intrinsic each, named per width: loads and
+/// stores of whole registers, zero, splat, add, and, or and the shifts by a
+/// register count.
+// SAFETY (every `unsafe` block these expand to): the caller guarantees the
+// CPU feature and pointers into live, aligned buffers of the register's size.
+macro_rules! one_instruction_ops {
+    ($r:ty, $m:ty, $load:ident, $store:ident, $zero:ident, $splat:ident, $add:ident,
+     $and:ident, $or:ident, $sll:ident, $srl:ident) => {
+        #[inline(always)]
+        unsafe fn ld(p: *const $m) -> $r {
+            // SAFETY: see the macro.
+            unsafe { $load(p.cast()) }
+        }
+        #[inline(always)]
+        unsafe fn st(p: *mut $m, v: $r) {
+            // SAFETY: see the macro.
+            unsafe { $store(p.cast(), v) }
+        }
+        #[inline(always)]
+        unsafe fn zero() -> $r {
+            // SAFETY: see the macro.
+            unsafe { $zero() }
+        }
+        #[inline(always)]
+        unsafe fn splat(x: i64) -> $r {
+            // SAFETY: see the macro.
+            unsafe { $splat(x) }
+        }
+        #[inline(always)]
+        unsafe fn add(a: $r, b: $r) -> $r {
+            // SAFETY: see the macro.
+            unsafe { $add(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn and(a: $r, b: $r) -> $r {
+            // SAFETY: see the macro.
+            unsafe { $and(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn or(a: $r, b: $r) -> $r {
+            // SAFETY: see the macro.
+            unsafe { $or(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn sll(v: $r, c: __m128i) -> $r {
+            // SAFETY: see the macro.
+            unsafe { $sll(v, c) }
+        }
+        #[inline(always)]
+        unsafe fn srl(v: $r, c: __m128i) -> $r {
+            // SAFETY: see the macro.
+            unsafe { $srl(v, c) }
+        }
+    };
+}
+
 // SAFETY (every `unsafe` block in the two impls): the caller guarantees the
-// CPU feature and pointers into live, aligned buffers of the register's size;
-// `Lanes` is 64-byte aligned and 8 lanes long, so lanes W*h..W*h+W (h < 8/W)
-// are aligned and inside it.
+// CPU feature; `Lanes` is 64-byte aligned and 8 lanes long, so lanes
+// W*h..W*h+W (h < 8/W) are aligned and inside it.
 impl Simd for Ymm {
     const W: usize = 4;
     type R = __m256i;
@@ -216,16 +271,20 @@ impl Simd for Ymm {
         is_x86_feature_detected!("avx2")
     }
 
-    #[inline(always)]
-    unsafe fn ld(p: *const Y) -> __m256i {
-        // SAFETY: see the impl.
-        unsafe { _mm256_load_si256(p.cast()) }
-    }
-    #[inline(always)]
-    unsafe fn st(p: *mut Y, v: __m256i) {
-        // SAFETY: see the impl.
-        unsafe { _mm256_store_si256(p.cast(), v) }
-    }
+    one_instruction_ops!(
+        __m256i,
+        Y,
+        _mm256_load_si256,
+        _mm256_store_si256,
+        _mm256_setzero_si256,
+        _mm256_set1_epi64x,
+        _mm256_add_epi64,
+        _mm256_and_si256,
+        _mm256_or_si256,
+        _mm256_sll_epi64,
+        _mm256_srl_epi64
+    );
+
     #[inline(always)]
     unsafe fn ld_lanes(x: &Lanes, h: usize) -> __m256i {
         // SAFETY: see the impl.
@@ -237,49 +296,14 @@ impl Simd for Ymm {
         unsafe { _mm256_store_si256(x.0.as_mut_ptr().add(4 * h).cast(), v) }
     }
     #[inline(always)]
-    unsafe fn zero() -> __m256i {
-        // SAFETY: see the impl.
-        unsafe { _mm256_setzero_si256() }
-    }
-    #[inline(always)]
-    unsafe fn splat(x: i64) -> __m256i {
-        // SAFETY: see the impl.
-        unsafe { _mm256_set1_epi64x(x) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m256i, b: __m256i) -> __m256i {
-        // SAFETY: see the impl.
-        unsafe { _mm256_add_epi64(a, b) }
-    }
-    #[inline(always)]
     unsafe fn mul(a: __m256i, b: __m256i) -> __m256i {
         // SAFETY: see the impl.
         unsafe { _mm256_mul_epu32(a, b) }
     }
     #[inline(always)]
-    unsafe fn and(a: __m256i, b: __m256i) -> __m256i {
-        // SAFETY: see the impl.
-        unsafe { _mm256_and_si256(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn or(a: __m256i, b: __m256i) -> __m256i {
-        // SAFETY: see the impl.
-        unsafe { _mm256_or_si256(a, b) }
-    }
-    #[inline(always)]
     unsafe fn srli<const S: i32>(v: __m256i) -> __m256i {
         // SAFETY: see the impl.
         unsafe { _mm256_srli_epi64::<S>(v) }
-    }
-    #[inline(always)]
-    unsafe fn sll(v: __m256i, c: __m128i) -> __m256i {
-        // SAFETY: see the impl.
-        unsafe { _mm256_sll_epi64(v, c) }
-    }
-    #[inline(always)]
-    unsafe fn srl(v: __m256i, c: __m128i) -> __m256i {
-        // SAFETY: see the impl.
-        unsafe { _mm256_srl_epi64(v, c) }
     }
     #[inline(always)]
     unsafe fn eq(a: __m256i, b: __m256i) -> __m256i {
@@ -307,16 +331,20 @@ impl Simd for Zmm {
         is_x86_feature_detected!("avx512f")
     }
 
-    #[inline(always)]
-    unsafe fn ld(p: *const Z) -> __m512i {
-        // SAFETY: see the impl.
-        unsafe { _mm512_load_si512(p.cast()) }
-    }
-    #[inline(always)]
-    unsafe fn st(p: *mut Z, v: __m512i) {
-        // SAFETY: see the impl.
-        unsafe { _mm512_store_si512(p.cast(), v) }
-    }
+    one_instruction_ops!(
+        __m512i,
+        Z,
+        _mm512_load_si512,
+        _mm512_store_si512,
+        _mm512_setzero_si512,
+        _mm512_set1_epi64,
+        _mm512_add_epi64,
+        _mm512_and_si512,
+        _mm512_or_si512,
+        _mm512_sll_epi64,
+        _mm512_srl_epi64
+    );
+
     #[inline(always)]
     unsafe fn ld_lanes(x: &Lanes, h: usize) -> __m512i {
         debug_assert_eq!(h, 0);
@@ -328,21 +356,6 @@ impl Simd for Zmm {
         debug_assert_eq!(h, 0);
         // SAFETY: see the impl.
         unsafe { _mm512_store_si512(x.0.as_mut_ptr().cast(), v) }
-    }
-    #[inline(always)]
-    unsafe fn zero() -> __m512i {
-        // SAFETY: see the impl.
-        unsafe { _mm512_setzero_si512() }
-    }
-    #[inline(always)]
-    unsafe fn splat(x: i64) -> __m512i {
-        // SAFETY: see the impl.
-        unsafe { _mm512_set1_epi64(x) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m512i, b: __m512i) -> __m512i {
-        // SAFETY: see the impl.
-        unsafe { _mm512_add_epi64(a, b) }
     }
     /// In assembly: through `_mm512_mul_epu32` the compiler rewrites the
     /// product as a 64-bit multiplication of the masked operands, then
@@ -365,16 +378,6 @@ impl Simd for Zmm {
         r
     }
     #[inline(always)]
-    unsafe fn and(a: __m512i, b: __m512i) -> __m512i {
-        // SAFETY: see the impl.
-        unsafe { _mm512_and_si512(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
-        // SAFETY: see the impl.
-        unsafe { _mm512_or_si512(a, b) }
-    }
-    #[inline(always)]
     unsafe fn srli<const S: i32>(v: __m512i) -> __m512i {
         // The immediate form takes a `u32` count here; the kernel's shifts
         // are its limb widths, each a constant.
@@ -387,16 +390,6 @@ impl Simd for Zmm {
                 _ => _mm512_srl_epi64(v, _mm_cvtsi64_si128(S as i64)),
             }
         }
-    }
-    #[inline(always)]
-    unsafe fn sll(v: __m512i, c: __m128i) -> __m512i {
-        // SAFETY: see the impl.
-        unsafe { _mm512_sll_epi64(v, c) }
-    }
-    #[inline(always)]
-    unsafe fn srl(v: __m512i, c: __m128i) -> __m512i {
-        // SAFETY: see the impl.
-        unsafe { _mm512_srl_epi64(v, c) }
     }
     #[inline(always)]
     unsafe fn eq(a: __m512i, b: __m512i) -> __mmask8 {
