@@ -11,10 +11,10 @@
 //! N (a public const generic) and the fixed table size; there is no branch
 //! and no address that depends on lane values. IFMA, add, shift, and,
 //! compare-to-mask and blend have data-independent latency. Valgrind cannot
-//! run AVX-512, so `ct/run.sh` checks this kernel statically: every
-//! conditional branch in `tlsterm_engine::ifma::*` must compare a loop
-//! counter with an immediate (`ct/avx512_branches.py`). The rest of the RSA
-//! pipeline is shared with the portable kernel and checked under valgrind.
+//! run AVX-512, so `ct/run.sh` checks this kernel statically
+//! (`ct/avx512_branches.py`: no branch and no address in its machine code
+//! derives from loaded data). The rest of the RSA pipeline is shared with the
+//! portable kernel and checked under valgrind.
 
 use crate::bn::{Lanes, LANES};
 use crate::kernel::{MontKernel, TABLE};
