@@ -15,9 +15,8 @@ use crate::exp::ExpJob;
 use crate::kernel::TABLE;
 
 /// One register width: its lanes, its register and memory forms, and the
-/// operations the kernel uses. Every operation is one instruction (or two
-/// for the shifts by a register count) with no branch and no address that
-/// depends on the values.
+/// operations the kernel uses. Every operation is one or two instructions
+/// with no branch and no address that depends on the values.
 pub(crate) trait Simd: Sized + 'static {
     /// 64-bit lanes per register.
     const W: usize;
