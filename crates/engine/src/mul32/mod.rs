@@ -40,89 +40,19 @@
 mod convert;
 mod exp;
 mod mont;
+mod scratch;
 mod simd;
 
 use core::cell::RefCell;
 
-use zeroize::Zeroize;
-
 use crate::bn::{Lanes, LANES};
 use crate::kernel::{MontKernel, TABLE};
+use scratch::{Buf, Scratch, View};
 pub(crate) use simd::{Simd, Ymm, Zmm};
 
 /// Most limbs of one operand: 160 limbs of 26 bits (the 4096-bit modulus of
 /// the public-key check).
 const MAXL: usize = 160;
-
-/// The buffers of the scratch, per half: operands A, B and X and the modulus
-/// M (L limbs each), the column accumulators T (2L).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Buf {
-    A,
-    B,
-    X,
-    M,
-    T,
-}
-
-/// Entries of the scratch per limb of the operand size: the buffers of both
-/// halves (AVX2; AVX-512F uses the first half of each).
-const SCRATCH_PER_LIMB: usize = 12;
-
-/// Scratch of one kernel value, in the kernel's limbs.
-pub(crate) struct Scratch<V: Simd> {
-    /// The buffers of both halves back to back, at offsets that follow the
-    /// operand size: a multiplication's working set is contiguous, and
-    /// buffers the kernel stores to and loads from in the same loop are not
-    /// a multiple of 4 KiB apart (the CPU would take those loads for reads
-    /// of the stored lines and wait: twice the time, measured).
-    /// Sized by `fit` for the largest operand seen: allocating and zeroizing
-    /// the 4096-bit size for every RSA-2048 pass took 1.7% of the time.
-    buf: Vec<V::M>,
-    /// `k0` per half, low B bits.
-    k0: [V::M; 2],
-}
-
-impl<V: Simd> Scratch<V> {
-    /// Makes room for operands of `l` limbs and lends the scratch out for
-    /// one operation. The old buffer is zeroized before it is freed.
-    fn view(&mut self, l: usize) -> View<'_, V> {
-        if self.buf.len() < SCRATCH_PER_LIMB * l {
-            self.buf.zeroize();
-            self.buf = vec![V::M::default(); SCRATCH_PER_LIMB * l];
-        }
-        View {
-            buf: &mut self.buf,
-            k0: &mut self.k0,
-        }
-    }
-}
-
-/// The scratch as the kernel's code works in it, for one operation.
-///
-/// The entry points (`Simd::mod_exp`, `Simd::mont52`) take its two parts,
-/// and every number, as separate arguments rather than behind a pointer to a
-/// structure: the static constant-time check of the AVX-512F width then sees
-/// every pointer and length arrive in a register or the stack frame, and
-/// anything else loaded into a general-purpose register as data.
-pub(crate) struct View<'a, V: Simd> {
-    buf: &'a mut [V::M],
-    k0: &'a mut [V::M; 2],
-}
-
-impl<V: Simd> View<'_, V> {
-    /// Half `h` of buffer `b` for operands of `l` limbs.
-    fn at(&mut self, b: Buf, h: usize, l: usize) -> *mut V::M {
-        let (start, len) = match b {
-            Buf::A => (0, l),
-            Buf::B => (2 * l, l),
-            Buf::X => (4 * l, l),
-            Buf::M => (6 * l, l),
-            Buf::T => (8 * l, 2 * l),
-        };
-        self.buf[start + h * len..][..len].as_mut_ptr()
-    }
-}
 
 /// Proof that the CPU has the width's feature (only `new` creates one),
 /// with the pass's lane count and scratch.
@@ -142,10 +72,7 @@ impl<V: Simd> Mul32<V> {
     pub fn new(lanes: usize) -> Option<Self> {
         Self::detected().then(|| Mul32 {
             lanes: lanes.clamp(1, LANES),
-            scratch: RefCell::new(Box::new(Scratch {
-                buf: Vec::new(),
-                k0: [V::M::default(); 2],
-            })),
+            scratch: RefCell::new(Box::new(Scratch::new())),
         })
     }
 
@@ -156,14 +83,6 @@ impl<V: Simd> Mul32<V> {
     /// Registers (groups of W lanes) that hold jobs.
     fn halves(&self) -> usize {
         self.lanes.div_ceil(V::W)
-    }
-}
-
-impl<V: Simd> Drop for Mul32<V> {
-    fn drop(&mut self) {
-        let s = self.scratch.get_mut();
-        s.buf.zeroize();
-        s.k0.zeroize();
     }
 }
 
