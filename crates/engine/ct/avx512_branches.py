@@ -47,6 +47,13 @@ for i in range(8, 16):
 
 FLAG_SETTERS = ("cmp", "test", "add", "sub", "inc", "dec", "and", "or", "xor", "neg",
                 "adc", "sbb", "bt", "shl", "shr", "sar", "kortest", "ktest", "vptest", "ptest")
+# Alignment padding between blocks: executes nothing.
+PADDING = ("nop", "data16", "cs", "int3")
+
+
+def is_padding(op, args):
+    return op.startswith(PADDING) or (op == "xchg" and args.strip() == "%ax,%ax")
+
 MEM = re.compile(r"(-?0x[0-9a-f]+|-?\d+)?\((%[a-z0-9]+)?(?:,(%[a-z0-9]+))?(?:,\d)?\)")
 REG = re.compile(r"%([a-z0-9]+)")
 
@@ -145,7 +152,7 @@ class State:
 
 def step(st, name, op, args, bad):
     """One instruction's effect on `st`; appends what it does with data to `bad`."""
-    if op.startswith(("nop", "data16", "cs", "endbr", "prefetch")):
+    if is_padding(op, args) or op.startswith(("endbr", "prefetch")):
         return
     tainted = st.tainted
     ops = operands(args)
@@ -242,6 +249,8 @@ def blocks(body):
             m = JUMP_TARGET.match(args)
             if m and int(m.group(1), 16) in index:
                 out.append(block_of[index[int(m.group(1), 16)]])
+            elif args.lstrip().startswith("*"):
+                out.extend(range(len(ranges)))  # a jump table: it may reach any block
         falls = not op.startswith(("jmp", "ret", "ud2", "int3"))
         if falls and last + 1 < len(body):
             out.append(block_of[last + 1])
@@ -259,28 +268,40 @@ def check_function(name, body):
     The state at the start of a block is the union of the states at the ends of every
     block that can pass control to it, iterated until nothing changes; a stack slot
     reused by different parts of the function is data wherever one path can bring
-    data to it.
+    data to it. Every block is checked: an indirect jump may reach any block, and one
+    that no jump reaches starts from the union of every state seen.
     """
     ranges, succ = blocks(body)
     entry = [None] * len(ranges)
     entry[0] = State()
-    work = [0]
-    while work:
-        k = work.pop()
-        st = entry[k].copy()
-        first, last = ranges[k]
-        for _, op, args in body[first:last + 1]:
-            step(st, name, op, args, [])
-        for n in succ[k]:
-            if entry[n] is None:
-                entry[n] = st.copy()
-                work.append(n)
-            elif entry[n].merge(st):
-                work.append(n)
+    work, everything = [0], State()
+    while True:
+        while work:
+            k = work.pop()
+            st = entry[k].copy()
+            first, last = ranges[k]
+            for _, op, args in body[first:last + 1]:
+                step(st, name, op, args, [])
+            everything.merge(st)
+            for n in succ[k]:
+                if entry[n] is None:
+                    entry[n] = st.copy()
+                    work.append(n)
+                elif entry[n].merge(st):
+                    work.append(n)
+        # Blocks no jump reaches (the landing pads the unwinder enters after a panic)
+        # start from whatever any reached block can end with. Alignment padding
+        # (nops, int3) executes nothing and is left out.
+        work = [k for k in range(len(ranges)) if entry[k] is None
+                and not all(is_padding(op, args) for _, op, args in body[ranges[k][0]:ranges[k][1] + 1])]
+        if not work:
+            break
+        for k in work:
+            entry[k] = everything.copy()
     bad = []
     for k, (first, last) in enumerate(ranges):
         if entry[k] is None:
-            continue  # not reachable from the entry
+            continue  # padding
         st = entry[k].copy()
         for _, op, args in body[first:last + 1]:
             step(st, name, op, args, bad)
