@@ -59,8 +59,8 @@ impl OffloadSettings {
     pub fn from_config(config: &EngineConfig) -> OffloadSettings {
         let lanes = tlsterm_engine::MAX_BATCH;
         let kernel = choose_kernel(config.kernel);
-        // Without IFMA, AVX-512F or AVX2 only the portable kernel is left, which is slower than
-        // BoringSSL (it exists for correctness and cross-checks): batching would cost.
+        // Without IFMA, AVX-512F or AVX2 only the portable kernel is left, which is slower
+        // than BoringSSL (it exists for correctness and cross-checks): batching would cost.
         let mode = if kernel.is_simd() {
             config.mode
         } else {

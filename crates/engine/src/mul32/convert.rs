@@ -1,6 +1,6 @@
 //! Conversions between the shared radix-2^52 limbs and the kernel's own
-//! B-bit limbs, one register's lanes (a half of 4 with AVX2) at a time. Bit positions depend only on
-//! the limb counts, never on values.
+//! B-bit limbs, one register's lanes (a half of 4 with AVX2) at a time. Bit
+//! positions depend only on the limb counts, never on values.
 
 use core::arch::x86_64::_mm_cvtsi64_si128;
 

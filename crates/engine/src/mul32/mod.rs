@@ -172,26 +172,35 @@ unsafe fn mont<V: Simd, const N: usize, const L: usize, const B: i32>(
             mont::carry_crowded::<V, L, B>(pt);
         }
         let last_mask = V::splat((1 << w) - 1);
-        // Written out rather than mapped over [0, 1]: a closure is a function
-        // of its own, compiled without the width's feature, and stays a call.
+        // Not mapped over [0, 1]: a closure is a function of its own,
+        // compiled without the width's feature, and stays a call.
         let mut red = [
-            mont::Reduction::<V> {
-                t: s.at(Buf::T, 0, L),
-                m: s.at(Buf::M, 0, L),
-                k0: V::ld(&s.k0[0]),
-                last_mask,
-                carry: V::zero(),
-            },
-            mont::Reduction::<V> {
-                t: s.at(Buf::T, 1, L),
-                m: s.at(Buf::M, 1, L),
-                k0: V::ld(&s.k0[1]),
-                last_mask,
-                carry: V::zero(),
-            },
+            reduction::<V, L>(s, 0, last_mask),
+            reduction::<V, L>(s, 1, last_mask),
         ];
         let res = [s.at(r, 0, L), s.at(r, 1, L)];
         mont::reduce::<V, L, B>(&mut red, w, res, halves);
+    }
+}
+
+/// The reduction state of half `h`: its columns, modulus and `k0` in the
+/// scratch, no carry yet.
+#[inline(always)]
+unsafe fn reduction<V: Simd, const L: usize>(
+    s: &mut View<'_, V>,
+    h: usize,
+    last_mask: V::R,
+) -> mont::Reduction<V> {
+    // SAFETY: the width's feature is enabled (caller); the scratch holds L
+    // limbs per buffer.
+    unsafe {
+        mont::Reduction {
+            t: s.at(Buf::T, h, L),
+            m: s.at(Buf::M, h, L),
+            k0: V::ld(&s.k0[h]),
+            last_mask,
+            carry: V::zero(),
+        }
     }
 }
 
@@ -303,18 +312,17 @@ unsafe fn select_halves<V: Simd, const N: usize, const H: usize>(
     // SAFETY: the width's feature is enabled (caller); indices are within
     // the arrays.
     unsafe {
-        let mut idx_h = [V::zero(); H];
-        for (h, v) in idx_h.iter_mut().enumerate() {
+        let mut wanted = [V::zero(); H];
+        for (h, v) in wanted.iter_mut().enumerate() {
             *v = V::ld_lanes(idx, h);
         }
-        let idx = idx_h;
         for base in (0..N).step_by(BLOCK) {
             let len = (N - base).min(BLOCK);
             let mut acc = [[V::zero(); BLOCK]; H];
             for (k, entry) in table.iter().enumerate() {
                 let key = V::splat(k as i64);
                 for (h, acch) in acc.iter_mut().enumerate() {
-                    let mask = V::eq(idx[h], key);
+                    let mask = V::eq(wanted[h], key);
                     for (j, accj) in acch.iter_mut().enumerate().take(len) {
                         *accj = V::blend(*accj, V::ld_lanes(&entry[base + j], h), mask);
                     }

@@ -1,6 +1,6 @@
 //! One Montgomery multiplication or squaring of up to 8 lanes (two halves of
-//! 4 with AVX2, one register with AVX-512F), in the kernel's own limbs: `L` limbs of `B` bits (per key size: see
-//! `by_layout!` in `mod.rs`).
+//! 4 with AVX2, one register with AVX-512F), in the kernel's own limbs: `L`
+//! limbs of `B` bits (per key size: see `by_layout!` in `mod.rs`).
 //!
 //! Schedule: the product `a*b` (or the square, from the upper triangle with
 //! the rows doubled) is accumulated in 2L columns in memory, 4 rows at a
@@ -85,7 +85,8 @@ unsafe fn slide<V: Simd, const FIRST: bool>(
     j0: usize,
     j1: usize,
 ) {
-    // SAFETY: x has j1 entries and t has i0+j1+3 <= 2L (caller); the width's feature enabled.
+    // SAFETY: x has j1 entries and t has i0+j1+3 <= 2L (caller); the width's
+    // feature enabled.
     unsafe {
         debug_assert!((j1 - j0).is_multiple_of(2));
         for j in (j0..j1).step_by(2) {

@@ -28,7 +28,7 @@ pub(crate) struct Scratch<V: Simd> {
     /// buffers the kernel stores to and loads from in the same loop are not
     /// a multiple of 4 KiB apart (the CPU would take those loads for reads
     /// of the stored lines and wait: twice the time, measured).
-    /// Sized by `fit` for the largest operand seen: allocating and zeroizing
+    /// Sized by `view` for the largest operand seen: allocating and zeroizing
     /// the 4096-bit size for every RSA-2048 pass took 1.7% of the time.
     buf: Vec<V::M>,
     /// `k0` per half, low B bits.

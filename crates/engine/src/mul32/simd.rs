@@ -109,26 +109,14 @@ pub(crate) trait Simd: Sized + 'static {
 
 /// One ymm register of 4 lanes, as plain integers (so the scratch can be
 /// zeroized).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Zeroize)]
 #[repr(C, align(32))]
 pub(crate) struct Y([u64; 4]);
 
 /// One zmm register of 8 lanes.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Zeroize)]
 #[repr(C, align(64))]
 pub(crate) struct Z([u64; 8]);
-
-impl Zeroize for Y {
-    fn zeroize(&mut self) {
-        self.0.zeroize();
-    }
-}
-
-impl Zeroize for Z {
-    fn zeroize(&mut self) {
-        self.0.zeroize();
-    }
-}
 
 /// AVX2: two halves of 4 lanes make a pass of 8.
 pub(crate) struct Ymm;
