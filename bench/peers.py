@@ -425,6 +425,10 @@ def main():
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "kernel": os.uname().release,
         "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
+        # OpenSSL's own override of the CPU features it uses; set it to measure the
+        # OpenSSL-based peers as they sign on a CPU without some instructions (for example
+        # ":~0x200000" hides AVX-512 IFMA). tlsterm's engine detects its kernels itself.
+        "openssl_ia32cap": os.environ.get("OPENSSL_ia32cap"),
         "nproc": os.cpu_count(),
         "backend": backend_kind,
         "server_cpu": SERVER_CPU,
@@ -586,6 +590,9 @@ def summarize(results):
     meta = results["meta"]
     lines.append(f"Run {meta['tag']} ({meta['date']}, git {meta['git']}), backend: {meta['backend']}, "
                  f"runs per cell: {meta['args']['runs']}, {meta['args']['duration']} s each; medians.\n")
+    if meta.get("openssl_ia32cap") is not None:
+        lines.append(f"OpenSSL ran with OPENSSL_ia32cap={meta['openssl_ia32cap']!r}: the OpenSSL-based "
+                     "servers (nginx, HAProxy, hitch) did not use the CPU features it hides.\n")
     for name, per in results["scenarios"].items():
         if not per:
             continue
