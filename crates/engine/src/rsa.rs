@@ -391,7 +391,7 @@ fn public_check<K: MontKernel, const F: usize>(
         k0.0[lane] = keys[i].n_k0;
         unit[0].0[lane] = 1;
     }
-    let sm = k.mul(&s, &r2, &n, &k0);
+    let mut sm = k.mul(&s, &r2, &n, &k0);
     let mut x = k.mul(&r2, &unit, &n, &k0); // R mod n: Montgomery one
     let ebits = keys
         .iter()
@@ -404,7 +404,7 @@ fn public_check<K: MontKernel, const F: usize>(
             .map(|l| (keys[l.min(keys.len() - 1)].e >> bit) & 1 == 1)
             .collect();
         if lane_mask.iter().any(|&b| b) {
-            let y = k.mul(&x, &sm, &n, &k0);
+            let mut y = k.mul(&x, &sm, &n, &k0);
             for j in 0..F {
                 for (l, &b) in lane_mask.iter().enumerate() {
                     if b {
@@ -412,6 +412,7 @@ fn public_check<K: MontKernel, const F: usize>(
                     }
                 }
             }
+            y.zeroize();
         }
     }
     let mut out = k.mul(&x, &unit, &n, &k0);
@@ -422,6 +423,11 @@ fn public_check<K: MontKernel, const F: usize>(
         bn::cond_sub(v, &nl);
         masks.push(bn::ct_eq_mask(v, inputs[lane]));
     });
+    // Until it has passed, a signature is secret: one computed wrong (a fault) reveals a
+    // prime factor through gcd(s^e - c, n). Every vertical copy of it goes.
+    for t in [&mut s, &mut sm, &mut x, &mut out] {
+        t.zeroize();
+    }
     masks
 }
 
