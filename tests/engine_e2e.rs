@@ -78,7 +78,13 @@ async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) ->
         cert.display().to_string(),
         keyfile.display().to_string()
     );
-    let header = format!("[engine]\n{engine}\nsmall_batch_threshold = 1\npoll_delay = \"2ms\"\n");
+    // Every batch goes to the kernel, however small, unless the test sets its own threshold.
+    let threshold = if engine.contains("small_batch_threshold") {
+        ""
+    } else {
+        "small_batch_threshold = 1\n"
+    };
+    let header = format!("[engine]\n{engine}\n{threshold}poll_delay = \"2ms\"\n");
     let config = write_config(dir.path(), &header, &[listener]);
     let _server = Server::start(&config);
     let admin = admin_address(&config).unwrap();
@@ -196,6 +202,20 @@ async fn every_simd_kernel_of_this_cpu_signs_handshakes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_mode_never_batches() {
     let load = run_load("mode = \"inline\"", "rsa:2048", 8, 2).await;
+    assert_eq!(load.batches, 0.0);
+    assert_eq!(
+        (load.kernel.as_str(), load.signing.as_str()),
+        ("none", "inline")
+    );
+}
+
+/// A batch size below the small-batch threshold would queue every signature only to sign
+/// it inline (no batch could reach the kernel): `serve` signs inline from the start, without
+/// the queue's wait, and `tlsterm_engine_info` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_size_below_the_small_batch_threshold_signs_inline() {
+    let engine = "mode = \"batch\"\nbatch_size = 1\nsmall_batch_threshold = 2";
+    let load = run_load(engine, "rsa:2048", 8, 2).await;
     assert_eq!(load.batches, 0.0);
     assert_eq!(
         (load.kernel.as_str(), load.signing.as_str()),

@@ -24,7 +24,7 @@ static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
     EngineMetrics {
     ops: metrics::counter_vec(
         "engine_operations_total",
-        "Private-key operations by algorithm and path (inline or batch)",
+        "Private-key operations by algorithm and by what made the signature: batch (the multi-buffer engine) or inline (BoringSSL, including an operation the engine failed)",
         &["algorithm", "path"],
     ),
     info: metrics::gauge_vec(
@@ -86,12 +86,13 @@ pub fn register() {
     LazyLock::force(&METRICS);
 }
 
-/// `kind`: the key's kind (`rsa2048`, `ecdsap256`, ...).
-pub(super) fn record_inline_op(kind: &str) {
+/// One operation computed. `kind`: the key's kind (`rsa2048`, `ecdsap256`, ...); `path`:
+/// `inline` (BoringSSL) or `batch` (the multi-buffer engine, its public-key check passed).
+pub(super) fn record_op(kind: &str, path: &str) {
     if !metrics::enabled() {
         return;
     }
-    METRICS.ops.with_label_values(&[kind, "inline"]).inc();
+    METRICS.ops.with_label_values(&[kind, path]).inc();
     count_on_worker(1);
 }
 
@@ -110,15 +111,13 @@ pub(super) fn record_flush(cause: &str) {
     METRICS.flushes.with_label_values(&[cause]).inc();
 }
 
-pub(super) fn record_batch(kind: &str, ops: usize, elapsed: Duration) {
+/// A multi-buffer batch of `ops` operations ran for `elapsed`. Its operations are counted
+/// one by one by `record_op`, each under its own key kind and under the path its result
+/// took (an operation the engine failed is signed again inline).
+pub(super) fn record_batch(ops: usize, elapsed: Duration) {
     if !metrics::enabled() {
         return;
     }
-    METRICS
-        .ops
-        .with_label_values(&[kind, "batch"])
-        .inc_by(ops as u64);
-    count_on_worker(ops as u64);
     METRICS.batch_lanes.observe(ops as f64);
     METRICS.batch_time.observe(elapsed.as_secs_f64());
 }

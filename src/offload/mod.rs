@@ -59,21 +59,34 @@ impl OffloadSettings {
     pub fn from_config(config: &EngineConfig) -> OffloadSettings {
         let lanes = tlsterm_engine::MAX_BATCH;
         let kernel = choose_kernel(config.kernel);
+        let batch_size = config.batch_size.unwrap_or(lanes).clamp(1, 64);
+        let small_batch_threshold = config
+            .small_batch_threshold
+            .unwrap_or_else(|| small_batch_threshold(kernel));
         // Without IFMA, AVX-512F or AVX2 only the portable kernel is left, which is slower
         // than BoringSSL (it exists for correctness and cross-checks): batching would cost.
-        let mode = if kernel.is_simd() {
-            config.mode
-        } else {
+        // A batch never larger than the small-batch threshold is always signed inline, so
+        // queueing would only add waiting.
+        let mode = if !kernel.is_simd() {
             EngineMode::Inline
+        } else if config.mode == EngineMode::Batch && batch_size < small_batch_threshold {
+            tracing::warn!(
+                batch_size,
+                small_batch_threshold,
+                kernel = kernel.name(),
+                "engine.batch_size is below the small-batch threshold, so no batch would \
+                 reach the kernel: signing inline"
+            );
+            EngineMode::Inline
+        } else {
+            config.mode
         };
         OffloadSettings {
             mode,
             kernel,
-            batch_size: config.batch_size.unwrap_or(lanes).clamp(1, 64),
+            batch_size,
             poll_delay: config.poll_delay,
-            small_batch_threshold: config
-                .small_batch_threshold
-                .unwrap_or_else(|| small_batch_threshold(kernel)),
+            small_batch_threshold,
         }
     }
 

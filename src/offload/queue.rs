@@ -114,7 +114,7 @@ pub(super) fn counted_inline(
     message: &[u8],
 ) -> Result<Vec<u8>, OffloadError> {
     let result = key.sign_inline(scheme, message);
-    metrics::record_inline_op(key.kind().label());
+    metrics::record_op(key.kind().label(), "inline");
     result
 }
 
@@ -249,18 +249,22 @@ impl WorkerQueue {
         }
         self.stats.flush(cause, batch.len());
         let results = signer.sign_batch(&ops);
-        self.stats
-            .batch(batch[0].key.kind(), batch.len(), start.elapsed());
+        self.stats.batch(batch.len(), start.elapsed());
         let results: Vec<_> = ops
             .iter()
             .zip(results)
-            .map(|(op, result)| {
-                result.or_else(|_| {
+            .map(|(op, result)| match result {
+                Ok(signature) => {
+                    // Counted per operation: a batch may mix key sizes.
+                    self.stats.batched_op(op.key.kind());
+                    Ok(signature)
+                }
+                Err(_) => {
                     // A fault or refusal in the engine: BoringSSL computes this one instead,
-                    // so the client sees no error.
+                    // so the client sees no error, and it counts as inline, not batched.
                     self.stats.engine_error();
                     self.inline(op, signer)
-                })
+                }
             })
             .collect();
         drop(ops);

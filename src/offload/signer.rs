@@ -58,8 +58,10 @@ pub trait QueueStats {
     fn queue_wait(&self, wait: Duration);
     /// A batch of `ops` operations ran, for `cause` (`Small`: computed one by one).
     fn flush(&self, cause: FlushCause, ops: usize);
-    /// A multi-buffer batch of `ops` operations took `elapsed`.
-    fn batch(&self, kind: KeyKind, ops: usize, elapsed: Duration);
+    /// A multi-buffer batch of `ops` operations took `elapsed`, whatever each result was.
+    fn batch(&self, ops: usize, elapsed: Duration);
+    /// One operation's signature came from a multi-buffer batch (and passed its check).
+    fn batched_op(&self, kind: KeyKind);
     /// One operation was computed inline (small batch, or redone after an engine error).
     fn inline_op(&self, kind: KeyKind, elapsed: Duration);
     /// The engine failed an operation (fault check or refusal); it was redone inline.
@@ -111,11 +113,14 @@ impl QueueStats for MetricsStats {
     fn flush(&self, cause: FlushCause, _ops: usize) {
         metrics::record_flush(cause.label());
     }
-    fn batch(&self, kind: KeyKind, ops: usize, elapsed: Duration) {
-        metrics::record_batch(kind.label(), ops, elapsed);
+    fn batch(&self, ops: usize, elapsed: Duration) {
+        metrics::record_batch(ops, elapsed);
+    }
+    fn batched_op(&self, kind: KeyKind) {
+        metrics::record_op(kind.label(), "batch");
     }
     fn inline_op(&self, kind: KeyKind, _elapsed: Duration) {
-        metrics::record_inline_op(kind.label());
+        metrics::record_op(kind.label(), "inline");
     }
     fn engine_error(&self) {
         metrics::record_engine_error();

@@ -12,6 +12,8 @@ use std::time::Duration;
 struct Seen {
     batches: Vec<usize>,
     flushes: Vec<(FlushCause, usize)>,
+    /// The kind of each operation counted as signed by a batch.
+    batched: Vec<KeyKind>,
     inline: usize,
     engine_errors: usize,
 }
@@ -44,7 +46,10 @@ impl QueueStats for FakeStats {
     fn flush(&self, cause: FlushCause, ops: usize) {
         self.0.borrow_mut().flushes.push((cause, ops));
     }
-    fn batch(&self, _: KeyKind, _: usize, _: Duration) {}
+    fn batch(&self, _: usize, _: Duration) {}
+    fn batched_op(&self, kind: KeyKind) {
+        self.0.borrow_mut().batched.push(kind);
+    }
     fn inline_op(&self, _: KeyKind, _: Duration) {
         self.0.borrow_mut().inline += 1;
     }
@@ -55,13 +60,16 @@ impl QueueStats for FakeStats {
 
 fn key() -> Arc<SigningKey> {
     static KEY: OnceLock<Arc<SigningKey>> = OnceLock::new();
-    KEY.get_or_init(|| {
-        let rsa = boring::rsa::Rsa::generate(2048).expect("key");
-        let pkey = boring::pkey::PKey::from_rsa(rsa).expect("pkey");
-        Arc::new(SigningKey::new(pkey).expect("signing key"))
-    })
-    .clone()
+    KEY.get_or_init(|| rsa_key(2048)).clone()
 }
+
+fn rsa_key(bits: u32) -> Arc<SigningKey> {
+    let rsa = boring::rsa::Rsa::generate(bits).expect("key");
+    let pkey = boring::pkey::PKey::from_rsa(rsa).expect("pkey");
+    Arc::new(SigningKey::new(pkey).expect("signing key"))
+}
+
+const RSA2048: KeyKind = KeyKind::Rsa { bits: 2048 };
 
 fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings {
     OffloadSettings {
@@ -110,12 +118,16 @@ fn handshakes(queue: &Rc<WorkerQueue>, n: usize) -> Vec<HandshakeGuard> {
 }
 
 fn enqueue(queue: &Rc<WorkerQueue>, message: &[u8]) -> PendingSignature {
+    enqueue_with(queue, &key(), message)
+}
+
+fn enqueue_with(
+    queue: &Rc<WorkerQueue>,
+    key: &Arc<SigningKey>,
+    message: &[u8],
+) -> PendingSignature {
     queue
-        .enqueue(
-            &key(),
-            Scheme::RsaPss(super::super::HashAlg::Sha256),
-            message,
-        )
+        .enqueue(key, Scheme::RsaPss(super::super::HashAlg::Sha256), message)
         .expect("queued")
 }
 
@@ -134,6 +146,7 @@ fn a_full_batch_runs_at_once() {
     });
     assert_eq!(seen.batches, [4]);
     assert_eq!(seen.flushes, [(FlushCause::Full, 4)]);
+    assert_eq!(seen.batched, [RSA2048; 4]);
 }
 
 #[test]
@@ -183,6 +196,7 @@ fn a_small_batch_is_signed_inline() {
     });
     assert_eq!(seen.flushes, [(FlushCause::Small, 2)]);
     assert!(seen.batches.is_empty());
+    assert!(seen.batched.is_empty());
     assert_eq!(seen.inline, 2);
 }
 
@@ -197,6 +211,29 @@ fn an_engine_error_is_redone_inline() {
     });
     assert_eq!(seen.batches, [2]);
     assert_eq!((seen.engine_errors, seen.inline), (1, 1));
+    // The failed one counts once, as inline: only the good one as batched.
+    assert_eq!(seen.batched, [RSA2048]);
+}
+
+#[test]
+fn a_batch_of_mixed_key_sizes_counts_each_operation_by_its_own_key() {
+    let larger = rsa_key(3072);
+    let seen = with_queue(settings(3, 1), |queue| async move {
+        let _busy = handshakes(&queue, 5);
+        let pending = [
+            enqueue(&queue, b"a"),
+            enqueue_with(&queue, &larger, b"b"),
+            enqueue(&queue, b"c"),
+        ];
+        for p in pending {
+            p.await.unwrap();
+        }
+    });
+    assert_eq!(seen.batches, [3]);
+    assert_eq!(
+        seen.batched,
+        [RSA2048, KeyKind::Rsa { bits: 3072 }, RSA2048]
+    );
 }
 
 #[test]
