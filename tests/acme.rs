@@ -336,6 +336,112 @@ fn a_fleet_picks_up_each_renewal_ordered_by_one_of_its_members() {
     assert_eq!(pebble.log.count("Issued certificate serial") as f64, orders);
 }
 
+/// The listener's `acme` names in `config` become `names` (a TOML array's inside).
+fn set_acme_names(config: &Path, names: &str) {
+    let text = std::fs::read_to_string(config).unwrap().replace(
+        &format!("acme = {{ names = [\"{NAME}\"] }}"),
+        &format!("acme = {{ names = [{names}] }}"),
+    );
+    std::fs::write(config, text).unwrap();
+}
+
+/// X.509 allows a Common Name of at most 64 characters, and BoringSSL writes no longer
+/// one: a first name longer than that is ordered, and answered, with the name in the
+/// subjectAltName only.
+#[test]
+fn a_name_longer_than_a_common_name_allows_is_ordered() {
+    let long = format!("{}.{}.example", "a".repeat(40), "b".repeat(30));
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    let config = acme_config(dir.path(), &pebble, port, "", "");
+    set_acme_names(&config, &format!("\"{long}\""));
+    let server = Server::start(&config);
+    server.log.wait_for("ACME certificate installed", 0);
+    let root = pebble.root(&dir.path().join("root.pem"));
+    let (verified, _, text) = served(port, &long, &root);
+    assert!(verified, "{text}");
+    assert!(text.contains(&format!("DNS:{long}")), "{text}");
+}
+
+/// A name added to a fleet's certificate keeps its storage name (the first name), so Redis
+/// still holds the certificate for the old names: the member does not take it, it orders
+/// one for every name.
+#[test]
+fn a_fleet_certificate_that_gains_a_name_is_ordered_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    std::fs::write(dir.path().join("fleet.key"), "33".repeat(32)).unwrap();
+    let (first, _) = fleet_member(dir.path(), "a", &pebble, port, &redis);
+    first.log.wait_for("ACME certificate installed", 0);
+    // It lets go of the order lock right after installing; stopped before that, it would
+    // keep the second member waiting for the lock to expire.
+    let mut connection = redis.connection().unwrap();
+    let lock = format!("tlsterm:acme:lock:{NAME}_ecdsa-p256");
+    wait_until("the order lock released", || {
+        let held: bool = redis::cmd("EXISTS")
+            .arg(&lock)
+            .query(&mut connection)
+            .unwrap();
+        !held
+    });
+    drop(first);
+
+    let own = dir.path().join("b");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
+    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
+    let config = acme_config(
+        &own,
+        &pebble,
+        port,
+        "fleet_key_file = \"fleet.key\"",
+        &session,
+    );
+    set_acme_names(&config, &format!("\"{NAME}\", \"more.example\""));
+    let admin = admin_address(&config).unwrap();
+    let second = Server::start(&config);
+    second.log.wait_for("ACME certificate installed", 0);
+    assert_eq!(
+        metric(admin, "tlsterm_acme_orders_total", "result=\"issued\""),
+        1.0
+    );
+    let root = pebble.root(&dir.path().join("root.pem"));
+    let (verified, _, text) = served(port, "more.example", &root);
+    assert!(verified, "{text}");
+    assert!(text.contains("DNS:more.example"), "{text}");
+}
+
+/// In a fleet whose Redis is down, a member orders on its own and answers its own TLS-ALPN-01
+/// challenge: it cannot share the answer, but that does not stop the order.
+#[test]
+fn a_fleet_member_orders_alone_while_redis_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    std::fs::write(dir.path().join("fleet.key"), "44".repeat(32)).unwrap();
+    // Nothing listens there.
+    let session = format!(
+        "[session]\nredis_url = \"redis://127.0.0.1:{}\"",
+        free_port()
+    );
+    let config = acme_config(
+        dir.path(),
+        &pebble,
+        port,
+        "fleet_key_file = \"fleet.key\"",
+        &session,
+    );
+    let server = Server::start(&config);
+    server.log.wait_for("ordering without the fleet lock", 0);
+    server.log.wait_for("ACME certificate installed", 0);
+    let root = pebble.root(&dir.path().join("root.pem"));
+    let (verified, _, text) = served(port, NAME, &root);
+    assert!(verified, "{text}");
+}
+
 #[test]
 fn http01_is_answered_on_the_plain_http_listener_which_redirects_the_rest() {
     let dir = tempfile::tempdir().unwrap();

@@ -18,6 +18,9 @@ const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
 /// Connections served at once; more wait in the kernel's accept queue.
 const MAX_CONNECTIONS: usize = 256;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest one connection may hold a slot, whatever it does: a client that sends
+/// requests and never reads the answers would otherwise keep it for good.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Pending challenges: token → (name, key authorization).
 static PENDING: LazyLock<RwLock<HashMap<String, (String, String)>>> =
@@ -102,11 +105,11 @@ pub fn start(address: SocketAddr) -> anyhow::Result<()> {
                 let service = hyper::service::service_fn(|request| async move {
                     Ok::<_, Infallible>(respond(&request))
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
+                let serving = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                    .serve_connection(TokioIo::new(stream), service);
+                let _ = tokio::time::timeout(CONNECTION_TIMEOUT, serving).await;
                 drop(permit);
             });
         }

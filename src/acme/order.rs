@@ -5,11 +5,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use boring::hash::MessageDigest;
-use boring::nid::Nid;
 use boring::pkey::{PKey, Private};
 use boring::stack::Stack;
 use boring::x509::extension::SubjectAlternativeName;
-use boring::x509::{X509NameBuilder, X509Req};
+use boring::x509::X509Req;
 use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, ChallengeType, ExternalAccountKey,
     Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
@@ -151,19 +150,29 @@ pub async fn order(
                     .try_into()
                     .context("key authorization digest")?;
                 acme_challenge::set(&name, &digest)?;
+                answers.names.push(name.clone());
                 if let Some(fleet) = fleet {
-                    fleet
+                    // Shared so that the members a validation connection may reach answer it
+                    // too. Without Redis this process still answers its own: the order goes
+                    // on (it may then fail validation, which is retried), rather than failing
+                    // here every time while the certificate runs out.
+                    if let Err(err) = fleet
                         .publish_challenge(&name, &digest, config.order_timeout)
-                        .await?;
+                        .await
+                    {
+                        tracing::warn!(%name, error = format!("{err:#}"), "cannot share the ACME challenge answer through Redis; only this process answers it");
+                    }
                 }
             }
-            ChallengeKind::Http01 => http01::set(
-                &name,
-                challenge.token.clone(),
-                key_authorization.as_str().to_string(),
-            ),
+            ChallengeKind::Http01 => {
+                http01::set(
+                    &name,
+                    challenge.token.clone(),
+                    key_authorization.as_str().to_string(),
+                );
+                answers.names.push(name);
+            }
         }
-        answers.names.push(name);
         challenge.set_ready().await?;
     }
     let retries = RetryPolicy::new()
@@ -194,13 +203,12 @@ fn generate_key(key_type: AcmeKeyType) -> anyhow::Result<PKey<Private>> {
     })
 }
 
-/// A PKCS#10 request for `names` (all in the SAN; the first also as CN), DER.
+/// A PKCS#10 request for `names` (all in the SAN; the first also as CN when it fits), DER.
 fn csr(key: &PKey<Private>, names: &[String]) -> anyhow::Result<Vec<u8>> {
     let mut request = X509Req::builder()?;
     request.set_version(0)?;
-    let mut subject = X509NameBuilder::new()?;
-    subject.append_entry_by_nid(Nid::COMMONNAME, &names[0])?;
-    request.set_subject_name(&subject.build())?;
+    let subject = selfsigned::subject_for(&names[0])?;
+    request.set_subject_name(&subject)?;
     request.set_pubkey(key)?;
     let mut san = SubjectAlternativeName::new();
     for name in names {

@@ -155,7 +155,17 @@ impl CertificateTask {
             let account = self.account().await?;
             Ok::<_, anyhow::Error>(account.renewal_info(&id).await?)
         };
-        match asked.await {
+        // The ACME client waits for an answer without limit: a CA that accepts the
+        // connection and never answers would otherwise stop this certificate's renewals.
+        let asked = tokio::time::timeout(self.config.order_timeout, asked)
+            .await
+            .unwrap_or_else(|_| {
+                Err(anyhow::anyhow!(
+                    "no answer within {:?}",
+                    self.config.order_timeout
+                ))
+            });
+        match asked {
             Ok((info, retry_after)) => {
                 let start = SystemTime::from(info.suggested_window.start);
                 let end = SystemTime::from(info.suggested_window.end).max(start);
@@ -254,15 +264,20 @@ impl CertificateTask {
     }
 
     async fn order(&mut self) -> anyhow::Result<Material> {
-        let account = self.account().await?;
         let replaces = self.current.as_ref().and_then(|(_, f)| f.ari_id.clone());
-        let ordering = order::order(
-            &account,
-            &self.config,
-            &self.cert,
-            replaces,
-            self.fleet.as_deref(),
-        );
+        // The account (registered at the first order) is inside the time limit: the ACME
+        // client itself waits for answers without one.
+        let ordering = async {
+            let account = self.account().await?;
+            order::order(
+                &account,
+                &self.config,
+                &self.cert,
+                replaces,
+                self.fleet.as_deref(),
+            )
+            .await
+        };
         let material = tokio::time::timeout(self.config.order_timeout, ordering)
             .await
             .map_err(|_| {
@@ -285,8 +300,11 @@ impl CertificateTask {
         Ok(material)
     }
 
+    /// Whether `material` (from Redis) is usable for this certificate and lasts longer than
+    /// ours. A certificate whose names changed keeps its storage name, so Redis may still
+    /// hold one for the old names: that counts as none, and a new one is ordered.
     fn is_newer(&self, material: &Material) -> bool {
-        let Ok(facts) = material.facts() else {
+        let Ok((_, facts)) = usable(&self.cert, material, SystemTime::now()) else {
             return false;
         };
         match &self.current {
@@ -304,10 +322,14 @@ impl CertificateTask {
         }
     }
 
-    /// Stores, installs and announces a certificate.
+    /// Installs, announces and stores a certificate. It is served even when it cannot be
+    /// stored (a full or read-only disk): ordering it again would only run into the CA's
+    /// rate limits, and the next start orders or takes it from the fleet.
     fn install(&mut self, material: Material, source: &'static str) -> anyhow::Result<()> {
         let (certified, facts) = usable(&self.cert, &material, SystemTime::now())?;
-        self.storage.save(&self.cert, &material)?;
+        if let Err(err) = self.storage.save(&self.cert, &material) {
+            tracing::error!(certificate = %self.cert.id(), error = format!("{err:#}"), "cannot store the ACME certificate; serving it from memory");
+        }
         self.installed
             .lock()
             .expect("acme certificates")

@@ -17,13 +17,12 @@ use std::pin::Pin;
 use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
-use boring::nid::Nid;
 use boring::ssl::{
     AlpnError, ClientHello, ExtensionType, SslContext, SslContextBuilder, SslMethod, SslOptions,
     SslVersion,
 };
 use boring::x509::extension::SubjectAlternativeName;
-use boring::x509::{X509Extension, X509NameBuilder};
+use boring::x509::X509Extension;
 
 use super::selfsigned::{self, SelfSignedKey};
 
@@ -136,9 +135,8 @@ pub fn context_for(sni: Option<&str>) -> Option<SslContext> {
 fn challenge_context(name: &str, digest: &[u8; 32]) -> anyhow::Result<SslContext> {
     // A throwaway key: the certificate proves control of the listener, not of a key.
     let key = selfsigned::new_key(SelfSignedKey::EcdsaP256)?;
-    let mut subject = X509NameBuilder::new()?;
-    subject.append_entry_by_nid(Nid::COMMONNAME, name)?;
-    let cert = selfsigned::sign_self(&key, &subject.build(), 7, |builder| {
+    let subject = selfsigned::subject_for(name)?;
+    let cert = selfsigned::sign_self(&key, &subject, 7, |builder| {
         let san = SubjectAlternativeName::new()
             .dns(name)
             .build(&builder.x509v3_context(None, None))?;

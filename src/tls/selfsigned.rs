@@ -8,7 +8,7 @@ use boring::nid::Nid;
 use boring::pkey::{PKey, Private};
 use boring::rsa::Rsa;
 use boring::x509::extension::{BasicConstraints, SubjectAlternativeName};
-use boring::x509::{X509Builder, X509NameBuilder, X509NameRef, X509};
+use boring::x509::{X509Builder, X509Name, X509NameBuilder, X509NameRef, X509};
 
 pub enum SelfSignedKey {
     Rsa2048,
@@ -24,6 +24,18 @@ pub fn new_key(kind: SelfSignedKey) -> anyhow::Result<PKey<Private>> {
             PKey::from_ec_key(EcKey::generate(&group)?)?
         }
     })
+}
+
+/// The subject of a certificate for the DNS name `name`: the name as its Common Name when it
+/// fits the 64 characters X.509 allows there (RFC 5280, ub-common-name), else empty. CAs and
+/// clients go by the subjectAltName, which always holds the name, so a longer one loses
+/// nothing; BoringSSL refuses to write a longer Common Name at all.
+pub fn subject_for(name: &str) -> anyhow::Result<X509Name> {
+    let mut subject = X509NameBuilder::new()?;
+    if name.len() <= 64 {
+        subject.append_entry_by_nid(Nid::COMMONNAME, name)?;
+    }
+    Ok(subject.build())
 }
 
 /// A certificate for `key` signed by itself: `subject` as subject and issuer, a random
