@@ -312,6 +312,84 @@ async fn proxy_protocol_v1_and_v2_headers() {
     }
 }
 
+/// The built-in backend behind a listener with `proxy_protocol` strips the header: every
+/// path gets the answer it gets without one, on each request of a keep-alive connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_backend_answers_the_same_behind_a_proxy_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_port(), free_port(), free_port()];
+    let listeners: Vec<String> = ports
+        .iter()
+        .zip(["", "proxy_protocol = \"v1\"", "proxy_protocol = \"v2\""])
+        .map(|(port, proxy)| {
+            format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n{proxy}")
+        })
+        .collect();
+    let config = write_config(dir.path(), "", &listeners);
+    let _server = Server::start(&config);
+
+    let paths = ["/", "/bytes/10", "/bytes/100000", "/other"];
+    let mut answers = Vec::new();
+    for (port, proxy) in ports.iter().zip(["none", "v1", "v2"]) {
+        let mut client = tls_connect(*port, "localhost", SslVersion::TLS1_3, &[])
+            .await
+            .unwrap();
+        let mut bodies = Vec::new();
+        for path in paths {
+            let body = http_get(&mut client, path)
+                .await
+                .unwrap_or_else(|err| panic!("PROXY {proxy}, {path}: {err}"));
+            bodies.push(body);
+        }
+        answers.push((proxy, bodies));
+    }
+    let (_, plain) = &answers[0];
+    assert_eq!(plain[1], vec![b'x'; 10]);
+    assert!(String::from_utf8_lossy(&plain[0]).contains("Hello from tlsterm"));
+    for (proxy, bodies) in &answers[1..] {
+        for ((path, body), expected) in paths.iter().zip(bodies).zip(plain) {
+            assert!(
+                body == expected,
+                "PROXY {proxy}, {path}: a different answer"
+            );
+        }
+    }
+}
+
+/// A backend named `localhost:PORT` is reached whichever of the name's addresses it listens
+/// on. Where `localhost` resolves to `::1` and `127.0.0.1` (the usual /etc/hosts), the
+/// backend listens only on the address resolved last, which a pool of the first address
+/// alone refused on every connection; where it resolves to one address (as on a host
+/// whose /etc/hosts lists only `127.0.0.1 localhost`), this only shows that a name works,
+/// and the unit test in `src/server/state.rs` covers a name with several addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_name_reaches_an_address_other_than_its_first() {
+    use std::net::ToSocketAddrs;
+    let resolved: Vec<std::net::SocketAddr> = ("localhost", 0).to_socket_addrs().unwrap().collect();
+    let last = resolved.last().expect("localhost resolves").ip();
+    let backend = tokio::net::TcpListener::bind((last, 0)).await.unwrap();
+    let backend_port = backend.local_addr().unwrap().port();
+    eprintln!("localhost resolves to {resolved:?}; the backend listens on {last} only");
+    let (_dir, _server, port) = start_listener(&format!("localhost:{backend_port}"), "");
+
+    // Several connections: each is relayed, not only the one after a refusal.
+    for round in 0..3u8 {
+        let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+            .await
+            .unwrap();
+        client.write_all(&[round]).await.unwrap();
+        let mut closed = [0u8; 1];
+        let mut upstream = tokio::select! {
+            accepted = backend.accept() => accepted.unwrap().0,
+            // tlsterm closes the client's connection when no backend address answers.
+            _ = client.read(&mut closed) => panic!("connection {round}: no backend reached"),
+        };
+        let mut byte = [0u8; 1];
+        upstream.read_exact(&mut byte).await.unwrap();
+        assert_eq!(byte[0], round);
+    }
+}
+
 /// EOF from one side is passed on as a half-close; the other direction keeps flowing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_is_propagated_both_ways() {

@@ -3,11 +3,17 @@
 //!
 //! `GET /` answers a small page; `GET /bytes/N` answers N bytes. Keep-alive unless the
 //! request says `Connection: close` (or is HTTP/1.0 without keep-alive).
+//!
+//! A listener with `proxy_protocol` opens each backend connection with a PROXY header: the
+//! responder strips one (either version) from the start of a connection, so that it
+//! answers the same with or without, and closes a connection whose header is malformed.
 
 use std::net::SocketAddr;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use super::proxy_protocol::{self, DecodeError};
 
 const MAX_HEADER: usize = 16 * 1024;
 const MAX_BODY_BYTES: u64 = 1 << 34;
@@ -90,9 +96,41 @@ fn parse_request(head: &[u8]) -> Option<Request> {
     })
 }
 
+/// Reads a PROXY header, if the connection starts with one, and drops it from `buffer`;
+/// false when the connection ended first. A malformed header is an error.
+async fn skip_proxy_header(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> std::io::Result<bool> {
+    // Until the first bytes tell a header from an HTTP request, more are needed.
+    while proxy_protocol::may_be_header(buffer) {
+        match proxy_protocol::decode(buffer) {
+            Ok((_, used)) => {
+                buffer.drain(..used);
+                break;
+            }
+            Err(DecodeError::Incomplete) => {
+                let mut chunk = [0u8; 4096];
+                let n = stream.read(&mut chunk).await?;
+                if n == 0 {
+                    return Ok(false);
+                }
+                buffer.extend_from_slice(&chunk[..n]);
+            }
+            Err(DecodeError::Invalid(reason)) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("malformed PROXY header: {reason}"),
+                ));
+            }
+        }
+    }
+    Ok(true)
+}
+
 async fn handle(mut stream: TcpStream) -> std::io::Result<()> {
     let mut buffer = Vec::with_capacity(4096);
     let filler = vec![b'x'; 64 * 1024];
+    if !skip_proxy_header(&mut stream, &mut buffer).await? {
+        return Ok(());
+    }
     loop {
         let head_end = loop {
             if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -198,5 +236,54 @@ mod tests {
         let r = parse_request(b"GET / HTTP/1.0").unwrap();
         assert!(!r.keep_alive);
         assert!(parse_request(b"\xff\xfe").is_none());
+    }
+
+    /// Sends `bytes` in pieces of `piece` bytes, then reads until the responder closes.
+    async fn exchange(address: SocketAddr, bytes: &[u8], piece: usize) -> Vec<u8> {
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        for chunk in bytes.chunks(piece) {
+            stream.write_all(chunk).await.unwrap();
+        }
+        let mut response = Vec::new();
+        // Closing with request bytes unread may reset the connection: what came before
+        // the reset is the answer.
+        let _ = stream.read_to_end(&mut response).await;
+        response
+    }
+
+    #[tokio::test]
+    async fn strips_a_proxy_header_and_closes_on_a_malformed_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener));
+        let request = b"GET /bytes/3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        let plain = exchange(address, request, request.len()).await;
+        assert!(plain.starts_with(b"HTTP/1.1 200 OK\r\n"), "{plain:?}");
+        assert!(plain.ends_with(b"\r\n\r\nxxx"), "{plain:?}");
+
+        let client = "192.0.2.1:40000".parse().unwrap();
+        let local = "127.0.0.1:443".parse().unwrap();
+        let v1 = proxy_protocol::encode_v1(client, local);
+        let v2 = proxy_protocol::encode_v2(client, local, &Default::default());
+        for header in [v1, v2] {
+            let mut bytes = header.clone();
+            bytes.extend_from_slice(request);
+            // Whole, and a byte at a time: the header may arrive in pieces.
+            for piece in [bytes.len(), 1] {
+                let answer = exchange(address, &bytes, piece).await;
+                assert_eq!(answer, plain, "{header:?} in pieces of {piece}");
+            }
+        }
+        // Malformed headers: that connection closes unanswered.
+        let mut unknown_command = proxy_protocol::encode_v2(client, local, &Default::default());
+        unknown_command[12] = 0x2f;
+        for header in [&b"PROXY TCP4 not-an-address\r\n"[..], &unknown_command] {
+            let mut broken = header.to_vec();
+            broken.extend_from_slice(request);
+            assert_eq!(exchange(address, &broken, broken.len()).await, b"");
+        }
+        // The responder still answers others.
+        assert_eq!(exchange(address, request, request.len()).await, plain);
     }
 }

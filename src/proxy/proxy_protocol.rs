@@ -5,7 +5,7 @@
 mod decode;
 mod encode;
 
-pub use decode::{decode, DecodeError, ProxyHeader, SslTlv, Tlv};
+pub use decode::{decode, may_be_header, DecodeError, ProxyHeader, SslTlv, Tlv};
 pub use encode::{encode_v1, encode_v2};
 
 pub const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";

@@ -76,23 +76,42 @@ pub(super) fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec
         .collect()
 }
 
+/// The pool's addresses: every address a backend's name resolves to, in resolution order.
+/// A name such as `localhost` often resolves to `::1` before `127.0.0.1`, and a backend
+/// may listen on only one of them: the pool tries the others when one refuses.
 pub(super) fn resolve_backends(
     backends: &[String],
     builtin: Option<SocketAddr>,
 ) -> anyhow::Result<Vec<SocketAddr>> {
-    backends
-        .iter()
-        .map(|backend| {
-            if backend == BUILTIN_BACKEND {
-                return builtin.context("built-in backend not running");
-            }
-            backend
-                .to_socket_addrs()
-                .with_context(|| format!("cannot resolve backend {backend}"))?
-                .next()
-                .with_context(|| format!("backend {backend} resolves to no address"))
-        })
-        .collect()
+    resolve_backends_with(backends, builtin, |backend| {
+        Ok(backend.to_socket_addrs()?.collect())
+    })
+}
+
+fn resolve_backends_with(
+    backends: &[String],
+    builtin: Option<SocketAddr>,
+    resolve: impl Fn(&str) -> std::io::Result<Vec<SocketAddr>>,
+) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut addresses = Vec::new();
+    for backend in backends {
+        if backend == BUILTIN_BACKEND {
+            addresses.push(builtin.context("built-in backend not running")?);
+            continue;
+        }
+        let mut resolved =
+            resolve(backend).with_context(|| format!("cannot resolve backend {backend}"))?;
+        anyhow::ensure!(
+            !resolved.is_empty(),
+            "backend {backend} resolves to no address"
+        );
+        // Once each: a hosts file may list an address twice, and the pool would then try
+        // a refusing address twice.
+        let mut seen = std::collections::HashSet::new();
+        resolved.retain(|address| seen.insert(*address));
+        addresses.extend(resolved);
+    }
+    Ok(addresses)
 }
 
 /// The certificates ACME provides for a listener (none in a build without ACME).
@@ -209,4 +228,52 @@ pub(super) fn uses_builtin(config: &Config) -> bool {
             std::iter::once(&l.backends).chain(per_name)
         })
         .any(|backends| backends.get_ref().iter().any(|b| b == BUILTIN_BACKEND))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name that resolves to an address nothing listens on before the backend's own
+    /// (as `localhost` gives `::1` before `127.0.0.1` on many systems): every connection
+    /// reaches the backend, over real sockets. The resolver is the test's, so that this
+    /// holds on a machine whose `localhost` has one address.
+    #[tokio::test]
+    async fn a_name_with_several_addresses_puts_them_all_in_the_pool() {
+        let backend = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // Bound but not listening: connections to it are refused.
+        let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+        refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let (refused, listening) = (
+            refusing.local_addr().unwrap(),
+            backend.local_addr().unwrap(),
+        );
+        let several = ["several.test:80".to_string()];
+        let resolve = |name: &str| {
+            assert_eq!(name, "several.test:80");
+            Ok(vec![refused, listening, refused])
+        };
+        let pool = BackendPool::new(
+            resolve_backends_with(&several, None, resolve).unwrap(),
+            std::time::Duration::from_secs(30),
+            std::time::Duration::from_secs(60),
+        );
+        for _ in 0..3 {
+            let (_stream, address) = pool.connect().await.expect("the backend is reachable");
+            assert_eq!(address, listening);
+            backend.accept().await.unwrap();
+        }
+
+        // In resolution order, once each, beside the other backends.
+        let builtin: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let names = [several[0].clone(), "builtin".to_string()];
+        let addresses = resolve_backends_with(&names, Some(builtin), resolve).unwrap();
+        assert_eq!(addresses, [refused, listening, builtin]);
+
+        let none = resolve_backends_with(&names, None, |_| Ok(Vec::new())).unwrap_err();
+        assert_eq!(
+            none.to_string(),
+            "backend several.test:80 resolves to no address"
+        );
+    }
 }

@@ -89,24 +89,40 @@ fn parse_tlvs(mut data: &[u8]) -> Result<Vec<Tlv>, DecodeError> {
     Ok(tlvs)
 }
 
+/// What a v1 header starts with.
+const V1_PREFIX: &[u8] = b"PROXY ";
+
+/// Whether `data` begins the way a header of either version does, or is too short to
+/// tell: when it does not, [`decode`] answers "not a PROXY header" and the stream is
+/// plain application data; when it does, any other [`DecodeError::Invalid`] means a
+/// malformed header.
+pub fn may_be_header(data: &[u8]) -> bool {
+    let agrees = |magic: &[u8]| {
+        let n = data.len().min(magic.len());
+        data[..n] == magic[..n]
+    };
+    agrees(&V2_SIGNATURE) || agrees(V1_PREFIX)
+}
+
 /// Decodes a header at the start of `data`; returns it and the bytes it took.
 pub fn decode(data: &[u8]) -> Result<(ProxyHeader, usize), DecodeError> {
-    if data.len() >= 12 && data[..12] == V2_SIGNATURE {
+    if !may_be_header(data) {
+        return Err(DecodeError::Invalid("not a PROXY header"));
+    }
+    if data.starts_with(&V2_SIGNATURE) {
         return decode_v2(data);
     }
-    let prefix_len = data.len().min(V2_SIGNATURE.len());
-    if data[..prefix_len] == V2_SIGNATURE[..prefix_len] && prefix_len < 12 {
+    if V2_SIGNATURE.starts_with(data) {
+        // Also the empty input: either version may follow.
         return Err(DecodeError::Incomplete);
     }
     decode_v1(data)
 }
 
+/// `data` starts with (a prefix of) "PROXY ".
 fn decode_v1(data: &[u8]) -> Result<(ProxyHeader, usize), DecodeError> {
     // A v1 line is at most 107 bytes including CRLF.
     let window = &data[..data.len().min(107)];
-    if !b"PROXY ".starts_with(&window[..window.len().min(6)]) {
-        return Err(DecodeError::Invalid("not a PROXY header"));
-    }
     let Some(end) = window.windows(2).position(|w| w == b"\r\n") else {
         return if data.len() >= 107 {
             Err(DecodeError::Invalid("v1 line too long"))

@@ -147,3 +147,28 @@ fn garbage_is_invalid() {
         Err(DecodeError::Invalid(_))
     ));
 }
+
+#[test]
+fn may_be_header_tells_application_data_from_a_header() {
+    // Application data: decode says "not a PROXY header", nothing to strip.
+    for data in [&b"GET / HTTP/1.1\r\n"[..], b"POST", b"\r\n\r\nGET", b"x"] {
+        assert!(!may_be_header(data), "{data:?}");
+        assert_eq!(
+            decode(data).unwrap_err(),
+            DecodeError::Invalid("not a PROXY header")
+        );
+    }
+    // Headers, whole, cut short, or malformed after their first bytes.
+    let v2 = encode_v2(addr("[::1]:1"), addr("[::1]:2"), &TlsDetails::default());
+    let v1 = encode_v1(addr("1.2.3.4:5"), addr("6.7.8.9:10"));
+    for data in [
+        &v2[..],
+        &v2[..5],
+        &v1[..],
+        &v1[..3],
+        b"",
+        b"PROXY TCP9 x\r\n",
+    ] {
+        assert!(may_be_header(data), "{data:?}");
+    }
+}
