@@ -383,6 +383,53 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     s.start_without_shared_keys("d", &shared_keys_session(&misnamed.url(), trusting));
 }
 
+/// A Redis that refuses writes but still answers reads (here `min-replicas-to-write` not
+/// met: NOREPLICAS; likewise maxmemory with noeviction, or a read-only replica) still gives
+/// the keys it holds: a process started then shares them, and says once why it cannot store
+/// new ones.
+#[tokio::test]
+async fn ticket_keys_shared_through_redis_that_refuses_writes() {
+    let s = setup();
+    let redis = Redis::start();
+    let session = shared_keys_session(&redis.url(), "");
+    let a = s.start_sharing_keys("a", &session);
+    // A has stored the keys of this epoch and the next; from now on every write fails.
+    let mut c = redis.connection().unwrap();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg(1)
+        .query::<()>(&mut c)
+        .unwrap();
+    let refused = redis::cmd("SET").arg("probe").arg(1).query::<()>(&mut c);
+    assert!(
+        refused.is_err_and(|e| e.code() == Some("NOREPLICAS")),
+        "Redis refuses writes"
+    );
+
+    let b = s.start_sharing_keys("b", &session);
+    let warning = "Redis refuses to store new shared session ticket keys";
+    assert_eq!(b.server.log.count(warning), 1);
+    assert!(b.server.log.contains("NOREPLICAS"), "the reason is logged");
+    assert!(!b.server.log.contains(NO_SHARED_KEYS));
+    let syncs = "op=\"ticket_keys\",result=\"ok\"";
+    assert!(b.metric("tlsterm_session_redis_operations_total", syncs) >= 1.0);
+
+    for version in [SslVersion::TLS1_3, SslVersion::TLS1_2] {
+        let client = Client::new(version);
+        let from_a = client.fresh(a.port).await;
+        assert!(
+            client.resumes(b.port, &from_a).await,
+            "{version:?}: B resumes A's ticket"
+        );
+        let from_b = client.fresh(b.port).await;
+        assert!(
+            client.resumes(a.port, &from_b).await,
+            "{version:?}: A resumes B's ticket"
+        );
+    }
+}
+
 /// In-memory keys: after a rotation, a ticket under the previous key is still accepted
 /// during the grace period, and refused (full handshake) after it.
 #[tokio::test]

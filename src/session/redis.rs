@@ -283,11 +283,19 @@ impl RedisStore {
         };
         let refresh = (rotation / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let task = self.handle.spawn(async move {
+            // Whether Redis refused the last sync's writes: said once when it starts, once
+            // when it stops, not at every sync.
+            let mut writes_refused = false;
             loop {
                 let wall_clock = unix_now();
                 let epochs = shared_epochs(wall_clock, rotation, grace);
                 let (next, r) = (*epochs.end(), rotation.as_secs().max(1));
                 let mut pipe = redis::pipe();
+                // A refused write (maxmemory with noeviction, a read-only replica,
+                // min-replicas-to-write not met) must not cost the read: with the keys
+                // Redis already holds, the fleet still resumes each other's tickets. Each
+                // command's reply comes back on its own instead of failing the pipeline.
+                pipe.ignore_errors();
                 for epoch in [next - 1, next] {
                     // The key lives until it no longer decrypts, plus a rotation of margin.
                     let expires = Duration::from_secs((epoch + 2) * r) + grace;
@@ -300,14 +308,37 @@ impl RedisStore {
                         .arg("NX")
                         .arg("PX")
                         .arg(ttl);
-                    pipe.add_command(set).ignore();
+                    pipe.add_command(set);
                     fresh.zeroize();
                 }
                 let names: Vec<String> = epochs.clone().map(|e| format!("{prefix}{e}")).collect();
                 pipe.cmd("MGET").arg(names);
-                let request = pipe.query_async::<(Vec<Option<Vec<u8>>>,)>(&mut connection);
-                let outcome = match tokio::time::timeout(timeout, request).await {
-                    Ok(Ok((mut values,))) => {
+                type Replies = (
+                    redis::RedisResult<redis::Value>,
+                    redis::RedisResult<redis::Value>,
+                    redis::RedisResult<Vec<Option<Vec<u8>>>>,
+                );
+                let request = pipe.query_async::<Replies>(&mut connection);
+                let replies = tokio::time::timeout(timeout, request).await;
+                let read = replies.map(|replies| {
+                    let (current, following, read) = replies?;
+                    // A server error names neither the keys nor the URL, only the reason
+                    // (e.g. NOREPLICAS, OOM, READONLY).
+                    match current.and(following) {
+                        Err(err) if !writes_refused => {
+                            writes_refused = true;
+                            tracing::warn!(error = %err, "Redis refuses to store new shared session ticket keys: the keys it holds are still read, but past the last of them each process encrypts tickets with keys of its own");
+                        }
+                        Ok(_) if writes_refused => {
+                            writes_refused = false;
+                            tracing::info!("Redis stores shared session ticket keys again");
+                        }
+                        _ => {}
+                    }
+                    read
+                });
+                let outcome = match read {
+                    Ok(Ok(mut values)) => {
                         let mut keys = Vec::new();
                         for (epoch, value) in epochs.zip(values.iter()) {
                             let Some(value) = value else { continue };

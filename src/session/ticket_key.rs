@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-use zeroize::Zeroize;
+use zeroize::{Zeroize, Zeroizing};
 
 /// Bytes of one key in the key file: name (16), HMAC-SHA256 key (32), AES-256 key (32).
 pub const KEY_FILE_ENTRY_LEN: usize = 80;
@@ -78,7 +78,9 @@ pub fn parse_key_file(path: &Path, text: &str) -> anyhow::Result<Vec<TicketKey>>
             continue;
         }
         let at = || format!("{}:{}", path.display(), number + 1);
-        let mut bytes = boring::base64::decode_block(line)
+        // Wiped when dropped, on every path: a line of the wrong length returns early.
+        let bytes = boring::base64::decode_block(line)
+            .map(Zeroizing::new)
             .map_err(|_| anyhow::anyhow!("{}: ticket key is not valid base64", at()))?;
         anyhow::ensure!(
             bytes.len() == KEY_FILE_ENTRY_LEN,
@@ -87,7 +89,7 @@ pub fn parse_key_file(path: &Path, text: &str) -> anyhow::Result<Vec<TicketKey>>
             bytes.len()
         );
         let key = TicketKey::from_bytes(bytes.as_slice().try_into().expect("80 bytes"));
-        bytes.zeroize();
+        drop(bytes);
         anyhow::ensure!(
             !keys.iter().any(|k| k.name == key.name),
             "{}: two ticket keys have the same name (first 16 bytes)",
