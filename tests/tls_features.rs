@@ -107,9 +107,9 @@ async fn required_client_certificate_is_enforced_and_identity_reaches_the_backen
     );
     let ssl = header.ssl().expect("SSL TLV");
     assert_eq!(
-        ssl.client & 0x03,
-        0x03,
-        "PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN"
+        ssl.client & 0x07,
+        0x07,
+        "PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN | PP2_CLIENT_CERT_SESS (a full handshake)"
     );
     assert_eq!(ssl.verify, 0, "verified");
     assert_eq!(ssl.get(PP2_SUBTYPE_SSL_CN), Some(&b"alice"[..]));

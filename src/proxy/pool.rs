@@ -65,23 +65,18 @@ impl BackendPool {
         }
     }
 
-    /// Connects to the next healthy backend, trying the others in turn if it fails.
-    /// When every backend is marked down they are all tried anyway: the marks are a
-    /// hint, and refusing without trying would turn a short outage into a longer one.
+    /// Connects to the next healthy backend, trying the others in turn if it fails, and
+    /// then those marked down: the marks are a hint (a backend may have come back before
+    /// its mark ends), and refusing without trying would turn a short outage into a
+    /// longer one.
     pub async fn connect(&self) -> Result<(TcpStream, SocketAddr), ConnectError> {
         let count = self.backends.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let now = now_micros();
-        let order = (0..count).map(|i| &self.backends[(start + i) % count]);
-        let healthy: Vec<&Backend> = order
-            .clone()
-            .filter(|b| b.down_until.load(Ordering::Relaxed) <= now)
-            .collect();
-        let candidates = if healthy.is_empty() {
-            order.collect()
-        } else {
-            healthy
-        };
+        let (healthy, marked): (Vec<&Backend>, Vec<&Backend>) = (0..count)
+            .map(|i| &self.backends[(start + i) % count])
+            .partition(|b| b.down_until.load(Ordering::Relaxed) <= now);
+        let candidates: Vec<&Backend> = healthy.into_iter().chain(marked).collect();
         let mut last = String::new();
         for backend in &candidates {
             let attempt = Instant::now();
@@ -106,5 +101,37 @@ impl BackendPool {
             tried: candidates.len(),
             last,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend marked down may be back before its mark ends: when the healthy ones fail,
+    /// the pool tries it rather than refusing the client.
+    #[tokio::test]
+    async fn a_marked_backend_is_tried_when_the_healthy_ones_fail() {
+        // `a` is bound but not listening (it refuses) until the test makes it listen.
+        let a = tokio::net::TcpSocket::new_v4().unwrap();
+        a.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (a_address, b_address) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        let pool = BackendPool::new(
+            vec![a_address, b_address],
+            Duration::from_secs(30),
+            Duration::from_secs(600),
+        );
+        // `a` refuses and is marked down for ten minutes; `b` answers.
+        let (_stream, reached) = pool.connect().await.expect("b answers");
+        assert_eq!(reached, b_address);
+        // Now `a` is back and `b` is gone.
+        let a = a.listen(16).unwrap();
+        drop(b);
+        for _ in 0..2 {
+            let (_stream, reached) = pool.connect().await.expect("a is back");
+            assert_eq!(reached, a_address);
+            a.accept().await.unwrap();
+        }
     }
 }

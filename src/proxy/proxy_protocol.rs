@@ -21,6 +21,7 @@ pub const PP2_SUBTYPE_SSL_KEY_ALG: u8 = 0x25;
 pub const PP2_SUBTYPE_SSL_CN: u8 = 0x22;
 pub const PP2_CLIENT_SSL: u8 = 0x01;
 pub const PP2_CLIENT_CERT_CONN: u8 = 0x02;
+pub const PP2_CLIENT_CERT_SESS: u8 = 0x04;
 /// tlsterm's custom TLVs (the range 0xE0-0xEF is reserved for applications): the verified
 /// client certificate's subject (an RFC 4514 string), its subject alternative names (one
 /// TLV per name, `DNS:`/`IP:`/`email:`/`URI:` prefixed; the TLV's length delimits it, so
@@ -58,6 +59,9 @@ pub struct TlsDetails {
     pub client_cert: Option<ClientIdentity>,
     /// The client sent 0-RTT data that tlsterm accepted.
     pub early_data: bool,
+    /// The session was resumed: a client certificate, if any, was presented on the
+    /// connection that made the session, not on this one.
+    pub resumed: bool,
 }
 
 #[cfg(test)]

@@ -118,6 +118,7 @@ impl Negotiated {
             key_alg: None,
             client_cert: self.client_cert.clone(),
             early_data: self.early_data,
+            resumed: self.resumed,
         }
     }
 }

@@ -121,9 +121,12 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
     if tls.early_data {
         push_tlv(&mut body, PP2_TYPE_TLSTERM_EARLY_DATA, &[1]);
     }
-    let client_bits = match tls.client_cert {
-        Some(_) => PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN,
-        None => PP2_CLIENT_SSL,
+    // CERT_SESS: the session was established with a client certificate; CERT_CONN: it
+    // was presented on this very connection (a full handshake), as HAProxy reports them.
+    let client_bits = match (&tls.client_cert, tls.resumed) {
+        (Some(_), false) => PP2_CLIENT_SSL | PP2_CLIENT_CERT_SESS | PP2_CLIENT_CERT_CONN,
+        (Some(_), true) => PP2_CLIENT_SSL | PP2_CLIENT_CERT_SESS,
+        (None, _) => PP2_CLIENT_SSL,
     };
     let mut ssl = vec![client_bits];
     // `verify` is zero only for a presented and verified client certificate.

@@ -26,6 +26,7 @@ fn v2_round_trip_with_tlvs() {
         key_alg: Some("RSA2048".into()),
         client_cert: None,
         early_data: true,
+        resumed: false,
     };
     let bytes = encode_v2(addr("10.0.0.1:1234"), addr("10.0.0.2:443"), &tls);
     assert_eq!(&bytes[..12], &V2_SIGNATURE);
@@ -59,6 +60,7 @@ fn oversized_client_certificate_fields_are_left_out_and_marked() {
             sha256_hex: "00".repeat(32),
         }),
         early_data: false,
+        resumed: false,
     };
     let bytes = encode_v2(addr("[::1]:1"), addr("[::1]:2"), &tls);
     let (header, used) = decode(&bytes).unwrap();
@@ -171,4 +173,26 @@ fn may_be_header_tells_application_data_from_a_header() {
     ] {
         assert!(may_be_header(data), "{data:?}");
     }
+}
+
+/// As HAProxy sets them: CERT_SESS whenever the session was made with a client certificate,
+/// CERT_CONN only when it was presented on this connection (not on a resumed session).
+#[test]
+fn client_certificate_bits_tell_a_resumed_session_from_a_full_handshake() {
+    let client_bits = |tls: &TlsDetails| {
+        let bytes = encode_v2(addr("10.0.0.1:1"), addr("10.0.0.2:2"), tls);
+        decode(&bytes).unwrap().0.ssl().expect("SSL TLV").client
+    };
+    let mut tls = TlsDetails {
+        client_cert: Some(ClientIdentity::default()),
+        ..TlsDetails::default()
+    };
+    assert_eq!(
+        client_bits(&tls),
+        PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN | PP2_CLIENT_CERT_SESS
+    );
+    tls.resumed = true;
+    assert_eq!(client_bits(&tls), PP2_CLIENT_SSL | PP2_CLIENT_CERT_SESS);
+    tls.client_cert = None;
+    assert_eq!(client_bits(&tls), PP2_CLIENT_SSL);
 }
