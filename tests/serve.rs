@@ -663,6 +663,106 @@ async fn sighup_opens_and_closes_listeners() {
     assert!(warning.contains("max_connections"), "{warning}");
 }
 
+/// The leaf's notAfter in `pem`, in seconds since the Unix epoch.
+fn not_after_unix(pem: &[u8]) -> f64 {
+    let cert = boring::x509::X509::from_pem(pem).unwrap();
+    let epoch = boring::asn1::Asn1Time::from_unix(0).unwrap();
+    let diff = epoch.diff(cert.not_after()).unwrap();
+    f64::from(diff.days) * 86_400.0 + f64::from(diff.secs)
+}
+
+/// The certificate-expiry gauge describes the certificates being served: a reload that
+/// read renewed certificate files but was then refused (a new listener's port is taken)
+/// leaves it at the old certificate's expiry, so an alert on it does not go quiet while
+/// the old certificate still serves. The reload that succeeds publishes the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_reload_keeps_the_served_certificate_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = format!("[admin]\naddress = \"127.0.0.1:{}\"\n", free_port());
+    let admin: std::net::SocketAddr = header.split('"').nth(1).unwrap().parse().unwrap();
+    let port = free_port();
+    // The old certificate expires in 2 days, the renewed one in 30.
+    let (old_cert, old_key) = make_cert(dir.path(), "old", "renew.test", KeyType::EcdsaP256);
+    let renewed = |ext: &str| dir.path().join(format!("renewed.{ext}"));
+    run(Command::new("openssl")
+        .args(["req", "-x509", "-nodes", "-days", "30", "-newkey", "ec"])
+        .args(["-pkeyopt", "ec_paramgen_curve:P-256", "-keyout"])
+        .arg(renewed("key"))
+        .arg("-out")
+        .arg(renewed("pem"))
+        .args([
+            "-subj",
+            "/CN=renew.test",
+            "-addext",
+            "subjectAltName=DNS:renew.test",
+        ]));
+    let live = |ext: &str| dir.path().join(format!("live.{ext}"));
+    std::fs::copy(&old_cert, live("pem")).unwrap();
+    std::fs::copy(&old_key, live("key")).unwrap();
+    let old_pem = std::fs::read(&old_cert).unwrap();
+    let new_pem = std::fs::read(renewed("pem")).unwrap();
+    let (old_expiry, new_expiry) = (not_after_unix(&old_pem), not_after_unix(&new_pem));
+    assert!(new_expiry > old_expiry + 86_400.0);
+
+    let listener = |port: u16| {
+        format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n{}",
+            cert_block(&live("pem"), &live("key"), "")
+        )
+    };
+    let config = write_config(dir.path(), &header, &[listener(port)]);
+    let server = Server::start(&config);
+    let expiry = || {
+        metric(
+            admin,
+            "tlsterm_certificate_expiry_seconds",
+            "name=\"renew.test\"",
+        )
+    };
+    assert_eq!(expiry(), old_expiry);
+    let served = || async {
+        let client = tls_connect(port, "renew.test", SslVersion::TLS1_3, &[])
+            .await
+            .unwrap();
+        client.ssl().peer_certificate().unwrap().to_der().unwrap()
+    };
+    let old_der = boring::x509::X509::from_pem(&old_pem)
+        .unwrap()
+        .to_der()
+        .unwrap();
+    let new_der = boring::x509::X509::from_pem(&new_pem)
+        .unwrap()
+        .to_der()
+        .unwrap();
+    assert_eq!(served().await, old_der);
+
+    // Renewed files, and a new listener on a port that is taken: refused after the
+    // renewed certificate was read.
+    std::fs::copy(renewed("pem"), live("pem")).unwrap();
+    std::fs::copy(renewed("key"), live("key")).unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    write_config(dir.path(), &header, &[listener(port), listener(taken_port)]);
+    let verdict = server.reload();
+    assert!(verdict.contains("reload refused"), "{verdict}");
+    assert!(
+        verdict.contains(&format!("cannot bind 127.0.0.1:{taken_port}")),
+        "{verdict}"
+    );
+    assert_eq!(served().await, old_der, "the old certificate still serves");
+    assert_eq!(
+        expiry(),
+        old_expiry,
+        "the gauge shows the served certificate"
+    );
+
+    // Without the taken port the reload goes through, and the gauge follows.
+    write_config(dir.path(), &header, &[listener(port)]);
+    assert!(server.reload().contains("reloaded"));
+    assert_eq!(served().await, new_der);
+    assert_eq!(expiry(), new_expiry);
+}
+
 /// Connections the kernel had completed on a listener that a reload removes (waiting in its
 /// accept queue) are served, not reset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,8 +29,8 @@ use listener::{bind_per_worker, open, Listener};
 use serving::Serving;
 #[cfg(not(feature = "acme"))]
 use state::no_acme_in_this_build;
-use state::uses_builtin;
 pub use state::{build_states, ListenerState};
+use state::{publish_expiry, uses_builtin};
 
 /// What the workers share.
 pub struct ProcessWide {
@@ -85,10 +85,14 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let acme_plan = acme.prepare(&config)?;
     #[cfg(feature = "acme")]
     let states = build_states(&config, builtin, &sessions, Some(&acme))?;
+    #[cfg(feature = "acme")]
+    publish_expiry(&states, Some(&acme));
     #[cfg(not(feature = "acme"))]
     let states = {
         no_acme_in_this_build(&config)?;
-        build_states(&config, builtin, &sessions, None)?
+        let states = build_states(&config, builtin, &sessions, None)?;
+        publish_expiry(&states, None);
+        states
     };
     let early_data = config.listeners.iter().any(|l| *l.early_data.get_ref());
     if early_data && config.session.ticket_key_file.is_some() && config.session.redis_url.is_none()

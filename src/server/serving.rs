@@ -13,9 +13,9 @@ use super::listener::{bind_per_worker, open, Listener};
 use super::metrics;
 #[cfg(not(feature = "acme"))]
 use super::state::no_acme_in_this_build;
-use super::state::{build_states, AcmeCertificates};
+use super::state::{build_states, publish_expiry, AcmeCertificates};
 #[cfg(feature = "acme")]
-use super::state::{build_tls, publish_expiry, ListenerState};
+use super::state::{build_tls, ListenerState};
 use super::{worker, ConfigSource, ProcessWide};
 use crate::config::ProcessSettings;
 use crate::offload::OffloadSettings;
@@ -108,7 +108,9 @@ impl Serving {
     fn try_reload(&mut self) -> anyhow::Result<()> {
         let new = self.source.load()?;
         // Everything that can fail is done first (contexts built, new sockets bound); the
-        // `[session]` part is committed last of those.
+        // `[session]` part is committed last of those. What the new configuration shows
+        // outside (the certificate-expiry gauge, OCSP fetch timing) follows only once it
+        // serves: a refused reload leaves the old configuration's in place.
         #[cfg(feature = "acme")]
         let acme_plan = self.acme.prepare(&new)?;
         #[cfg(not(feature = "acme"))]
@@ -122,9 +124,9 @@ impl Serving {
                 opened.push((Listener::new(state.clone()), sockets));
             }
         }
-        crate::tls::ocsp_fetch::configure(&new.ocsp);
         self.sessions.reload(&new.session)?;
         self.session_config = new.session.clone();
+        crate::tls::ocsp_fetch::configure(&new.ocsp);
 
         let mut unapplied = self.started_with.changed_keys(&new.process_settings());
         #[cfg(feature = "acme")]
@@ -158,6 +160,8 @@ impl Serving {
             tracing::info!(address = %listener.address, "listener opened");
             self.listeners.push(listener);
         }
+        // `fresh` is now what every listener serves.
+        publish_expiry(&fresh, self.acme());
         self.shared
             .log_connections
             .store(new.log.connections, std::sync::atomic::Ordering::Relaxed);

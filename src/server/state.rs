@@ -158,7 +158,8 @@ pub(super) fn no_acme_in_this_build(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Publishes the expiry of every certificate the listeners serve.
+/// Publishes the expiry of every certificate the listeners serve. Only for states in
+/// service: at start, after a reload that succeeded, after an ACME install.
 pub(super) fn publish_expiry(states: &[Arc<ListenerState>], acme: AcmeCertificates<'_>) {
     let acme: Vec<CertifiedKey> = states
         .iter()
@@ -173,13 +174,16 @@ pub(super) fn publish_expiry(states: &[Arc<ListenerState>], acme: AcmeCertificat
 }
 
 /// Builds every listener's state; fails as a whole so a broken reload changes nothing.
+/// Publishes nothing: a reload can still be refused after this (a new listener's port
+/// taken, say), and then the certificate-expiry gauge must go on describing the
+/// certificates that serve. The caller publishes once the states are in service.
 pub fn build_states(
     config: &Config,
     builtin: Option<SocketAddr>,
     sessions: &Sessions,
     acme: AcmeCertificates<'_>,
 ) -> anyhow::Result<Vec<Arc<ListenerState>>> {
-    let states = config
+    config
         .listeners
         .iter()
         .map(|listener| {
@@ -214,9 +218,7 @@ pub fn build_states(
                 metrics: metrics::ListenerMetrics::new(listener.address()),
             }))
         })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    publish_expiry(&states, acme);
-    Ok(states)
+        .collect::<anyhow::Result<Vec<_>>>()
 }
 
 pub(super) fn uses_builtin(config: &Config) -> bool {
