@@ -173,6 +173,39 @@ fn first_issuance_chains_to_pebble_and_a_restart_reuses_it() {
     assert_eq!(pebble.log.count("Issued certificate serial"), 2);
 }
 
+/// An ECDSA and an RSA certificate for one name are ordered at once. A validation
+/// connection carries only the name, so the two orders cannot both have an answer pending
+/// for it: they take turns, and each validates at its first attempt.
+#[test]
+fn two_key_types_for_one_name_are_validated_in_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    let config = acme_config(dir.path(), &pebble, port, "", "");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "acme = { names = [\"a.example\"] }",
+        "acme = { names = [\"a.example\"], key_types = [\"ecdsa-p256\", \"rsa-2048\"] }",
+    );
+    std::fs::write(&config, text).unwrap();
+    let admin = admin_address(&config).unwrap();
+    let server = Server::start(&config);
+    server.log.wait_for_count("ACME certificate installed", 2);
+
+    let log = server.log.text();
+    assert!(!log.contains("ACME order failed"), "{log}");
+    assert_eq!(
+        metric(admin, "tlsterm_acme_orders_total", "result=\"failed\""),
+        0.0
+    );
+    assert_eq!(
+        metric(admin, "tlsterm_acme_orders_total", "result=\"issued\""),
+        2.0
+    );
+    // Pebble reuses no authorization here: each order's own was validated.
+    assert_eq!(pebble.log.count("set VALID by completed challenge"), 2);
+    assert_eq!(pebble.log.count("set INVALID"), 0, "{}", pebble.log.text());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_lived_certificates_are_renewed_while_connections_relay() {
     let dir = tempfile::tempdir().unwrap();
@@ -334,6 +367,57 @@ fn a_fleet_picks_up_each_renewal_ordered_by_one_of_its_members() {
         "orders {orders}, installed from the fleet {shared}"
     );
     assert_eq!(pebble.log.count("Issued certificate serial") as f64, orders);
+}
+
+/// Redis's `INFO stats` counter `field`.
+fn redis_stat(connection: &mut redis::Connection, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query(connection).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Any client may send a validation ClientHello, with any name: a fleet member asks Redis
+/// for the answers to names it orders certificates for only, and over its one connection.
+#[test]
+fn a_fleet_member_looks_up_challenge_answers_only_for_its_own_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    std::fs::write(dir.path().join("fleet.key"), "55".repeat(32)).unwrap();
+    let (server, _) = fleet_member(dir.path(), "a", &pebble, port, &redis);
+    server.log.wait_for("ACME certificate installed", 0);
+
+    let mut connection = redis.connection().unwrap();
+    let stats = |connection: &mut redis::Connection| {
+        (
+            redis_stat(connection, "total_connections_received"),
+            redis_stat(connection, "keyspace_misses"),
+        )
+    };
+    let validate = |name: &str| {
+        let out = s_client(port, &["-servername", name, "-alpn", "acme-tls/1"], "");
+        assert!(!out.contains("BEGIN CERTIFICATE"), "{name}: {out}");
+    };
+    let (connections, misses) = stats(&mut connection);
+    validate("other.example");
+    assert_eq!(
+        stats(&mut connection),
+        (connections, misses),
+        "a name not ordered here is refused without asking Redis"
+    );
+    // Its own name, with no challenge pending anywhere (the answer its order shared is
+    // gone): asked, one GET that finds nothing, over the connection the member has.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("tlsterm:acme:challenge:{NAME}"))
+        .query(&mut connection)
+        .unwrap();
+    validate(NAME);
+    assert_eq!(stats(&mut connection), (connections, misses + 1));
 }
 
 /// The listener's `acme` names in `config` become `names` (a TOML array's inside).

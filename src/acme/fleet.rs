@@ -3,10 +3,12 @@
 //! the `[acme] fleet_key_file` key; Redis is not a secret store), so the others install it
 //! instead of ordering their own.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use boring::symm::{decrypt_aead, encrypt_aead, Cipher};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use zeroize::Zeroizing;
 
 use super::store::Material;
@@ -18,6 +20,9 @@ const PREFIX: &str = "tlsterm:acme:";
 
 pub struct Fleet {
     client: redis::Client,
+    /// One connection for all requests (made at the first, remade after failures): a
+    /// validation connection's lookup must not cost Redis a new connection each time.
+    connection: Mutex<Option<ConnectionManager>>,
     key: Zeroizing<[u8; 32]>,
     /// Bounds every request: a Redis that does not answer fails the attempt (retried later).
     timeout: Duration,
@@ -30,20 +35,32 @@ impl Fleet {
     pub fn new(client: redis::Client, key: Zeroizing<[u8; 32]>) -> Fleet {
         Fleet {
             client,
+            connection: Mutex::new(None),
             key,
             timeout: Duration::from_secs(5),
         }
     }
 
-    async fn connection(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-        let connecting = self.client.get_multiplexed_async_connection();
-        Ok(tokio::time::timeout(self.timeout, connecting)
-            .await
-            .context("Redis did not answer")??)
+    /// The shared connection; its I/O runs on the runtime of the first caller (the ACME
+    /// tasks' runtime: the lookups of validation connections are sent there too).
+    fn connection(&self) -> anyhow::Result<ConnectionManager> {
+        let mut connection = self.connection.lock().expect("fleet connection");
+        if let Some(connection) = &*connection {
+            return Ok(connection.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_secs(1));
+        let made = ConnectionManager::new_lazy_with_config(self.client.clone(), config)?;
+        *connection = Some(made.clone());
+        Ok(made)
     }
 
     async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> anyhow::Result<T> {
-        let mut connection = self.connection().await?;
+        let mut connection = self.connection()?;
         let request = command.query_async(&mut connection);
         Ok(tokio::time::timeout(self.timeout, request)
             .await

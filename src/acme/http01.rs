@@ -33,11 +33,10 @@ pub fn set(name: &str, token: String, key_authorization: String) {
         .insert(token, (name.to_ascii_lowercase(), key_authorization));
 }
 
-pub fn clear(name: &str) {
-    PENDING
-        .write()
-        .expect("challenge table")
-        .retain(|_, (pending, _)| pending != name);
+/// The challenge with `token` is over. By token, not by name: another order's challenge
+/// for the same name (another key type) has a token of its own and stays answered.
+pub fn clear(token: &str) {
+    PENDING.write().expect("challenge table").remove(token);
 }
 
 fn respond(request: &Request<Incoming>) -> Response<Full<Bytes>> {

@@ -187,6 +187,13 @@ impl Acme {
             .lock()
             .expect("acme certificates")
             .retain(|cert, _| wanted.contains(cert));
+        // Validation connections for other names are refused without asking the fleet.
+        crate::tls::acme_challenge::set_ordered_names(
+            wanted
+                .iter()
+                .flat_map(|cert| &cert.names)
+                .map(String::as_str),
+        );
         let Some(ca) = &self.ca else {
             return Ok(());
         };
@@ -224,12 +231,27 @@ impl Acme {
         Ok(())
     }
 
-    /// How validation connections reaching this process learn another one's answer.
+    /// How validation connections reaching this process learn another one's answer (the
+    /// fleet shares TLS-ALPN-01 answers only).
     fn fleet_lookup(&self) -> Option<crate::tls::acme_challenge::FleetLookup> {
-        let fleet = self.ca.as_ref()?.fleet.clone()?;
+        let ca = self.ca.as_ref()?;
+        if ca.config.challenge != crate::config::ChallengeKind::TlsAlpn01 {
+            return None;
+        }
+        let fleet = ca.fleet.clone()?;
+        // Asked on this runtime (the ACME tasks'), where the fleet's one Redis connection
+        // lives, whichever worker's handshake waits for the answer.
+        let runtime = tokio::runtime::Handle::try_current().ok();
         Some(Arc::new(move |name| {
             let fleet = fleet.clone();
-            Box::pin(async move { fleet.challenge(&name).await.ok().flatten() })
+            let asking = async move { fleet.challenge(&name).await.ok().flatten() };
+            match &runtime {
+                Some(runtime) => {
+                    let asked = runtime.spawn(asking);
+                    Box::pin(async move { asked.await.ok().flatten() })
+                }
+                None => Box::pin(asking),
+            }
         }))
     }
 

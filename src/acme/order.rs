@@ -1,6 +1,12 @@
 //! One ACME order (RFC 8555) through instant-acme: the account, the challenges answered
 //! by this process, a fresh key and its CSR, and the issued chain.
+//!
+//! Orders of this process whose names overlap (a listener's ECDSA and RSA certificates
+//! for the same names) take turns: a CA's validation connection carries only the name,
+//! so two answers pending for one name would make one of the orders fail.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -13,6 +19,7 @@ use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, ChallengeType, ExternalAccountKey,
     Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
+use tokio::sync::OwnedMutexGuard;
 use zeroize::Zeroizing;
 
 use super::fleet::Fleet;
@@ -79,18 +86,56 @@ fn decode_hmac_key(text: &str) -> Option<Zeroizing<Vec<u8>>> {
         .map(Zeroizing::new)
 }
 
-/// Removes the answers to this order's challenges however the order ends.
+/// One turn per lower-case name, shared by the orders in progress that name it.
+static TURNS: LazyLock<Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>> =
+    LazyLock::new(Mutex::default);
+
+fn turn_for(name: &str) -> Arc<tokio::sync::Mutex<()>> {
+    let mut turns = TURNS.lock().expect("order turns");
+    // Names no order holds or waits for any more (removed by a reload, say) go.
+    turns.retain(|_, turn| turn.strong_count() > 0);
+    if let Some(turn) = turns.get(name).and_then(Weak::upgrade) {
+        return turn;
+    }
+    let turn = Arc::default();
+    turns.insert(name.to_string(), Arc::downgrade(&turn));
+    turn
+}
+
+/// Waits until no other order of this process has challenges pending for any of `names`,
+/// and keeps it so while the guards live. The turns are taken in the names' sorted order,
+/// so that orders for overlapping sets of names cannot each hold what the other waits for.
+async fn take_turns(names: &[String]) -> Vec<OwnedMutexGuard<()>> {
+    let mut names: Vec<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
+    names.sort();
+    names.dedup();
+    let mut held = Vec::with_capacity(names.len());
+    for name in names {
+        held.push(turn_for(&name).lock_owned().await);
+    }
+    held
+}
+
+/// An answer this order set, to remove when it ends.
+enum Answer {
+    TlsAlpn01(String, acme_challenge::AnswerId),
+    Http01 { token: String },
+}
+
+/// Removes the answers to this order's challenges however the order ends, then lets the
+/// next order for its names answer theirs.
 struct Answers {
-    names: Vec<String>,
-    kind: ChallengeKind,
+    set: Vec<Answer>,
+    /// Dropped after `drop` has removed the answers (fields drop after `Drop::drop`).
+    _turns: Vec<OwnedMutexGuard<()>>,
 }
 
 impl Drop for Answers {
     fn drop(&mut self) {
-        for name in &self.names {
-            match self.kind {
-                ChallengeKind::TlsAlpn01 => acme_challenge::clear(name),
-                ChallengeKind::Http01 => http01::clear(name),
+        for answer in &self.set {
+            match answer {
+                Answer::TlsAlpn01(name, id) => acme_challenge::clear(name, *id),
+                Answer::Http01 { token } => http01::clear(token),
             }
         }
     }
@@ -105,6 +150,12 @@ pub async fn order(
     fleet: Option<&Fleet>,
 ) -> anyhow::Result<Material> {
     let identifiers: Vec<Identifier> = cert.names.iter().cloned().map(Identifier::Dns).collect();
+    // Before the order is placed: the CA may then find the names already validated by the
+    // order that had the turn (authorization reuse), with no challenge left to answer.
+    let mut answers = Answers {
+        set: Vec::new(),
+        _turns: take_turns(&cert.names).await,
+    };
     let mut order = match replaces {
         Some(replaces) => match account
             .new_order(&NewOrder::new(&identifiers).replaces(replaces))
@@ -120,10 +171,6 @@ pub async fn order(
             Err(err) => return Err(err.into()),
         },
         None => account.new_order(&NewOrder::new(&identifiers)).await?,
-    };
-    let mut answers = Answers {
-        names: Vec::new(),
-        kind: config.challenge,
     };
     let mut authorizations = order.authorizations();
     while let Some(authorization) = authorizations.next().await {
@@ -149,8 +196,8 @@ pub async fn order(
                     .as_ref()
                     .try_into()
                     .context("key authorization digest")?;
-                acme_challenge::set(&name, &digest)?;
-                answers.names.push(name.clone());
+                let id = acme_challenge::set(&name, &digest)?;
+                answers.set.push(Answer::TlsAlpn01(name.clone(), id));
                 if let Some(fleet) = fleet {
                     // Shared so that the members a validation connection may reach answer it
                     // too. Without Redis this process still answers its own: the order goes
@@ -170,7 +217,9 @@ pub async fn order(
                     challenge.token.clone(),
                     key_authorization.as_str().to_string(),
                 );
-                answers.names.push(name);
+                answers.set.push(Answer::Http01 {
+                    token: challenge.token.clone(),
+                });
             }
         }
         challenge.set_ready().await?;
@@ -187,6 +236,7 @@ pub async fn order(
             problem.as_deref().unwrap_or("no detail")
         );
     }
+    // The challenges are over: the next order for these names may answer its own.
     drop(answers);
     let key = generate_key(cert.key_type)?;
     let csr = csr(&key, &cert.names)?;
@@ -224,6 +274,28 @@ fn csr(key: &PKey<Private>, names: &[String]) -> anyhow::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `future` is ready at its first poll.
+    fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
+        let mut future = std::pin::pin!(future);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(output) => Some(output),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    #[test]
+    fn orders_sharing_a_name_take_turns() {
+        let first = ready_now(take_turns(&["b.turn".into(), "A.turn".into()])).unwrap();
+        assert!(
+            ready_now(take_turns(&["c.turn".into(), "a.turn".into()])).is_none(),
+            "a.turn is the first order's"
+        );
+        assert!(ready_now(take_turns(&["c.turn".into()])).is_some());
+        drop(first);
+        assert!(ready_now(take_turns(&["c.turn".into(), "a.turn".into()])).is_some());
+    }
 
     #[test]
     fn csr_names_every_name() {

@@ -9,11 +9,17 @@
 //!
 //! In a fleet the CA's connection may reach a process other than the one that ordered:
 //! a name without a local answer is then looked up through the fleet (`set_fleet_lookup`)
-//! while the handshake waits.
+//! while the handshake waits, for the names this process orders certificates for only
+//! (`set_ordered_names`): any client may send such a ClientHello, with any name.
+//!
+//! A validation connection carries only the name, so one name has one answer at a time:
+//! the orders of this process that share a name take turns (the ACME side sees to it),
+//! and an order's `clear` removes its own answer only, never a later order's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -32,13 +38,32 @@ pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 /// id-pe-acmeIdentifier.
 const ACME_IDENTIFIER_OID: &str = "1.3.6.1.5.5.7.1.31";
 
-/// Pending challenges by lower-case name: the context that answers them, and until when
-/// (answers learnt from the fleet are forgotten by themselves).
+/// Pending challenges by lower-case name.
 static PENDING: LazyLock<RwLock<HashMap<String, Answer>>> =
     LazyLock::new(|| RwLock::new(HashMap::new()));
 
-/// The context that answers a name's validation connections, and until when.
-type Answer = (SslContext, Option<Instant>);
+/// The context that answers a name's validation connections.
+struct Answer {
+    context: SslContext,
+    /// Until when: answers learnt from the fleet are forgotten by themselves.
+    until: Option<Instant>,
+    /// Who set it: `clear` removes an answer only for the order that set it.
+    id: AnswerId,
+}
+
+/// Names an answer set by `set`, for its `clear`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerId(u64);
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> AnswerId {
+    AnswerId(NEXT_ID.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The names this process orders certificates for (lower case): the only ones looked up
+/// through the fleet.
+static ORDERED: LazyLock<RwLock<HashSet<String>>> = LazyLock::new(RwLock::default);
 
 /// How long an answer learnt from the fleet is kept.
 const FLEET_ANSWER_TTL: Duration = Duration::from_secs(120);
@@ -55,17 +80,47 @@ pub fn set_fleet_lookup(lookup: Option<FleetLookup>) {
     *FLEET.write().expect("fleet lookup") = lookup;
 }
 
-/// Answers validation connections for `name` with the digest of the key authorization.
-pub fn set(name: &str, key_authorization_sha256: &[u8; 32]) -> anyhow::Result<()> {
-    insert(name, key_authorization_sha256, None)
+/// The names this process orders certificates for: a validation connection for another
+/// name is refused without asking the fleet.
+pub fn set_ordered_names<'a>(names: impl IntoIterator<Item = &'a str>) {
+    let names = names
+        .into_iter()
+        .map(|name| name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase())
+        .collect();
+    *ORDERED.write().expect("ordered names") = names;
 }
 
-fn insert(name: &str, digest: &[u8; 32], until: Option<Instant>) -> anyhow::Result<()> {
-    let context = challenge_context(name, digest)?;
+/// Answers validation connections for `name` with the digest of the key authorization,
+/// in place of any answer before; the id removes it (`clear`).
+pub fn set(name: &str, key_authorization_sha256: &[u8; 32]) -> anyhow::Result<AnswerId> {
+    let answer = Answer {
+        context: challenge_context(name, key_authorization_sha256)?,
+        until: None,
+        id: next_id(),
+    };
+    let id = answer.id;
     PENDING
         .write()
         .expect("challenge table")
-        .insert(name.to_ascii_lowercase(), (context, until));
+        .insert(name.to_ascii_lowercase(), answer);
+    Ok(id)
+}
+
+/// Keeps an answer learnt from the fleet for a while, unless this process has an answer
+/// of its own for the name by now (set while the fleet was asked): that one stays.
+fn learn(name: &str, digest: &[u8; 32]) -> anyhow::Result<()> {
+    let answer = Answer {
+        context: challenge_context(name, digest)?,
+        until: Some(Instant::now() + FLEET_ANSWER_TTL),
+        id: next_id(),
+    };
+    let mut pending = PENDING.write().expect("challenge table");
+    let own = pending
+        .get(name)
+        .is_some_and(|answer| answer.until.is_none());
+    if !own {
+        pending.insert(name.to_string(), answer);
+    }
     Ok(())
 }
 
@@ -78,25 +133,31 @@ pub fn fleet_answer(hello: &ClientHello<'_>) -> Option<impl Future<Output = ()> 
     let lookup = FLEET.read().expect("fleet lookup").clone()?;
     let name = hello.servername(boring::ssl::NameType::HOST_NAME)?;
     let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    // A name this process does not order for has no answer anywhere in the fleet (its
+    // members share the configuration): refused at once, without a Redis request.
+    if !ORDERED.read().expect("ordered names").contains(&name) {
+        return None;
+    }
     if context_for(Some(&name)).is_some() {
         return None;
     }
     Some(async move {
         if let Some(digest) = lookup(name.clone()).await {
-            let until = Instant::now() + FLEET_ANSWER_TTL;
-            if let Err(err) = insert(&name, &digest, Some(until)) {
+            if let Err(err) = learn(&name, &digest) {
                 tracing::warn!(name, error = %err, "cannot build the challenge certificate");
             }
         }
     })
 }
 
-/// The challenge for `name` is over (validated or failed).
-pub fn clear(name: &str) {
-    PENDING
-        .write()
-        .expect("challenge table")
-        .remove(&name.to_ascii_lowercase());
+/// The challenge for `name` that `set` answered with `id` is over (validated or failed).
+/// A later answer for the name (another order's) stays.
+pub fn clear(name: &str, id: AnswerId) {
+    let mut pending = PENDING.write().expect("challenge table");
+    let name = name.to_ascii_lowercase();
+    if pending.get(&name).is_some_and(|answer| answer.id == id) {
+        pending.remove(&name);
+    }
 }
 
 /// Whether the ClientHello is a validation connection: its ALPN offers `acme-tls/1` and
@@ -126,10 +187,11 @@ fn only_acme_tls(extension: &[u8]) -> bool {
 pub fn context_for(sni: Option<&str>) -> Option<SslContext> {
     let sni = sni?.strip_suffix('.').unwrap_or(sni?).to_ascii_lowercase();
     let pending = PENDING.read().expect("challenge table");
-    let (context, until) = pending.get(&sni)?;
-    until
+    let answer = pending.get(&sni)?;
+    answer
+        .until
         .is_none_or(|until| Instant::now() < until)
-        .then(|| context.clone())
+        .then(|| answer.context.clone())
 }
 
 fn challenge_context(name: &str, digest: &[u8; 32]) -> anyhow::Result<SslContext> {
@@ -192,7 +254,7 @@ mod tests {
     #[test]
     fn challenge_certificate_carries_the_digest() {
         let digest = [0xA5u8; 32];
-        set("chal.example", &digest).unwrap();
+        let id = set("chal.example", &digest).unwrap();
         let ctx = context_for(Some("CHAL.example.")).expect("pending");
         let cert = ctx.certificate().expect("certificate");
         let der = cert.to_der().unwrap();
@@ -206,7 +268,35 @@ mod tests {
         assert_eq!(&rest[..3], &[0x01, 0x01, 0xFF], "critical");
         assert_eq!(&rest[3..7], &[0x04, 0x22, 0x04, 0x20]);
         assert_eq!(&rest[7..39], &digest);
-        clear("chal.example");
+        clear("chal.example", id);
         assert!(context_for(Some("chal.example")).is_none());
+    }
+
+    #[test]
+    fn a_clear_removes_only_the_answer_it_set() {
+        let first = set("turns.example", &[1u8; 32]).unwrap();
+        let second = set("Turns.example", &[2u8; 32]).unwrap();
+        clear("turns.example", first);
+        assert!(
+            context_for(Some("turns.example")).is_some(),
+            "the later answer stays"
+        );
+        clear("turns.example", second);
+        assert!(context_for(Some("turns.example")).is_none());
+    }
+
+    #[test]
+    fn an_answer_learnt_from_the_fleet_does_not_replace_our_own() {
+        let own = set("learnt.example", &[3u8; 32]).unwrap();
+        let mine = context_for(Some("learnt.example")).unwrap();
+        learn("learnt.example", &[4u8; 32]).unwrap();
+        let now = context_for(Some("learnt.example")).unwrap();
+        assert_eq!(
+            mine.certificate().unwrap().to_der().unwrap(),
+            now.certificate().unwrap().to_der().unwrap()
+        );
+        clear("learnt.example", own);
+        learn("learnt.example", &[4u8; 32]).unwrap();
+        assert!(context_for(Some("learnt.example")).is_some());
     }
 }
