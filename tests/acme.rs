@@ -127,6 +127,14 @@ fn first_issuance_chains_to_pebble_and_a_restart_reuses_it() {
         metric(admin, "tlsterm_acme_orders_total", "result=\"issued\""),
         2.0
     );
+    // The CA's validation connections are counted closed like any other.
+    assert!(
+        metric(
+            admin,
+            "tlsterm_connections_closed_total",
+            "reason=\"acme_validation\""
+        ) >= 2.0
+    );
     let expiry = metric(
         admin,
         "tlsterm_certificate_expiry_seconds",

@@ -44,6 +44,8 @@ impl<F: std::future::Future + Unpin> std::future::Future for PollTimer<F> {
 enum CloseReason {
     HandshakeTimeout,
     HandshakeFailed,
+    /// An ACME CA's TLS-ALPN-01 validation: answered by the handshake alone.
+    AcmeValidation,
     BackendUnavailable,
     Relayed(RelayEnd),
 }
@@ -53,6 +55,7 @@ impl CloseReason {
         match self {
             CloseReason::HandshakeTimeout => "handshake_timeout",
             CloseReason::HandshakeFailed => "handshake_failed",
+            CloseReason::AcmeValidation => "acme_validation",
             CloseReason::BackendUnavailable => "backend_unavailable",
             CloseReason::Relayed(end) => end.label(),
         }
@@ -92,6 +95,15 @@ pub async fn handle(
             // An ACME CA has seen the challenge certificate; nothing else is served here.
             tracing::debug!(%client, "ACME TLS-ALPN-01 validation connection answered");
             let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+            log_end(
+                log_connections,
+                client,
+                None,
+                handshake_time,
+                0,
+                0,
+                CloseReason::AcmeValidation,
+            );
             return;
         }
         Ok((Ok(tls), in_tls)) => {
