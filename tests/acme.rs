@@ -392,13 +392,7 @@ fn redis_stat(connection: &mut redis::Connection, field: &str) -> u64 {
 /// for the answers to names it orders certificates for only, and over its one connection.
 #[test]
 fn a_fleet_member_looks_up_challenge_answers_only_for_its_own_names() {
-    let dir = tempfile::tempdir().unwrap();
-    let redis = Redis::start();
-    let port = free_port();
-    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
-    std::fs::write(dir.path().join("fleet.key"), "55".repeat(32)).unwrap();
-    let (server, _) = fleet_member(dir.path(), "a", &pebble, port, &redis);
-    server.log.wait_for("ACME certificate installed", 0);
+    let (_dir, redis, _pebble, _server, port) = fleet_of_one("55");
 
     let mut connection = redis.connection().unwrap();
     let stats = |connection: &mut redis::Connection| {
@@ -426,6 +420,20 @@ fn a_fleet_member_looks_up_challenge_answers_only_for_its_own_names() {
         .unwrap();
     validate(NAME);
     assert_eq!(stats(&mut connection), (connections, misses + 1));
+}
+
+/// A fresh Pebble and redis-server, and a fleet of one member ("a", fleet key bytes
+/// `key_byte` repeated) whose certificate is installed: its directory, Redis, Pebble, the
+/// member and its port.
+fn fleet_of_one(key_byte: &str) -> (tempfile::TempDir, Redis, Pebble, Server, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    std::fs::write(dir.path().join("fleet.key"), key_byte.repeat(32)).unwrap();
+    let (server, _) = fleet_member(dir.path(), "a", &pebble, port, &redis);
+    server.log.wait_for("ACME certificate installed", 0);
+    (dir, redis, pebble, server, port)
 }
 
 /// The listener's `acme` names in `config` become `names` (a TOML array's inside).
@@ -461,13 +469,7 @@ fn a_name_longer_than_a_common_name_allows_is_ordered() {
 /// one for every name.
 #[test]
 fn a_fleet_certificate_that_gains_a_name_is_ordered_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let redis = Redis::start();
-    let port = free_port();
-    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
-    std::fs::write(dir.path().join("fleet.key"), "33".repeat(32)).unwrap();
-    let (first, _) = fleet_member(dir.path(), "a", &pebble, port, &redis);
-    first.log.wait_for("ACME certificate installed", 0);
+    let (dir, redis, pebble, first, port) = fleet_of_one("33");
     // It lets go of the order lock right after installing; stopped before that, it would
     // keep the second member waiting for the lock to expire.
     let mut connection = redis.connection().unwrap();
