@@ -550,6 +550,50 @@ fn http01_is_answered_on_the_plain_http_listener_which_redirects_the_rest() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
 }
 
+/// HTTP-01 in a fleet: the CA's request may reach a member other than the one that
+/// ordered (a load balancer in front of the fleet), and that member answers it from Redis.
+#[test]
+fn http01_is_answered_by_another_member_of_the_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let (ordering_port, answering_port, ca_http_port) = (free_port(), free_port(), free_port());
+    let pebble = Pebble::start(dir.path(), free_port(), ca_http_port, 3600);
+    std::fs::write(dir.path().join("fleet.key"), "66".repeat(32)).unwrap();
+    let member = |name: &str, port: u16, http_port: u16, key_types: &str| {
+        let own = dir.path().join(name);
+        std::fs::create_dir(&own).unwrap();
+        std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
+        let session = format!("[session]\nredis_url = \"{}\"", redis.url());
+        let extra = format!(
+            "fleet_key_file = \"fleet.key\"\nchallenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\""
+        );
+        let config = acme_config(&own, &pebble, port, &extra, &session);
+        set_acme_names(
+            &config,
+            &format!("\"{NAME}\"], key_types = [\"{key_types}\""),
+        );
+        Server::start(&config)
+    };
+    // The answering member orders only its RSA certificate, whose order lock the test
+    // holds: it never orders, but it serves the port the CA's requests arrive on.
+    let mut connection = redis.connection().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("tlsterm:acme:lock:{NAME}_rsa-2048"))
+        .arg("test")
+        .arg("PX")
+        .arg(120_000)
+        .query(&mut connection)
+        .unwrap();
+    let answering = member("answering", answering_port, ca_http_port, "rsa-2048");
+    answering.log.wait_for("plain-HTTP listener", 0);
+    // The ordering member's own plain-HTTP listener is one the CA never asks.
+    let ordering = member("ordering", ordering_port, free_port(), "ecdsa-p256");
+    ordering.log.wait_for("ACME certificate installed", 0);
+    assert!(pebble.log.contains("Attempting to validate w/ HTTP"));
+    let root = pebble.root(&dir.path().join("root.pem"));
+    assert!(served(ordering_port, NAME, &root).0);
+}
+
 #[test]
 fn an_external_account_binding_is_sent_when_the_ca_requires_one() {
     let dir = tempfile::tempdir().unwrap();

@@ -130,6 +130,33 @@ impl Fleet {
         Ok(found.and_then(|digest| digest.try_into().ok()))
     }
 
+    /// Tells the fleet the HTTP-01 answer to `name`'s challenge `token` (the CA may reach
+    /// any process). Not sealed: it is what the CA is served, in the clear.
+    pub async fn publish_http01(
+        &self,
+        name: &str,
+        token: &str,
+        key_authorization: &str,
+        ttl: Duration,
+    ) -> anyhow::Result<()> {
+        let mut command = redis::cmd("SET");
+        command
+            .arg(format!("{PREFIX}http01:{token}"))
+            .arg(serde_json::to_vec(&(name, key_authorization))?)
+            .arg("PX")
+            .arg(ttl.as_millis() as u64);
+        let _: () = self.run(&command).await?;
+        Ok(())
+    }
+
+    /// The name and key authorization another process published for the HTTP-01 `token`.
+    pub async fn http01(&self, token: &str) -> anyhow::Result<Option<(String, String)>> {
+        let mut command = redis::cmd("GET");
+        command.arg(format!("{PREFIX}http01:{token}"));
+        let found: Option<Vec<u8>> = self.run(&command).await?;
+        Ok(found.and_then(|answer| serde_json::from_slice(&answer).ok()))
+    }
+
     /// The certificate the fleet holds for `cert`, if any.
     pub async fn get(&self, cert: &AcmeCertificate) -> anyhow::Result<Option<Material>> {
         let mut command = redis::cmd("GET");

@@ -14,6 +14,9 @@ use hyper::body::Incoming;
 use hyper::{header, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 
+use super::fleet::Fleet;
+use crate::tls::acme_challenge;
+
 const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
 /// Connections served at once; more wait in the kernel's accept queue.
 const MAX_CONNECTIONS: usize = 256;
@@ -33,13 +36,50 @@ pub fn set(name: &str, token: String, key_authorization: String) {
         .insert(token, (name.to_ascii_lowercase(), key_authorization));
 }
 
+/// The fleet whose members' answers this listener serves too (HTTP-01 with Redis).
+static FLEET: LazyLock<RwLock<Option<Arc<Fleet>>>> = LazyLock::new(RwLock::default);
+
+/// Answers the challenges other members of `fleet` publish as well (none: only this
+/// process's own).
+pub fn set_fleet(fleet: Option<Arc<Fleet>>) {
+    *FLEET.write().expect("fleet") = fleet;
+}
+
 /// The challenge with `token` is over. By token, not by name: another order's challenge
 /// for the same name (another key type) has a token of its own and stays answered.
 pub fn clear(token: &str) {
     PENDING.write().expect("challenge table").remove(token);
 }
 
-fn respond(request: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// The key authorization for `token` if its challenge is `host`'s: this process's own, else
+/// one another member of the fleet published (a load balancer in front of the fleet sends
+/// the CA's request to any of them).
+async fn answer(token: &str, host: &str) -> Option<String> {
+    let own = PENDING
+        .read()
+        .expect("challenge table")
+        .get(token)
+        .filter(|(name, _)| name.eq_ignore_ascii_case(host))
+        .map(|(_, key_authorization)| key_authorization.clone());
+    if own.is_some() {
+        return own;
+    }
+    let fleet = FLEET.read().expect("fleet").clone()?;
+    // Any client may send this request: Redis is asked only for a token of the ACME form
+    // (base64url) and a name the fleet orders.
+    let well_formed = !token.is_empty()
+        && token.len() <= 128
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !well_formed || !acme_challenge::is_ordered(host) {
+        return None;
+    }
+    let (name, key_authorization) = fleet.http01(token).await.ok().flatten()?;
+    name.eq_ignore_ascii_case(host).then_some(key_authorization)
+}
+
+async fn respond(request: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = request.uri().path();
     let host = request
         .headers()
@@ -48,14 +88,10 @@ fn respond(request: &Request<Incoming>) -> Response<Full<Bytes>> {
         .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name))
         .unwrap_or("");
     if let Some(token) = path.strip_prefix(CHALLENGE_PATH) {
-        let pending = PENDING.read().expect("challenge table");
-        let answer = pending
-            .get(token)
-            .filter(|(name, _)| name.eq_ignore_ascii_case(host));
-        return match answer {
-            Some((_, key_authorization)) => Response::builder()
+        return match answer(token, host).await {
+            Some(key_authorization) => Response::builder()
                 .header(header::CONTENT_TYPE, "application/octet-stream")
-                .body(Full::new(Bytes::from(key_authorization.clone()))),
+                .body(Full::new(Bytes::from(key_authorization))),
             None => Response::builder()
                 .status(StatusCode::NOT_FOUND)
                 .body(Full::new(Bytes::from_static(b"no such challenge\n"))),
@@ -102,7 +138,7 @@ pub fn start(address: SocketAddr) -> anyhow::Result<()> {
             };
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(|request| async move {
-                    Ok::<_, Infallible>(respond(&request))
+                    Ok::<_, Infallible>(respond(&request).await)
                 });
                 let serving = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())

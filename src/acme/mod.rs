@@ -173,6 +173,12 @@ impl Acme {
             }
             self.ca = ca;
             crate::tls::acme_challenge::set_fleet_lookup(self.fleet_lookup());
+            http01::set_fleet(
+                self.ca
+                    .as_ref()
+                    .filter(|ca| ca.config.challenge == crate::config::ChallengeKind::Http01)
+                    .and_then(|ca| ca.fleet.clone()),
+            );
         }
         self.tasks.retain(|cert, task| {
             let keep = wanted.contains(cert);

@@ -220,6 +220,18 @@ pub async fn order(
                 answers.set.push(Answer::Http01 {
                     token: challenge.token.clone(),
                 });
+                if let Some(fleet) = fleet {
+                    // As for TLS-ALPN-01: the CA's request may reach another member.
+                    let published = fleet.publish_http01(
+                        &name,
+                        &challenge.token,
+                        key_authorization.as_str(),
+                        config.order_timeout,
+                    );
+                    if let Err(err) = published.await {
+                        tracing::warn!(%name, error = format!("{err:#}"), "cannot share the ACME challenge answer through Redis; only this process answers it");
+                    }
+                }
             }
         }
         challenge.set_ready().await?;

@@ -90,6 +90,13 @@ pub fn set_ordered_names<'a>(names: impl IntoIterator<Item = &'a str>) {
     *ORDERED.write().expect("ordered names") = names;
 }
 
+/// Whether this process orders certificates for `name` (so the fleet may hold an answer
+/// for it).
+pub fn is_ordered(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    ORDERED.read().expect("ordered names").contains(&name)
+}
+
 /// Answers validation connections for `name` with the digest of the key authorization,
 /// in place of any answer before; the id removes it (`clear`).
 pub fn set(name: &str, key_authorization_sha256: &[u8; 32]) -> anyhow::Result<AnswerId> {
@@ -135,7 +142,7 @@ pub fn fleet_answer(hello: &ClientHello<'_>) -> Option<impl Future<Output = ()> 
     let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
     // A name this process does not order for has no answer anywhere in the fleet (its
     // members share the configuration): refused at once, without a Redis request.
-    if !ORDERED.read().expect("ordered names").contains(&name) {
+    if !is_ordered(&name) {
         return None;
     }
     if context_for(Some(&name)).is_some() {
