@@ -649,6 +649,39 @@ fn a_reload_starts_and_ends_the_names_it_adds_and_removes() {
     );
 }
 
+/// A reload that adds a name to a certificate: until the CA issues the new one, the one
+/// it replaces keeps serving the names it has (here the CA is down meanwhile).
+#[test]
+fn a_name_added_by_a_reload_leaves_the_others_served_until_the_new_certificate_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    let config = acme_config(dir.path(), &pebble, port, "", "");
+    let server = Server::start(&config);
+    server.log.wait_for("ACME certificate installed", 0);
+    let root = pebble.root(&dir.path().join("root.pem"));
+    let (_, serial, _) = served(port, NAME, &root);
+
+    pebble.stop();
+    set_acme_names(&config, &format!("\"{NAME}\", \"more.example\""));
+    assert!(server.reload().contains("reloaded"));
+    server.log.wait_for("ACME order failed", 0);
+    let (verified, still, _) = served(port, NAME, &root);
+    assert!(verified, "a.example is still served by an ACME certificate");
+    assert_eq!(still, serial, "the certificate it had");
+
+    // The CA comes back (with a new root): the certificate for both names replaces it.
+    pebble.resume();
+    server.log.wait_for_count("ACME certificate installed", 2);
+    let root = pebble.root(&dir.path().join("root2.pem"));
+    let (verified, _, san) = served(port, "more.example", &root);
+    assert!(verified, "{san}");
+    assert!(
+        san.contains("DNS:a.example") && san.contains("DNS:more.example"),
+        "{san}"
+    );
+}
+
 #[test]
 fn check_validates_an_acme_configuration_without_ordering() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,8 @@
 //! up to `retry_max`) while the old certificate keeps serving. A new certificate is stored
 //! (key 0600) and installed into the running listeners the way a reload swaps contexts:
 //! new handshakes get it, established connections keep theirs. With Redis, a fleet orders
-//! once (`fleet.rs`). A reload starts and ends tasks as names are added and removed.
+//! once (`fleet.rs`). A reload starts and ends tasks as names are added and removed; a
+//! certificate whose names change keeps serving the names it had until the new one comes.
 
 mod fleet;
 pub mod http01;
@@ -47,6 +48,11 @@ pub(super) type Installed = Arc<Mutex<HashMap<AcmeCertificate, CertifiedKey>>>;
 /// restarts them all from what is stored.
 pub struct Acme {
     installed: Installed,
+    /// Certificates that no longer match the configuration (a name was added, say) but keep
+    /// serving their names until the one ordered for the new names is installed: a
+    /// certificate change is not an outage of the names that stay, however long the CA
+    /// takes. Keyed by the new certificate.
+    standing_in: Mutex<HashMap<AcmeCertificate, CertifiedKey>>,
     /// Tells the server that a certificate was installed (it rebuilds the contexts).
     announce: UnboundedSender<Announcement>,
     ca: Option<CaSetup>,
@@ -77,6 +83,7 @@ impl Acme {
         let (announce, installed) = unbounded_channel();
         let acme = Acme {
             installed: Arc::default(),
+            standing_in: Mutex::default(),
             announce,
             ca: None,
             tasks: HashMap::new(),
@@ -143,6 +150,7 @@ impl Acme {
                 }
             }
         }
+        self.stand_in_for_new(&wanted);
         Ok(Plan {
             wanted,
             ca: Some(CaSetup {
@@ -155,6 +163,28 @@ impl Acme {
             restart,
             loaded,
         })
+    }
+
+    /// For each certificate of `wanted` that has none yet, the installed one it replaces (the
+    /// same key type, a name in common, and no longer wanted itself), which serves meanwhile.
+    /// Before the contexts of `wanted` are built, so that they have it from the start.
+    fn stand_in_for_new(&self, wanted: &[AcmeCertificate]) {
+        let installed = self.installed.lock().expect("acme certificates");
+        let mut standing_in = self.standing_in.lock().expect("acme stand-ins");
+        for cert in wanted {
+            if installed.contains_key(cert) || standing_in.contains_key(cert) {
+                continue;
+            }
+            let predecessor = installed.iter().find(|(old, _)| {
+                !wanted.contains(old)
+                    && old.key_type == cert.key_type
+                    && old.names.iter().any(|name| cert.names.contains(name))
+            });
+            if let Some((old, key)) = predecessor {
+                tracing::info!(certificate = %cert.id(), serving = %old.id(), "until the ACME certificate for the new names is issued, the previous one serves its names");
+                standing_in.insert(cert.clone(), key.clone());
+            }
+        }
     }
 
     /// Commits to a prepared configuration: starts the HTTP listener (once), ends the
@@ -189,10 +219,13 @@ impl Acme {
             }
             keep
         });
-        self.installed
+        let mut installed = self.installed.lock().expect("acme certificates");
+        installed.retain(|cert, _| wanted.contains(cert));
+        self.standing_in
             .lock()
-            .expect("acme certificates")
-            .retain(|cert, _| wanted.contains(cert));
+            .expect("acme stand-ins")
+            .retain(|cert, _| wanted.contains(cert) && !installed.contains_key(cert));
+        drop(installed);
         // Validation connections for other names are refused without asking the fleet.
         crate::tls::acme_challenge::set_ordered_names(
             wanted
@@ -261,12 +294,19 @@ impl Acme {
         }))
     }
 
-    /// The installed certificates among `wanted` (a listener's).
+    /// The installed certificates among `wanted` (a listener's), or for one not issued yet
+    /// the certificate it replaces.
     pub fn certificates(&self, wanted: &[AcmeCertificate]) -> Vec<CertifiedKey> {
         let installed = self.installed.lock().expect("acme certificates");
+        let standing_in = self.standing_in.lock().expect("acme stand-ins");
         wanted
             .iter()
-            .filter_map(|cert| installed.get(cert).cloned())
+            .filter_map(|cert| {
+                installed
+                    .get(cert)
+                    .or_else(|| standing_in.get(cert))
+                    .cloned()
+            })
             .collect()
     }
 }
