@@ -132,11 +132,25 @@ impl Acme {
             if !restart && self.tasks.contains_key(cert) {
                 continue;
             }
-            let Some(material) = storage.load(cert) else {
+            let candidates = storage.load(cert);
+            if candidates.is_empty() {
                 continue;
-            };
-            match usable(cert, &material, now) {
-                Ok((certified, facts)) => {
+            }
+            // A save cut short leaves a second candidate: the first that serves wins; the
+            // first one's error is the one told.
+            let mut refused = None;
+            let found =
+                candidates
+                    .into_iter()
+                    .find_map(|material| match usable(cert, &material, now) {
+                        Ok(usable) => Some((material, usable)),
+                        Err(err) => {
+                            refused.get_or_insert(err);
+                            None
+                        }
+                    });
+            match found.ok_or_else(|| refused.expect("a candidate was refused")) {
+                Ok((material, (certified, facts))) => {
                     tracing::info!(certificate = %cert.id(), not_after = %humantime::format_rfc3339_seconds(facts.not_after), "ACME certificate loaded from storage");
                     metrics::installed("storage");
                     self.installed

@@ -108,20 +108,35 @@ impl Storage {
         self.dir.join("account.json")
     }
 
-    /// The stored certificate for `cert`, if there is one that parses.
-    pub fn load(&self, cert: &AcmeCertificate) -> Option<Material> {
+    /// The stored certificates for `cert`, to try in this order: the pair on disk; then,
+    /// if a save was cut short between its two renames (the new key beside the old
+    /// certificate), the new key with the new certificate still under its temporary name.
+    pub fn load(&self, cert: &AcmeCertificate) -> Vec<Material> {
         let dir = self.cert_dir(cert);
-        let chain_pem = std::fs::read_to_string(dir.join("cert.pem")).ok()?;
-        let key_pem = Zeroizing::new(std::fs::read_to_string(dir.join("key.pem")).ok()?);
-        Some(Material { chain_pem, key_pem })
+        let read = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
+        let Some(key_pem) = read("key.pem").map(Zeroizing::new) else {
+            return Vec::new();
+        };
+        ["cert.pem", "cert.tmp"]
+            .into_iter()
+            .filter_map(read)
+            .map(|chain_pem| Material {
+                chain_pem,
+                key_pem: key_pem.clone(),
+            })
+            .collect()
     }
 
+    /// Both files are written in full before either is renamed into place, the key first:
+    /// whenever a crash comes, `load` finds a key with its own certificate.
     pub fn save(&self, cert: &AcmeCertificate, material: &Material) -> anyhow::Result<()> {
         let dir = self.cert_dir(cert);
         create_private_dir(&dir)?;
-        // The key first: a certificate on disk always has its key beside it.
-        write_private(&dir.join("key.pem"), material.key_pem.as_bytes())?;
-        write_private(&dir.join("cert.pem"), material.chain_pem.as_bytes())
+        let (key, chain) = (dir.join("key.pem"), dir.join("cert.pem"));
+        let key_written = write_temporary(&key, material.key_pem.as_bytes())?;
+        let chain_written = write_temporary(&chain, material.chain_pem.as_bytes())?;
+        rename_into_place(&key_written, &key)?;
+        rename_into_place(&chain_written, &chain)
     }
 
     pub fn save_account(&self, json: &[u8]) -> anyhow::Result<()> {
@@ -140,6 +155,13 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
 
 /// Writes `path` (mode 0600) through a temporary file and a rename.
 fn write_private(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+    let temporary = write_temporary(path, data)?;
+    rename_into_place(&temporary, path)
+}
+
+/// Writes `data` (mode 0600, synced) beside `path`, under the extension `tmp`; returns
+/// where.
+fn write_temporary(path: &Path, data: &[u8]) -> anyhow::Result<PathBuf> {
     let temporary = path.with_extension("tmp");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -150,7 +172,11 @@ fn write_private(path: &Path, data: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", temporary.display()))?;
     file.write_all(data)?;
     file.sync_all()?;
-    std::fs::rename(&temporary, path).with_context(|| format!("cannot write {}", path.display()))
+    Ok(temporary)
+}
+
+fn rename_into_place(temporary: &Path, path: &Path) -> anyhow::Result<()> {
+    std::fs::rename(temporary, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]
@@ -167,13 +193,15 @@ mod tests {
             names: vec!["a.example".into()],
             key_type: AcmeKeyType::EcdsaP256,
         };
-        assert!(storage.load(&cert).is_none());
+        assert!(storage.load(&cert).is_empty());
         let material = Material {
             chain_pem: "chain".into(),
             key_pem: Zeroizing::new("key".into()),
         };
         storage.save(&cert, &material).unwrap();
-        let back = storage.load(&cert).unwrap();
+        let [back] = &storage.load(&cert)[..] else {
+            panic!("one stored pair")
+        };
         assert_eq!(back.chain_pem, "chain");
         assert_eq!(back.key_pem.as_str(), "key");
         let mode = std::fs::metadata(dir.path().join("acme/a.example_ecdsa-p256/key.pem"))
@@ -181,5 +209,43 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A save cut short between its two renames leaves the new key beside the old
+    /// certificate: the pair that is served at the next start is the new key with the new
+    /// certificate, not nothing.
+    #[test]
+    fn a_save_cut_short_between_its_renames_still_loads_a_matching_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::new(&dir.path().join("acme"));
+        let cert = AcmeCertificate {
+            names: vec!["localhost".into()],
+            key_type: AcmeKeyType::EcdsaP256,
+        };
+        let material = || {
+            let (chain, key) =
+                crate::tls::selfsigned::generate(crate::tls::selfsigned::SelfSignedKey::EcdsaP256)
+                    .unwrap();
+            Material {
+                chain_pem: String::from_utf8(chain.to_pem().unwrap()).unwrap(),
+                key_pem: Zeroizing::new(
+                    String::from_utf8(key.private_key_to_pem_pkcs8().unwrap()).unwrap(),
+                ),
+            }
+        };
+        let (old, new) = (material(), material());
+        storage.save(&cert, &old).unwrap();
+        // What `save(new)` leaves when it stops after renaming the key.
+        let stored = dir.path().join("acme").join(cert.id());
+        std::fs::write(stored.join("key.pem"), new.key_pem.as_bytes()).unwrap();
+        std::fs::write(stored.join("cert.tmp"), new.chain_pem.as_bytes()).unwrap();
+
+        let now = std::time::SystemTime::now();
+        let candidates = storage.load(&cert);
+        assert_eq!(candidates.len(), 2);
+        assert!(super::super::task::usable(&cert, &candidates[0], now).is_err());
+        let (_, facts) = super::super::task::usable(&cert, &candidates[1], now).unwrap();
+        assert_eq!(facts.not_after, new.facts().unwrap().not_after);
+        assert_eq!(candidates[1].chain_pem, new.chain_pem);
     }
 }
