@@ -388,4 +388,24 @@ mod tests {
         assert!(sessions.cache_bytes() <= per * 10);
         assert!(sessions.cache_len() <= 10 && sessions.cache_len() > 0);
     }
+
+    #[test]
+    fn a_session_from_the_fleet_is_cached_for_what_is_left_of_its_lifetime() {
+        use super::super::hooks::remaining_lifetime;
+        let session = &make_sessions(1)[0];
+        let der = session.to_der().unwrap();
+        let (made, timeout) = (session.time(), u64::from(session.timeout()));
+        assert!(timeout > 10);
+        let lifetime = Duration::from_secs(timeout * 2);
+        let left = |now| remaining_lifetime(&der, lifetime, now);
+        assert_eq!(left(made), Duration::from_secs(timeout));
+        assert_eq!(left(made + timeout - 10), Duration::from_secs(10));
+        assert_eq!(left(made + timeout + 1), Duration::ZERO);
+        let short = Duration::from_secs(5);
+        assert_eq!(remaining_lifetime(&der, short, made), short);
+        assert_eq!(
+            remaining_lifetime(b"not a session", lifetime, made),
+            Duration::ZERO
+        );
+    }
 }

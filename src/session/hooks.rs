@@ -13,7 +13,7 @@ use super::cache::SessionDer;
 use super::handle::{Sessions, SessionsState};
 use super::metrics::{update_cache_gauges, METRICS};
 use super::redis::RedisReply;
-use super::tickets::{Lookup, TicketKeys};
+use super::tickets::{unix_now, Lookup, TicketKeys};
 use crate::config::SessionConfig;
 use crate::sys::{PendingSession, TicketKeyAnswer, TicketKeyHook, TicketKeyRequest, TicketSecrets};
 
@@ -54,6 +54,18 @@ impl Sessions {
         }
         Ok(())
     }
+}
+
+/// What is left of the session `der`'s lifetime (its own timeout from when it was made) at
+/// `now_unix`, at most `lifetime`: a session fetched from the fleet stays in this process's
+/// cache, master secret and all, no longer than it could still resume, not a whole lifetime
+/// from the fetch. Zero for one that does not parse.
+pub(super) fn remaining_lifetime(der: &[u8], lifetime: Duration, now_unix: u64) -> Duration {
+    let Ok(session) = boring::ssl::SslSession::from_der(der) else {
+        return Duration::ZERO;
+    };
+    let ends = session.time().saturating_add(u64::from(session.timeout()));
+    Duration::from_secs(ends.saturating_sub(now_unix)).min(lifetime)
 }
 
 impl SessionsState {
@@ -118,12 +130,14 @@ impl SessionsState {
                 RedisReply::Done(Some(der)) => {
                     m.redis.with_label_values(&["get", "hit"]).inc();
                     m.cache_lookups.with_label_values(&["redis"]).inc();
+                    let lifetime = Duration::from_secs(inner.lifetime.load(Ordering::Relaxed));
+                    let ttl = remaining_lifetime(&der, lifetime, unix_now().as_secs());
                     let der = SessionDer::new(Zeroizing::new(der));
-                    let ttl = Duration::from_secs(inner.lifetime.load(Ordering::Relaxed));
-                    let mut cache = inner.cache.lock().unwrap_or_else(|e| e.into_inner());
-                    cache.insert(id, der.clone(), ttl, Instant::now());
-                    update_cache_gauges(&cache);
-                    drop(cache);
+                    if !ttl.is_zero() {
+                        let mut cache = inner.cache.lock().unwrap_or_else(|e| e.into_inner());
+                        cache.insert(id, der.clone(), ttl, Instant::now());
+                        update_cache_gauges(&cache);
+                    }
                     Some(der)
                 }
                 RedisReply::Done(None) => {
