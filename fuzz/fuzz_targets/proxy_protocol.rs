@@ -39,6 +39,7 @@ struct Input {
     key_alg: Option<String>,
     client_cert: Option<(Option<String>, String, Vec<String>, String)>,
     early_data: bool,
+    resumed: bool,
     trailing: Vec<u8>,
     raw: Vec<u8>,
 }
@@ -94,6 +95,7 @@ fuzz_target!(|input: Input| {
                 sha256_hex: bounded_str(sha, 64),
             }),
         early_data: input.early_data,
+        resumed: input.resumed,
     };
 
     // 2. v1 round trip.
@@ -143,6 +145,15 @@ fuzz_target!(|input: Input| {
         proxy_protocol::PP2_CLIENT_SSL
     );
     assert_eq!(ssl.verify, if tls.client_cert.is_some() { 0 } else { 1 });
+    // CERT_SESS with a client certificate; CERT_CONN only when it came on this connection.
+    let certificate_bits =
+        proxy_protocol::PP2_CLIENT_CERT_SESS | proxy_protocol::PP2_CLIENT_CERT_CONN;
+    let expected_bits = match (&tls.client_cert, tls.resumed) {
+        (None, _) => 0,
+        (Some(_), true) => proxy_protocol::PP2_CLIENT_CERT_SESS,
+        (Some(_), false) => certificate_bits,
+    };
+    assert_eq!(ssl.client & certificate_bits, expected_bits);
     assert_eq!(
         ssl.get(proxy_protocol::PP2_SUBTYPE_SSL_VERSION),
         Some(tls.version.as_bytes())
