@@ -65,6 +65,9 @@ fn openssl_and_curl_handshake_tls12_and_tls13_with_rsa_and_ecdsa() {
             "TLSv1.2",
             "ECDSA",
         ),
+        // A TLS 1.2 client without P-256 among its groups cannot use the ECDSA key: the RSA
+        // certificate serves it.
+        (&["-tls1_2", "-groups", "X25519"], "TLSv1.2", "RSA-PSS"),
     ];
     for (args, protocol, signature) in cases {
         let mut all = vec!["-servername", "localhost", "-ign_eof"];
@@ -92,6 +95,28 @@ fn openssl_and_curl_handshake_tls12_and_tls13_with_rsa_and_ecdsa() {
             .args(["--resolve", &format!("localhost:{port}:127.0.0.1")]));
         assert_eq!(out.stdout.len(), 100_000, "curl {version}");
     }
+}
+
+/// A listener whose TLS 1.2 cipher suites are all ECDHE-RSA: a TLS 1.2 client that also
+/// offers ECDHE-ECDSA suites gets the RSA certificate, the only one a suite allows.
+#[test]
+fn tls12_uses_rsa_when_the_listener_enables_no_ecdsa_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let ciphers = "ciphers = \"ECDHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES256-GCM-SHA384\"";
+    let config = write_config(
+        dir.path(),
+        "",
+        &[dual_cert_listener(dir.path(), port, ciphers)],
+    );
+    let _server = Server::start(&config);
+    let out = s_client(
+        port,
+        &["-servername", "localhost", "-tls1_2", "-ign_eof"],
+        GET_CLOSE,
+    );
+    assert!(out.contains("Peer signature type: RSA"), "{out}");
+    assert!(out.contains("Hello from tlsterm"), "{out}");
 }
 
 /// ECDSA P-384 and RSA-4096 side by side: P-384 for clients that offer ecdsa_secp384r1_sha384.

@@ -53,7 +53,7 @@ impl CertSelector {
     pub(super) fn select(&self, hello: &ClientHello<'_>) -> Option<&CertContext> {
         let candidates = self.candidates(hello.servername(NameType::HOST_NAME))?;
         let ecdsa = candidates.iter().map(|&i| &self.certs[i]).find(|cert| {
-            matches!(cert.kind, KeyKind::Ecdsa { curve } if client_accepts_ecdsa(hello, curve, self.tls13_enabled))
+            matches!(cert.kind, KeyKind::Ecdsa { curve } if client_accepts_ecdsa(hello, curve, self.tls13_enabled, &cert.ctx))
         });
         let rsa = candidates
             .iter()
@@ -71,11 +71,13 @@ pub(super) fn u16_list(data: &[u8], prefix: usize) -> impl Iterator<Item = u16> 
         .map(|pair| u16::from_be_bytes([pair[0], pair[1]]))
 }
 
-/// Whether the client can verify an ECDSA signature made with a key on `curve`.
+/// Whether the client can verify an ECDSA signature made with a key on `curve`, and a
+/// handshake with the ECDSA certificate of `ctx` can be made with it.
 pub(super) fn client_accepts_ecdsa(
     hello: &ClientHello<'_>,
     curve: Nid,
     tls13_enabled: bool,
+    ctx: &SslContext,
 ) -> bool {
     const TLS13: u16 = 0x0304;
     // TLS 1.3 binds curve and hash: ecdsa_secp256r1_sha256 / ecdsa_secp384r1_sha384.
@@ -93,10 +95,31 @@ pub(super) fn client_accepts_ecdsa(
     let offers_tls13 = hello
         .get_extension(ExtensionType::SUPPORTED_VERSIONS)
         .is_some_and(|versions| u16_list(versions, 1).any(|v| v == TLS13));
-    // In TLS 1.2 the cipher suite names the certificate type: ECDHE-ECDSA-*.
-    const ECDHE_ECDSA_SUITES: [u16; 3] = [0xC02B, 0xC02C, 0xCCA9];
-    let offers_ecdsa_suite = u16_list(hello.ciphers(), 0).any(|c| ECDHE_ECDSA_SUITES.contains(&c));
-    (offers_tls13 && tls13_enabled) || offers_ecdsa_suite
+    if offers_tls13 && tls13_enabled {
+        return true;
+    }
+    // In TLS 1.2 the cipher suite names the certificate type (ECDHE-ECDSA-*): one the client
+    // offers and this listener enables. And the key's curve must be among the client's
+    // supported groups, or BoringSSL will not sign with it (an RSA certificate would do).
+    let enabled = ctx.ciphers().into_iter().flatten();
+    let ecdsa_suites: Vec<u16> = enabled
+        .filter(|cipher| {
+            cipher
+                .standard_name()
+                .is_some_and(|name| name.contains("_ECDSA_"))
+        })
+        .map(|cipher| cipher.protocol_id())
+        .collect();
+    let offers_ecdsa_suite = u16_list(hello.ciphers(), 0).any(|c| ecdsa_suites.contains(&c));
+    let group = if curve == Nid::SECP384R1 {
+        0x0018
+    } else {
+        0x0017
+    };
+    let offers_group = hello
+        .get_extension(ExtensionType::SUPPORTED_GROUPS)
+        .is_some_and(|groups| u16_list(groups, 2).any(|g| g == group));
+    offers_ecdsa_suite && offers_group
 }
 
 /// The file response to staple, if it checks out (logged and counted either way). The
