@@ -1079,3 +1079,63 @@ fn sessions_do_not_cross_client_certificate_policies() {
     let out = resume("secure.test", &[]);
     assert!(!out.contains("Reused") && !out.contains("Hello"), "{out}");
 }
+
+/// The CA names s_client printed under "Acceptable client certificate CA names".
+fn acceptable_ca_names(out: &str) -> Vec<&str> {
+    out.lines()
+        .skip_while(|line| !line.starts_with("Acceptable client certificate CA names"))
+        .skip(1)
+        .take_while(|line| line.starts_with("CN") || line.starts_with("O "))
+        .collect()
+}
+
+/// A name with its own `client_ca` advertises its own CAs in the CertificateRequest, not the
+/// listener's: clients that pick their certificate by the advertised names (browsers, Go)
+/// would otherwise send none, or the wrong one. Other names keep the listener's CAs.
+#[test]
+fn a_name_advertises_its_own_client_cas() {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let port = free_port();
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
+         client_auth = \"required\"\nclient_ca = {:?}\n\
+         [[listener.server_name]]\nnames = [\"partner.test\"]\nclient_auth = \"required\"\n\
+         client_ca = {:?}\nbackends = [\"builtin\"]\n",
+        p("ca.pem"),
+        p("untrusted/ca.pem"),
+    );
+    let _server = Server::start(&write_config(dir.path(), "", &[listener]));
+    let connect = |sni: &str, stem: &str| {
+        let (cert, key) = (p(&format!("{stem}.pem")), p(&format!("{stem}.key")));
+        let args = [
+            "-servername",
+            sni,
+            "-tls1_3",
+            "-cert",
+            &cert,
+            "-key",
+            &key,
+            "-ign_eof",
+        ];
+        s_client(port, &args, GET_CLOSE)
+    };
+
+    // partner.test trusts the "Untrusted CA" (mallory's issuer) and names only it.
+    let out = connect("partner.test", "mallory");
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+    assert_eq!(
+        acceptable_ca_names(&out),
+        ["CN = Untrusted CA"],
+        "partner.test: {out}"
+    );
+    // Any other name: the listener's CA.
+    let out = connect("www.test", "alice");
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+    assert_eq!(
+        acceptable_ca_names(&out),
+        ["CN = Test Client CA"],
+        "www.test: {out}"
+    );
+}

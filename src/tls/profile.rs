@@ -1,8 +1,13 @@
 //! Per-name settings (`[[listener.server_name]]`): applied to a connection once its SNI
 //! is known.
 
+use std::path::Path;
+
 use anyhow::Context as _;
+use boring::error::ErrorStack;
 use boring::ssl::{NameType, SslRef, SslVerifyMode, SslVersion};
+use boring::stack::Stack;
+use boring::x509::X509Name;
 
 use super::context::ssl_version;
 use super::crl::ClientTrust;
@@ -16,6 +21,10 @@ pub(super) struct Profile {
     pub(super) min_version: Option<SslVersion>,
     /// Client-certificate policy overriding the listener's (set on the connection).
     pub(super) verify: Option<(SslVerifyMode, Option<ClientTrust>)>,
+    /// The CA names sent in its CertificateRequest when they differ from the contexts'
+    /// (the listener's): clients pick their certificate by these names, so a name trusting
+    /// other CAs must name those. Set on the connection, after the context switch.
+    pub(super) ca_names: Option<CaNames>,
     /// The session ID context of its connections: a digest of the names and the effective
     /// client-certificate policy (mode, CA and CRL files). BoringSSL resumes a session only
     /// under the context it was made in, and resumption skips client-certificate checks, so
@@ -38,6 +47,32 @@ pub(super) fn session_context(
     digest.update(&mode.bits().to_be_bytes());
     digest.update(store.map_or(&[0u8; 32], |store| &store.digest));
     digest.finish()
+}
+
+/// Subject names of a `client_ca` file, kept as DER: BoringSSL takes ownership of the list
+/// it is given, so each connection gets a fresh copy.
+pub(super) struct CaNames(Vec<Vec<u8>>);
+
+impl CaNames {
+    fn load(ca: &Path) -> anyhow::Result<CaNames> {
+        let names = X509Name::load_client_ca_file(ca)
+            .with_context(|| format!("cannot read CA names from {}", ca.display()))?;
+        let der = names
+            .iter()
+            .map(|name| name.to_der())
+            .collect::<Result<_, _>>()?;
+        Ok(CaNames(der))
+    }
+
+    /// Advertises these names on `ssl` instead of its context's.
+    pub(super) fn apply(&self, ssl: &mut SslRef) -> Result<(), ErrorStack> {
+        let mut list = Stack::new()?;
+        for der in &self.0 {
+            list.push(X509Name::from_der(der)?)?;
+        }
+        ssl.set_client_ca_list(list);
+        Ok(())
+    }
 }
 
 pub struct Profiles {
@@ -65,6 +100,7 @@ impl Profiles {
                 alpn: wire(&listener.alpn),
                 min_version: None,
                 verify: None,
+                ca_names: None,
                 sid_ctx: session_context(&[], listener_mode, client_store.as_ref()),
             }],
             client_store,
@@ -77,6 +113,7 @@ impl Profiles {
             let auth = server_name
                 .client_auth
                 .or(own_trust.then_some(listener.client_auth));
+            let mut ca_names = None;
             let verify = match auth {
                 None => None,
                 Some(ClientAuth::None) => Some((SslVerifyMode::NONE, None)),
@@ -86,6 +123,11 @@ impl Profiles {
                         .as_ref()
                         .or(listener.client_ca.as_ref());
                     let ca = ca.context("client_auth needs client_ca")?;
+                    // The contexts name the listener's CAs only when the listener asks for
+                    // certificates itself (see `configure`).
+                    if server_name.client_ca.is_some() || profiles.client_store.is_none() {
+                        ca_names = Some(CaNames::load(ca.get_ref())?);
+                    }
                     let crl = server_name
                         .client_crl
                         .as_ref()
@@ -113,6 +155,7 @@ impl Profiles {
                 alpn: wire(server_name.alpn.as_deref().unwrap_or(&listener.alpn)),
                 min_version: server_name.min_version.map(ssl_version),
                 verify,
+                ca_names,
                 sid_ctx,
             });
             for name in server_name.names.get_ref() {

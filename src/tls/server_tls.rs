@@ -178,6 +178,11 @@ impl ServerTls {
                         .map_err(|_| SelectCertError::ERROR)?;
                 }
             }
+            // The store above decides what is accepted; the names tell the client which
+            // certificate to send, so they follow the same CAs.
+            if let Some(names) = &profile.ca_names {
+                names.apply(ssl).map_err(|_| SelectCertError::ERROR)?;
+            }
             Ok(())
         };
         let select = Arc::new(select);
