@@ -22,7 +22,7 @@ pub struct SpeedArgs {
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Seconds per measurement.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]
     pub seconds: f64,
     /// Kernels to measure (repeatable; default: every multi-buffer kernel this CPU
     /// supports; `portable` only when asked).
@@ -76,6 +76,19 @@ impl SpeedKernel {
             SpeedKernel::Portable => Kernel::Portable,
         }
     }
+}
+
+/// `--seconds`: a positive, finite time that a `Duration` can hold (the measuring
+/// loop runs for it, and divides by it).
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0) || Duration::try_from_secs_f64(v).is_err() {
+        return Err(format!("{s:?} must be a positive number of seconds"));
+    }
+    Ok(v)
 }
 
 /// The message every signature signs (TLS signs ~100-byte transcripts).
@@ -436,7 +449,28 @@ fn batch_sizes(
 
 #[cfg(test)]
 mod tests {
-    use super::{median, paired_ratio, PairedRatio};
+    use super::{median, paired_ratio, PairedRatio, SpeedArgs};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SpeedArgs,
+    }
+
+    #[test]
+    fn seconds_must_be_a_positive_finite_time() {
+        for bad in ["-1", "0", "nan", "inf", "-inf", "1e300", "x"] {
+            let arg = format!("--seconds={bad}");
+            assert!(
+                Cli::try_parse_from(["speed", arg.as_str()]).is_err(),
+                "{arg} accepted"
+            );
+        }
+        let ok = Cli::try_parse_from(["speed", "--seconds=0.5"]).unwrap();
+        assert_eq!(ok.args.seconds, 0.5);
+        assert_eq!(Cli::parse_from(["speed"]).args.seconds, 3.0);
+    }
 
     #[test]
     fn median_of_odd_even_and_empty() {

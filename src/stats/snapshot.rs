@@ -52,23 +52,65 @@ pub(super) fn parse(body: &str) -> anyhow::Result<Snapshot> {
     Ok(snapshot)
 }
 
+/// What a counter counted between two scrapes. A counter below its earlier value has
+/// restarted from zero (the server restarted): what it counts now all happened since.
+fn counted(now: f64, then: f64) -> f64 {
+    if now < then {
+        now
+    } else {
+        now - then
+    }
+}
+
 impl Snapshot {
-    /// What happened between `earlier` and `self`.
+    /// What happened between `earlier` and `self`. Series that went down have been
+    /// reset by a server restart in between, and count from zero.
     pub(super) fn since(&self, earlier: &Snapshot) -> Snapshot {
-        let diff_map = |now: &BTreeMap<(String, String), f64>,
-                        then: &BTreeMap<(String, String), f64>| {
+        let diff = |now: &BTreeMap<(String, String), f64>,
+                    then: &BTreeMap<(String, String), f64>,
+                    reset: &dyn Fn(&(String, String)) -> bool| {
             now.iter()
-                .map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0.0)))
+                .map(|(k, &v)| {
+                    let before = then.get(k).copied().unwrap_or(0.0);
+                    let d = if reset(k) { v } else { counted(v, before) };
+                    (k.clone(), d)
+                })
                 .collect()
         };
+        // A histogram is reset as a whole when any of its buckets went down (after a
+        // restart, some buckets can by chance have grown past their old counts); its
+        // sum goes with it.
+        let reset_histograms: std::collections::BTreeSet<&(String, String)> = self
+            .histograms
+            .iter()
+            .filter(|(k, buckets)| {
+                earlier.histograms.get(*k).is_some_and(|before| {
+                    buckets
+                        .iter()
+                        .zip(before)
+                        .any(|(&(_, now), &(_, then))| now < then)
+                })
+            })
+            .map(|(k, _)| k)
+            .collect();
         Snapshot {
-            values: diff_map(&self.values, &earlier.values),
-            sums: diff_map(&self.sums, &earlier.sums),
+            values: diff(&self.values, &earlier.values, &|(metric, labels)| {
+                // A reset histogram's `_count` and `_sum` go with it.
+                ["_count", "_sum"].iter().any(|suffix| {
+                    metric.strip_suffix(suffix).is_some_and(|base| {
+                        reset_histograms.contains(&(base.to_string(), labels.clone()))
+                    })
+                })
+            }),
+            sums: diff(&self.sums, &earlier.sums, &|k| reset_histograms.contains(k)),
             histograms: self
                 .histograms
                 .iter()
                 .map(|(k, buckets)| {
-                    let before = earlier.histograms.get(k);
+                    let before = earlier
+                        .histograms
+                        .get(k)
+                        .filter(|_| !reset_histograms.contains(k));
                     let diffed = buckets
                         .iter()
                         .enumerate()

@@ -110,3 +110,39 @@ fn watch_mode_shows_the_difference() {
     let text = render(&later, Some((&earlier, Duration::from_secs(2))));
     assert!(text.contains("10.0/s"), "{text}");
 }
+
+#[test]
+fn watch_mode_after_a_server_restart_counts_from_zero() {
+    let earlier = parse(SAMPLE).unwrap();
+    // The server restarted: counters and the histogram start again from zero (one
+    // bucket has since grown past its old count; the first is below its old one).
+    let later = parse(
+        "\
+# TYPE tlsterm_handshakes_total counter
+tlsterm_handshakes_total{kind=\"full\"} 4
+# TYPE tlsterm_engine_batch_seconds histogram
+tlsterm_engine_batch_seconds_bucket{le=\"0.001\"} 0
+tlsterm_engine_batch_seconds_bucket{le=\"0.002\"} 7
+tlsterm_engine_batch_seconds_bucket{le=\"+Inf\"} 8
+tlsterm_engine_batch_seconds_sum 0.1
+tlsterm_engine_batch_seconds_count 8
+",
+    )
+    .unwrap();
+    let view = later.since(&earlier);
+    assert_eq!(view.value("tlsterm_handshakes_total", "kind=\"full\""), 4.0);
+    let key = ("tlsterm_engine_batch_seconds".to_string(), String::new());
+    assert_eq!(
+        view.histograms[&key],
+        vec![(0.001, 0.0), (0.002, 7.0), (f64::INFINITY, 8.0)]
+    );
+    assert_eq!(view.sums[&key], 0.1);
+    assert_eq!(view.value("tlsterm_engine_batch_seconds_count", ""), 8.0);
+    let text = render(&later, Some((&earlier, Duration::from_secs(2))));
+    assert!(text.contains("2.0/s"), "{text}");
+    assert!(
+        text.contains("engine batch compute time: count 8, average 12.50ms"),
+        "{text}"
+    );
+    assert!(!text.contains("-2") && !text.contains("-3.0/s"), "{text}");
+}

@@ -50,6 +50,12 @@ impl Default for Reader {
 }
 
 impl Reader {
+    /// Forget buffered bytes; for a new connection, whose stream they are not part of.
+    pub fn reset(&mut self) {
+        self.start = 0;
+        self.end = 0;
+    }
+
     async fn fill<S: AsyncRead + Unpin>(&mut self, s: &mut S) -> Result<usize, HttpError> {
         if self.start == self.end {
             self.start = 0;

@@ -128,7 +128,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     if !(v.is_finite() && v >= 0.0) {
         return Err(format!("bad duration {s:?}"));
     }
-    Ok(Duration::from_secs_f64(v * scale))
+    Duration::try_from_secs_f64(v * scale).map_err(|_| format!("duration {s:?} is too long"))
 }
 
 /// Host, port and path of an https:// URL.
@@ -200,10 +200,41 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
     if args.concurrency == 0 || args.threads == 0 || args.per_session == 0 {
         bail!("--concurrency, --threads and --per-session must be at least 1");
     }
+    // Every thread runs at least one connection: more threads than connections would
+    // run more connections than the report says.
+    if args.threads > args.concurrency {
+        bail!(
+            "--threads ({}) cannot exceed --concurrency ({}): each thread runs at least one connection",
+            args.threads,
+            args.concurrency
+        );
+    }
     if let Some(r) = args.rate {
         if !(r > 0.0 && r.is_finite()) {
             bail!("--rate must be positive");
         }
+        // Each thread schedules its share of the rate at intervals of whole nanoseconds.
+        let per_thread = r / args.threads as f64;
+        if load::open_loop_interval(per_thread).is_none() {
+            if per_thread >= 1.0 {
+                bail!(
+                    "--rate {r} is too high: each thread starts at most 1e9 units per second \
+                     (at most {} with --threads {})",
+                    1e9 * args.threads as f64,
+                    args.threads
+                );
+            }
+            bail!("--rate {r} is too low to schedule");
+        }
+    }
+    // The deadline (and the grace second after it) must be a representable time.
+    if args.requests.is_none()
+        && std::time::Instant::now()
+            .checked_add(args.duration)
+            .and_then(|d| d.checked_add(Duration::from_secs(2)))
+            .is_none()
+    {
+        bail!("--duration {:?} is too long", args.duration);
     }
     let mut tls = tls::client_config(&tls::TlsOptions {
         version: args.tls_version.clone(),
@@ -293,6 +324,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         request_latency: Latency::of(&stats.request),
         total_latency: Latency::of(&stats.total),
         start_lag: Latency::of(&stats.start_lag),
+        latencies_clamped: stats.clamped,
         client_cpu_s: cpu,
         client_cpu_util: cpu / e / args.threads as f64,
         handshakes_per_client_cpu_s: if cpu > 0.0 {
@@ -325,5 +357,8 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        // Too long for a Duration: refused, not a panic.
+        assert!(parse_duration("1e20").is_err());
+        assert!(parse_duration("1e300m").is_err());
     }
 }

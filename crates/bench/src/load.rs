@@ -19,7 +19,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::http::{self, HttpError};
-use crate::stats::{micros, Live, Stats};
+use crate::stats::{micros, Hist, Live, Stats};
 use crate::tls;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +100,29 @@ impl Slot {
             reader: http::Reader::default(),
         }
     }
+
+    /// Drop the kept-alive connection, if any, with whatever the reader still holds of
+    /// it: bytes of a response that failed to parse (or that ended mid-header) belong to
+    /// that connection, and read as the start of the next one's response would fail it too.
+    fn drop_conn(&mut self) {
+        self.conn = None;
+        self.reader.reset();
+    }
+}
+
+/// The time between scheduled starts for an open-loop rate (per thread), or `None`
+/// when no interval of whole nanoseconds expresses it: a rate above 1e9 per second
+/// would round to a zero interval, which schedules every unit at the start so the
+/// schedule never reaches the deadline; zero, negative, NaN or vanishingly small rates
+/// have no interval a `Duration` holds.
+pub fn open_loop_interval(rate: f64) -> Option<Duration> {
+    let secs = 1.0 / rate;
+    if secs.is_nan() || secs < 1e-9 {
+        return None;
+    }
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
 }
 
 /// Run the load and return the merged stats and the wall time it took.
@@ -107,11 +130,16 @@ pub fn run(cfg: LoadConfig, live: Arc<Live>, mut on_tick: impl FnMut(f64)) -> (S
     let cfg = Arc::new(cfg);
     let start = Instant::now();
     let budget = Arc::new(Budget {
-        deadline: cfg.duration.map(|d| start + d),
+        // A duration past what the clock can represent has no deadline: it would never
+        // be reached. `run_load` refuses such durations before getting here.
+        deadline: cfg.duration.and_then(|d| start.checked_add(d)),
         remaining: cfg.requests.map(|n| AtomicI64::new(n as i64)),
     });
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let threads = cfg.threads.max(1);
+    // More threads than connections would give each thread a connection of its own
+    // (each runs at least one), running more than `concurrency`: cap them so the
+    // connections run are the ones asked for and reported. `run_load` refuses this.
+    let threads = cfg.threads.clamp(1, cfg.concurrency.max(1));
     let mut handles = Vec::new();
     for t in 0..threads {
         // Split connections and rate evenly; the first threads take the remainder.
@@ -214,7 +242,9 @@ async fn closed_loop(ctx: &Rc<Ctx>, conns: usize) {
 /// finished; at most `conns` run at once, the rest queue. Latencies are measured
 /// from the scheduled start, so queueing shows (no coordinated omission).
 async fn open_loop(ctx: &Rc<Ctx>, conns: usize, rate: f64) {
-    let interval = Duration::from_secs_f64(1.0 / rate);
+    // `run_load` refuses rates without an interval; the fallback only keeps the
+    // schedule advancing.
+    let interval = open_loop_interval(rate).unwrap_or(Duration::from_nanos(1));
     let sem = Rc::new(Semaphore::new(conns));
     let slots = Rc::new(RefCell::new(
         (0..conns).map(|_| Slot::new()).collect::<Vec<_>>(),
@@ -226,6 +256,12 @@ async fn open_loop(ctx: &Rc<Ctx>, conns: usize, rate: f64) {
         if !ctx.budget.take(sched) {
             break;
         }
+        // A schedule faster than this thread can start units falls behind the wall
+        // clock: stop at the deadline all the same rather than queueing units without
+        // bound until the schedule catches up.
+        if ctx.budget.deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
         tokio::time::sleep_until(sched.into()).await;
         while set.try_join_next().is_some() {}
         let (ctx, sem, slots) = (ctx.clone(), sem.clone(), slots.clone());
@@ -233,7 +269,7 @@ async fn open_loop(ctx: &Rc<Ctx>, conns: usize, rate: f64) {
             let _permit = sem.acquire().await.expect("semaphore open");
             let mut slot = slots.borrow_mut().pop().expect("a slot per permit");
             let lag = micros(sched.elapsed());
-            ctx.stats.borrow_mut().start_lag.record(lag).ok();
+            ctx.stats.borrow_mut().record(Hist::StartLag, lag);
             unit(&ctx, &mut slot, sched).await;
             slots.borrow_mut().push(slot);
         });
@@ -247,7 +283,8 @@ async fn unit(ctx: &Ctx, slot: &mut Slot, sched: Instant) {
     let mut limit = ctx.cfg.timeout;
     let mut at_end = false;
     if let Some(d) = ctx.budget.deadline {
-        let left = (d + Duration::from_secs(1)).saturating_duration_since(Instant::now());
+        let grace_end = d.checked_add(Duration::from_secs(1)).unwrap_or(d);
+        let left = grace_end.saturating_duration_since(Instant::now());
         if left < limit {
             limit = left;
             at_end = true;
@@ -258,13 +295,13 @@ async fn unit(ctx: &Ctx, slot: &mut Slot, sched: Instant) {
         Ok(Ok(())) => return,
         Ok(Err(kind)) => kind,
         Err(_) if at_end => {
-            slot.conn = None;
+            slot.drop_conn();
             return;
         }
         Err(_) => "timeout".to_string(),
     };
     // Any failure drops the connection and restarts the session chain.
-    slot.conn = None;
+    slot.drop_conn();
     slot.chain = None;
     ctx.stats.borrow_mut().error(&err);
     ctx.live.errors.fetch_add(1, Relaxed);
@@ -309,7 +346,7 @@ fn record_handshake(ctx: &Ctx, conn: &ClientConnection, start: Instant) {
     );
     *ctx.negotiated.borrow_mut().entry(key).or_default() += 1;
     let mut stats = ctx.stats.borrow_mut();
-    stats.handshake.record(micros(start.elapsed())).ok();
+    stats.record(Hist::Handshake, micros(start.elapsed()));
     stats.handshakes += 1;
     ctx.live.handshakes.fetch_add(1, Relaxed);
     if resumed {
@@ -343,6 +380,9 @@ async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), St
                     chain.0.clone()
                 }
             };
+            // A new connection starts with an empty reader: nothing left of an
+            // earlier connection's bytes may be read as this one's response.
+            slot.reader.reset();
             let conn = connect(ctx, config, sched).await?;
             handshaking = conn.get_ref().1.is_handshaking();
             conn
@@ -377,8 +417,8 @@ async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), St
     let now = Instant::now();
     {
         let mut stats = ctx.stats.borrow_mut();
-        stats.request.record(micros(now - t0)).ok();
-        stats.total.record(micros(now - sched)).ok();
+        stats.record(Hist::Request, micros(now - t0));
+        stats.record(Hist::Total, micros(now - sched));
         stats.requests += 1;
         stats.body_bytes += resp.body_len;
         stats.wire_bytes += resp.wire_len;
@@ -391,7 +431,9 @@ async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), St
     }
     if keepalive && !resp.close {
         slot.conn = Some(conn);
+    } else {
+        // The connection is dropped: the server has closed (Connection: close).
+        slot.drop_conn();
     }
-    // Otherwise the connection is dropped: the server has closed (Connection: close).
     Ok(())
 }

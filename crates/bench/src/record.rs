@@ -160,6 +160,10 @@ pub fn measure(
     record_size: usize,
     total: u64,
 ) -> anyhow::Result<RecordResult> {
+    // Writes are batched by size: an empty record would divide by zero.
+    if record_size == 0 {
+        bail!("--record-size must be at least 1");
+    }
     let (cert, key) = self_signed()?;
     let (mut client, mut server) = connected_pair(cipher, &cert, &key)?;
     let chunk = vec![0x5au8; record_size];
@@ -247,6 +251,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn empty_records_are_refused() {
+        let e = super::measure(None, 0, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("--record-size"), "{e}");
+    }
+
     #[test]
     fn record_roundtrip() {
         let r = super::measure(Some("ECDHE-ECDSA-CHACHA20-POLY1305"), 16384, 4 << 20).unwrap();

@@ -29,9 +29,21 @@ impl Live {
     }
 }
 
+/// The longest latency the histograms hold, in microseconds (100 s).
+pub const LATENCY_BOUND_US: u64 = 100_000_000;
+
 fn histogram() -> Histogram<u64> {
     // Microseconds, 1 us .. 100 s, 3 significant digits.
-    Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid histogram bounds")
+    Histogram::new_with_bounds(1, LATENCY_BOUND_US, 3).expect("valid histogram bounds")
+}
+
+/// Which latency histogram of [`Stats`] a sample goes to.
+#[derive(Clone, Copy, Debug)]
+pub enum Hist {
+    Handshake,
+    Request,
+    Total,
+    StartLag,
 }
 
 /// What one worker thread measured.
@@ -59,6 +71,9 @@ pub struct Stats {
     pub status: BTreeMap<u16, u64>,
     /// Negotiated protocol/cipher seen, with counts.
     pub negotiated: BTreeMap<String, u64>,
+    /// Latency samples longer than the histograms hold, recorded as the bound: when
+    /// non-zero, the high percentiles and the maximum read low.
+    pub clamped: u64,
 }
 
 impl Default for Stats {
@@ -78,6 +93,7 @@ impl Default for Stats {
             errors: BTreeMap::new(),
             status: BTreeMap::new(),
             negotiated: BTreeMap::new(),
+            clamped: 0,
         }
     }
 }
@@ -87,6 +103,22 @@ pub fn micros(d: Duration) -> u64 {
 }
 
 impl Stats {
+    /// Record a latency in microseconds. One longer than the histogram holds (an
+    /// overloaded server in a long run) is kept at the bound and counted, not dropped:
+    /// dropping it would make the tail read better than it was.
+    pub fn record(&mut self, which: Hist, us: u64) {
+        let h = match which {
+            Hist::Handshake => &mut self.handshake,
+            Hist::Request => &mut self.request,
+            Hist::Total => &mut self.total,
+            Hist::StartLag => &mut self.start_lag,
+        };
+        if us > h.high() {
+            self.clamped += 1;
+        }
+        h.saturating_record(us);
+    }
+
     pub fn error(&mut self, kind: &str) {
         *self.errors.entry(kind.to_string()).or_default() += 1;
     }
@@ -103,6 +135,7 @@ impl Stats {
         self.requests += o.requests;
         self.body_bytes += o.body_bytes;
         self.wire_bytes += o.wire_bytes;
+        self.clamped += o.clamped;
         for (k, v) in o.errors {
             *self.errors.entry(k).or_default() += v;
         }
@@ -116,7 +149,7 @@ impl Stats {
 }
 
 /// Latency summary in microseconds.
-#[derive(Serialize, Debug, Clone)]
+#[derive(Serialize, Debug, Clone, Default)]
 pub struct Latency {
     pub count: u64,
     pub mean_us: f64,
@@ -156,7 +189,7 @@ impl Latency {
 }
 
 /// The final result of one `tlsterm bench` run (the `--json` output).
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, Default)]
 pub struct Report {
     pub url: String,
     pub mode: String,
@@ -188,6 +221,9 @@ pub struct Report {
     pub request_latency: Latency,
     pub total_latency: Latency,
     pub start_lag: Latency,
+    /// Latency samples above the histograms' bound (100 s), recorded as 100 s: when
+    /// non-zero, p99, p99.9 and max are at least this long but read as the bound.
+    pub latencies_clamped: u64,
     /// The client's own CPU time (getrusage, user + system) during the run.
     pub client_cpu_s: f64,
     /// client_cpu_s / elapsed_s / threads: near 1.0 means the client was the bottleneck.
@@ -286,6 +322,14 @@ impl Report {
                 fmt_us(l.mean_us as u64)
             );
         }
+        if self.latencies_clamped > 0 {
+            let _ = writeln!(
+                s,
+                "  latencies over {bound}: {} (recorded as {bound}; p99, p99.9 and max read low)",
+                self.latencies_clamped,
+                bound = fmt_us(LATENCY_BOUND_US)
+            );
+        }
         let _ = writeln!(s, "  errors: {}", self.errors_total);
         for (k, v) in &self.errors {
             let _ = writeln!(s, "    {k}: {v}");
@@ -313,5 +357,37 @@ impl Report {
             }
         );
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latencies_past_the_bound_are_kept_and_counted() {
+        let mut stats = Stats::default();
+        stats.record(Hist::Total, 1_000);
+        stats.record(Hist::Total, 500 * 1_000_000);
+        stats.record(Hist::Request, 200 * 1_000_000);
+        assert_eq!(stats.total.len(), 2, "the long sample is not dropped");
+        assert_eq!(stats.clamped, 2);
+        let total = Latency::of(&stats.total);
+        assert!(total.max_us >= LATENCY_BOUND_US, "{total:?}");
+        let mut other = Stats::default();
+        other.record(Hist::Handshake, LATENCY_BOUND_US + 1);
+        stats.merge(other);
+        assert_eq!(stats.clamped, 3);
+
+        let report = Report {
+            latencies_clamped: stats.clamped,
+            ..Report::default()
+        };
+        assert!(
+            report.text().contains("latencies over 100.0s: 3"),
+            "{}",
+            report.text()
+        );
+        assert!(!Report::default().text().contains("latencies over"));
     }
 }

@@ -29,6 +29,9 @@ enum Behaviour {
     Http,
     /// Complete the handshake, then close without answering.
     CloseAfterHandshake,
+    /// Answer the first connection's request with an unparseable response, then
+    /// serve like `Http`.
+    MalformedFirst,
 }
 
 /// Start a TLS server on an ephemeral port in a background thread.
@@ -54,15 +57,24 @@ fn server(behaviour: Behaviour) -> SocketAddr {
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async move {
             let listener = TcpListener::from_std(listener).unwrap();
-            loop {
+            for accepted in 0u64.. {
                 let (tcp, _) = listener.accept().await.unwrap();
                 let acceptor = acceptor.clone();
                 tokio::task::spawn_local(async move {
                     let Ok(mut tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    if let Behaviour::Http = behaviour {
-                        let _ = serve_http(&mut tls).await;
+                    match behaviour {
+                        Behaviour::Http => {
+                            let _ = serve_http(&mut tls).await;
+                        }
+                        Behaviour::MalformedFirst if accepted == 0 => {
+                            let _ = answer_malformed(&mut tls).await;
+                        }
+                        Behaviour::MalformedFirst => {
+                            let _ = serve_http(&mut tls).await;
+                        }
+                        Behaviour::CloseAfterHandshake => {}
                     }
                     let _ = tls.shutdown().await;
                 });
@@ -70,6 +82,23 @@ fn server(behaviour: Behaviour) -> SocketAddr {
         });
     });
     addr
+}
+
+/// Read one request and answer it with a response whose Content-Length is not a number.
+async fn answer_malformed<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut tmp).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+    s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: five\r\n\r\nhello")
+        .await
 }
 
 async fn serve_http<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
@@ -251,4 +280,91 @@ fn bulk_open_loop_reuses_connections() {
         r.handshakes
     );
     assert_eq!(r.body_bytes, 40 * 65536);
+}
+
+#[test]
+fn a_malformed_response_fails_only_its_own_request() {
+    for mode in ["full", "resume", "bulk"] {
+        let addr = server(Behaviour::MalformedFirst);
+        let url = format!("https://{addr}/");
+        // One slot: every request after the first reuses the reader that saw the bad one.
+        let r =
+            tlsterm_bench::run_load(&args(&[&url, "--mode", mode, "-c", "1", "-n", "5"])).unwrap();
+        assert_eq!(
+            r.errors.get("http: bad Content-Length"),
+            Some(&1),
+            "{mode}: {:?}",
+            r.errors
+        );
+        assert_eq!(r.errors_total, 1, "{mode}: {:?}", r.errors);
+        assert_eq!(r.requests, 4, "{mode}");
+    }
+}
+
+/// Run `run_load` on a thread and give up after a while: a refusal must come at once,
+/// not after a run that would never end.
+fn run_load_briefly(list: &[&str]) -> anyhow::Result<tlsterm_bench::stats::Report> {
+    let a = args(list);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(tlsterm_bench::run_load(&a));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .expect("run_load did not return")
+}
+
+#[test]
+fn unschedulable_rates_are_refused() {
+    // Nothing listens here: a refusal never gets as far as connecting.
+    let url = "https://127.0.0.1:9/";
+    for rate in ["1e10", "2e9", "1e-30"] {
+        let e = run_load_briefly(&[url, "--rate", rate, "-d", "1s", "-c", "1"]).unwrap_err();
+        assert!(e.to_string().contains("--rate"), "{rate}: {e}");
+    }
+    // The limit is per thread: two threads may schedule twice as much.
+    let e = run_load_briefly(&[
+        url,
+        "--rate",
+        "3e9",
+        "--threads",
+        "2",
+        "-c",
+        "2",
+        "-d",
+        "1s",
+    ])
+    .unwrap_err();
+    assert!(e.to_string().contains("at most 2000000000"), "{e}");
+}
+
+#[test]
+fn more_threads_than_connections_are_refused() {
+    let e = run_load_briefly(&[
+        "https://127.0.0.1:9/",
+        "--threads",
+        "8",
+        "-c",
+        "2",
+        "-n",
+        "1",
+    ])
+    .unwrap_err();
+    assert!(e.to_string().contains("--threads"), "{e}");
+}
+
+#[test]
+fn durations_past_the_clock_are_refused() {
+    // Too long for a Duration: refused while parsing the command line.
+    assert!(Cli::try_parse_from(["bench", "--duration", "1e20"]).is_err());
+    assert!(Cli::try_parse_from(["bench", "--timeout", "1e20"]).is_err());
+    // A Duration, but past the last time the clock can represent.
+    let e =
+        run_load_briefly(&["https://127.0.0.1:9/", "--duration", "1e19", "-c", "1"]).unwrap_err();
+    assert!(e.to_string().contains("--duration"), "{e}");
+}
+
+#[test]
+fn empty_records_are_refused() {
+    let e = tlsterm_bench::run(&args(&["--mode", "record", "--record-size", "0"])).unwrap_err();
+    assert!(e.to_string().contains("--record-size"), "{e}");
 }
