@@ -1,11 +1,13 @@
 //! `[[listener]]`: an address, its certificates, TLS settings, backends and limits,
 //! and the checks that tie them together (errors name the key and line).
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
 use super::acme::{AcmeCertificate, AcmeNames};
@@ -74,7 +76,10 @@ pub struct ListenerConfig {
     #[serde(default = "default_backend_retry", with = "humantime_serde")]
     pub backend_retry: Duration,
     /// Per worker; when reached the worker stops accepting until a connection closes.
-    #[serde(default = "default_max_connections")]
+    #[serde(
+        default = "default_max_connections",
+        deserialize_with = "connection_limit"
+    )]
     pub max_connections: usize,
     /// Relay buffer per direction (bytes): bounds memory per connection.
     #[serde(default = "default_buffer_size")]
@@ -143,17 +148,18 @@ impl ListenerConfig {
         let listener_ca = self.client_ca.is_some();
         let auth = self.client_auth;
         for name in &mut self.server_names {
-            name.validate(map, listener_ca, auth)?;
+            name.validate(map, listener_ca, auth, self.max_version)?;
         }
+        check_distinct_names(map, &self.server_names)?;
         if self.min_version > self.max_version {
             return Err(map.plain(format!(
                 "listener {}: key `min_version` is above `max_version`",
                 self.address()
             )));
         }
-        if self.max_connections == 0 || self.buffer_size < 1024 {
+        if self.buffer_size < 1024 {
             return Err(map.plain(format!(
-                "listener {}: `max_connections` must be >= 1 and `buffer_size` >= 1024",
+                "listener {}: `buffer_size` must be >= 1024",
                 self.address()
             )));
         }
@@ -353,8 +359,42 @@ fn default_backend_retry() -> Duration {
 fn default_max_connections() -> usize {
     10_000
 }
+/// A listener's `max_connections`, checked while parsing so that the error names its line.
+/// Each worker holds that many permits of a semaphore, which cannot hold more than
+/// `Semaphore::MAX_PERMITS`: the bound of the process-wide `max_connections` too.
+fn connection_limit<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
+    let limit = usize::deserialize(deserializer)?;
+    if limit == 0 || limit > tokio::sync::Semaphore::MAX_PERMITS {
+        return Err(D::Error::custom(
+            "key `max_connections`: must be between 1 and 2^61",
+        ));
+    }
+    Ok(limit)
+}
 fn default_buffer_size() -> usize {
     16 * 1024
+}
+
+/// A name may appear in one `[[listener.server_name]]` block only: connections follow one
+/// block's settings, and which one would otherwise depend on the order of the blocks. Names
+/// are compared the way SNI is matched: without case, and without a trailing dot.
+fn check_distinct_names(
+    map: &SourceMap<'_>,
+    server_names: &[ServerNameConfig],
+) -> Result<(), ConfigError> {
+    let normal = |name: &str| name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    let mut earlier = HashSet::new();
+    for block in server_names {
+        let names = block.names.get_ref();
+        if let Some(name) = names.iter().find(|name| earlier.contains(&normal(name))) {
+            return Err(map.error(
+                &block.names,
+                format!("key `names`: `{name}` is already in an earlier [[listener.server_name]] of this listener"),
+            ));
+        }
+        earlier.extend(names.iter().map(|name| normal(name)));
+    }
+    Ok(())
 }
 
 pub(super) fn check_backends(

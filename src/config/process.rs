@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use tracing_subscriber::filter::Directive;
 
 use super::Config;
 
@@ -12,7 +14,7 @@ use super::Config;
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// A `tracing` filter, e.g. "info" or "tlsterm=debug". RUST_LOG overrides it.
-    #[serde(default = "default_log_level")]
+    #[serde(default = "default_log_level", deserialize_with = "log_filter")]
     pub level: String,
     /// One line per closed connection (client, SNI, ALPN, version, cipher, bytes, reason).
     #[serde(default)]
@@ -57,6 +59,48 @@ pub fn default_admin_address() -> SocketAddr {
 
 fn default_log_level() -> String {
     "info".into()
+}
+
+/// The levels a filter may name without a target.
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// `log.level`, checked while parsing so that the error names its line.
+fn log_filter<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let filter = String::deserialize(deserializer)?;
+    check_log_filter(&filter)
+        .map_err(|problem| D::Error::custom(format!("key `log.level`: {problem}")))?;
+    Ok(filter)
+}
+
+/// Whether `filter` is a `tracing` filter that means what it says. The filter reads a lone
+/// word that is not a level ("warning", "information") as the name of a target, and
+/// tlsterm's own messages would then be left out of the log; such a word is refused, as
+/// is an empty filter (which logs nothing: that is "off").
+fn check_log_filter(filter: &str) -> Result<(), String> {
+    if filter.trim().is_empty() {
+        return Err("must not be empty (\"off\" turns logging off)".into());
+    }
+    // Directive by directive, the way the filter itself reads them.
+    for directive in filter.split(',').filter(|d| !d.is_empty()) {
+        if let Err(err) = directive.parse::<Directive>() {
+            return Err(format!(
+                "`{directive}` is not a log filter directive: {err}"
+            ));
+        }
+        let word = directive.trim();
+        let bare = !word.is_empty() && !word.contains(['=', '[']);
+        if bare
+            && !LOG_LEVELS
+                .iter()
+                .any(|level| level.eq_ignore_ascii_case(word))
+        {
+            return Err(format!(
+                "`{word}` is not a level ({}); for a target, write `{word}=LEVEL`",
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The settings that shape the process itself: applied at start only.

@@ -21,7 +21,8 @@ pub struct ServerNameConfig {
     pub names: Spanned<Vec<String>>,
     pub backends: Option<Spanned<Vec<String>>>,
     pub alpn: Option<Vec<String>>,
-    pub min_version: Option<TlsVersion>,
+    /// The lowest version for these names (spanned: an error names its line).
+    pub min_version: Option<Spanned<TlsVersion>>,
     pub client_auth: Option<ClientAuth>,
     pub client_ca: Option<Spanned<PathBuf>>,
     pub client_crl: Option<CrlFile>,
@@ -48,15 +49,27 @@ impl ServerNameConfig {
     }
 
     /// Checks this block (`listener_ca`: whether the listener has a `client_ca`;
-    /// `listener_auth`: its `client_auth`) and resolves its files.
+    /// `listener_auth`: its `client_auth`; `listener_max`: its `max_version`) and resolves
+    /// its files.
     pub(super) fn validate(
         &mut self,
         map: &SourceMap<'_>,
         listener_ca: bool,
         listener_auth: ClientAuth,
+        listener_max: TlsVersion,
     ) -> Result<(), ConfigError> {
         if self.names.get_ref().is_empty() {
             return Err(map.error(&self.names, "key `names`: must not be empty"));
+        }
+        // The listener's `max_version` caps every handshake: a higher minimum here would
+        // leave no version to agree on, and every client of these names would fail.
+        if let Some(min) = &self.min_version {
+            if *min.get_ref() > listener_max {
+                return Err(map.error(
+                    min,
+                    "key `min_version`: above the listener's `max_version`, so no handshake for these names could succeed",
+                ));
+            }
         }
         if let Some(backends) = &self.backends {
             check_backends(map, backends)?;

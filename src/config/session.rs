@@ -9,6 +9,9 @@ use serde::Deserialize;
 /// With `redis_ticket_keys`, how many epochs of keys a ticket can outlive its own by.
 const MAX_SHARED_EPOCHS: u32 = 1000;
 
+/// The longest `ticket_rotation` and `ticket_grace`: 100 years.
+const MAX_TICKET_KEY_TIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// `[session]` in the configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -124,12 +127,28 @@ impl SessionConfig {
                 self.ticket_rotation.subsec_nanos() == 0 && self.ticket_rotation.as_secs() >= 1,
                 "[session] with redis_ticket_keys, ticket_rotation must be whole seconds"
             );
-            // Every process reads the keys of all epochs that may still decrypt.
+            // Every process reads the keys of all epochs that may still decrypt. A rotation
+            // so long that this product exceeds any duration is refused, not overflowed.
+            let Some(shared) = self.ticket_rotation.checked_mul(MAX_SHARED_EPOCHS) else {
+                anyhow::bail!(
+                    "[session] ticket_rotation is too long: with redis_ticket_keys, {MAX_SHARED_EPOCHS} rotations must fit in 2^64 seconds"
+                );
+            };
             anyhow::ensure!(
-                self.ticket_grace <= self.ticket_rotation * MAX_SHARED_EPOCHS,
+                self.ticket_grace <= shared,
                 "[session] with redis_ticket_keys, ticket_grace may be at most {MAX_SHARED_EPOCHS} times ticket_rotation"
             );
         }
+        // Key lifetimes are added to the clock: a century is more than enough and cannot
+        // overflow it.
+        anyhow::ensure!(
+            self.ticket_rotation <= MAX_TICKET_KEY_TIME,
+            "[session] ticket_rotation may be at most 100 years"
+        );
+        anyhow::ensure!(
+            self.ticket_grace <= MAX_TICKET_KEY_TIME,
+            "[session] ticket_grace may be at most 100 years"
+        );
         Ok(())
     }
 }

@@ -235,3 +235,101 @@ fn acme_names_without_acme_section_name_their_line() {
         .to_string();
     assert!(err.contains("fleet_key_file"), "{err}");
 }
+
+#[test]
+fn a_ticket_rotation_too_long_for_shared_keys_names_its_line() {
+    let text = "workers = 1\n\n[session]\nticket_rotation = \"100000000000000000s\"\nredis_ticket_keys = true\nredis_url = \"redis://127.0.0.1/\"\n\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    let err = Config::parse("t.toml", text).unwrap_err();
+    assert_eq!(err.line, Some(3), "{err}");
+    assert!(
+        err.message
+            .contains("[session] ticket_rotation is too long"),
+        "{err}"
+    );
+    // Without Redis the keys live in memory, on the clock: a century at most.
+    let memory = text.replace("redis_ticket_keys = true\n", "");
+    let err = Config::parse("t.toml", &memory).unwrap_err();
+    assert_eq!(err.line, Some(3), "{err}");
+    assert!(
+        err.message
+            .contains("[session] ticket_rotation may be at most"),
+        "{err}"
+    );
+    let grace = memory.replace(
+        "\"100000000000000000s\"",
+        "\"1h\"\nticket_grace = \"101years\"",
+    );
+    let err = Config::parse("t.toml", &grace).unwrap_err();
+    assert!(
+        err.message
+            .contains("[session] ticket_grace may be at most"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_listener_max_connections_beyond_a_semaphore_names_its_line() {
+    let base = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    for bad in ["0", "4611686018427387904"] {
+        let text = format!("{base}max_connections = {bad}\n");
+        let err = Config::parse("t.toml", &text).unwrap_err();
+        assert_eq!(err.line, Some(4), "{bad}: {err}");
+        assert!(err.message.contains("key `max_connections`"), "{err}");
+    }
+    let most = format!(
+        "{base}max_connections = {}\n",
+        tokio::sync::Semaphore::MAX_PERMITS
+    );
+    assert!(Config::parse("t.toml", &most).is_ok());
+}
+
+#[test]
+fn a_log_level_that_is_not_a_level_names_its_line() {
+    let listener = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    let with = |level: &str| format!("workers = 1\n[log]\nlevel = \"{level}\"\n{listener}");
+    for bad in ["information", "warning", "info,tlsterm", "tlsterm=loud", ""] {
+        let err = Config::parse("t.toml", &with(bad)).unwrap_err();
+        assert_eq!(err.line, Some(3), "{bad}: {err}");
+        assert!(err.message.contains("key `log.level`"), "{bad}: {err}");
+    }
+    for good in [
+        "info",
+        "WARN",
+        "off",
+        "info,tlsterm=debug",
+        "tlsterm::tls=trace, warn",
+        "[conn]=debug",
+    ] {
+        let config = Config::parse("t.toml", &with(good)).unwrap();
+        assert_eq!(config.log.level, good);
+    }
+}
+
+#[test]
+fn a_server_name_min_version_above_the_listener_max_names_its_line() {
+    let text = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\nmax_version = \"1.2\"\n[[listener.server_name]]\nnames = [\"a.test\"]\nmin_version = \"1.3\"\n";
+    let err = Config::parse("t.toml", text).unwrap_err();
+    assert_eq!(err.line, Some(7), "{err}");
+    assert!(err.message.contains("key `min_version`"), "{err}");
+    let both = text.replace("max_version = \"1.2\"\n", "");
+    let config = Config::parse("t.toml", &both).unwrap();
+    let min = config.listeners[0].server_names[0].min_version.as_ref();
+    assert_eq!(min.map(|v| *v.get_ref()), Some(TlsVersion::Tls13));
+}
+
+#[test]
+fn a_server_name_in_two_blocks_names_the_second() {
+    let base = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n[[listener.server_name]]\nnames = [\"a.test\", \"*.b.test\"]\nalpn = [\"h2\"]\n";
+    for again in ["A.test.", "*.B.test"] {
+        let text = format!("{base}[[listener.server_name]]\nnames = [\"c.test\", \"{again}\"]\n");
+        let err = Config::parse("t.toml", &text).unwrap_err();
+        assert_eq!(err.line, Some(8), "{again}: {err}");
+        assert!(
+            err.message.contains(&format!("key `names`: `{again}`")),
+            "{err}"
+        );
+    }
+    // Another listener may serve the same name otherwise.
+    let other = base.replace("127.0.0.1:1", "127.0.0.1:2");
+    assert!(Config::parse("t.toml", &format!("{base}{other}")).is_ok());
+}

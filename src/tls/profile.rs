@@ -153,7 +153,10 @@ impl Profiles {
             };
             profiles.list.push(Profile {
                 alpn: wire(server_name.alpn.as_deref().unwrap_or(&listener.alpn)),
-                min_version: server_name.min_version.map(ssl_version),
+                min_version: server_name
+                    .min_version
+                    .as_ref()
+                    .map(|version| ssl_version(*version.get_ref())),
                 verify,
                 ca_names,
                 sid_ctx,
