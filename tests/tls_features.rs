@@ -977,8 +977,8 @@ fn chain_check_needs_a_crl_for_every_ca() {
     publish_crl(&inter, None, "crl.pem", &["-crldays", "1"]);
     let port = free_port();
     let listener = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nclient_auth = \"required\"\n\
-         client_ca = \"ca.pem\"\nclient_crl = \"inter/crl.pem\"\n\
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nproxy_protocol = \"v2\"\n\
+         client_auth = \"required\"\nclient_ca = \"ca.pem\"\nclient_crl = \"inter/crl.pem\"\n\
          [[listener.server_name]]\nnames = [\"chain.test\"]\nclient_crl_check = \"chain\"\n\
          backends = [\"builtin\"]\n"
     );
@@ -1017,7 +1017,7 @@ fn sessions_do_not_cross_client_certificate_policies() {
     let ca = dir.path().join("ca.pem").display().to_string();
     let listener = |ca: &str| {
         format!(
-            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nproxy_protocol = \"v2\"\n\
              [[listener.server_name]]\nnames = [\"secure.test\"]\nclient_auth = \"required\"\n\
              client_ca = {ca:?}\nbackends = [\"builtin\"]\n"
         )
@@ -1099,7 +1099,7 @@ fn a_name_advertises_its_own_client_cas() {
     let port = free_port();
     let p = |name: &str| dir.path().join(name).display().to_string();
     let listener = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nproxy_protocol = \"v2\"\n\
          client_auth = \"required\"\nclient_ca = {:?}\n\
          [[listener.server_name]]\nnames = [\"partner.test\"]\nclient_auth = \"required\"\n\
          client_ca = {:?}\nbackends = [\"builtin\"]\n",

@@ -13,7 +13,7 @@ use toml::Spanned;
 use super::acme::{AcmeCertificate, AcmeNames};
 use super::client_trust::{check_crl, ClientAuth, CrlCheck, CrlFile};
 use super::ech_key;
-use super::server_name::ServerNameConfig;
+use super::server_name::{ListenerFacts, ServerNameConfig};
 use super::source::{resolve_file, ConfigError, SourceMap};
 use super::tls_names::{
     group_name, tls13_cipher_id, CertCompression, TlsVersion, BORINGSSL_MAX_EARLY_DATA,
@@ -146,9 +146,15 @@ impl ListenerConfig {
     ) -> Result<(), ConfigError> {
         check_backends(map, &self.backends)?;
         let listener_ca = self.client_ca.is_some();
-        let auth = self.client_auth;
+        let facts = ListenerFacts {
+            has_ca: listener_ca,
+            auth: self.client_auth,
+            max_version: self.max_version,
+            backends: self.backends.get_ref(),
+            proxy_v2: self.proxy_protocol == ProxyProtocol::V2,
+        };
         for name in &mut self.server_names {
-            name.validate(map, listener_ca, auth, self.max_version)?;
+            name.validate(map, &facts)?;
         }
         check_distinct_names(map, &self.server_names)?;
         if self.min_version > self.max_version {

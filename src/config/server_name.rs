@@ -36,6 +36,18 @@ pub struct ServerNameConfig {
     pub acme: Option<AcmeNames>,
 }
 
+/// What a server name's checks need from its listener.
+#[derive(Clone, Copy)]
+pub(super) struct ListenerFacts<'a> {
+    /// Whether the listener has a `client_ca`.
+    pub has_ca: bool,
+    pub auth: ClientAuth,
+    pub max_version: TlsVersion,
+    pub backends: &'a [String],
+    /// Whether its backends get a PROXY v2 header (the name and the client certificate).
+    pub proxy_v2: bool,
+}
+
 impl ServerNameConfig {
     /// Whether its connections are checked for client certificates otherwise than the
     /// listener's (`listener_auth`): another `client_auth`, or its own CA or CRL settings
@@ -48,16 +60,19 @@ impl ServerNameConfig {
         auth != listener_auth || (auth != ClientAuth::None && own_trust)
     }
 
-    /// Checks this block (`listener_ca`: whether the listener has a `client_ca`;
-    /// `listener_auth`: its `client_auth`; `listener_max`: its `max_version`) and resolves
-    /// its files.
+    /// Checks this block against its listener's settings and resolves its files.
     pub(super) fn validate(
         &mut self,
         map: &SourceMap<'_>,
-        listener_ca: bool,
-        listener_auth: ClientAuth,
-        listener_max: TlsVersion,
+        listener: &ListenerFacts<'_>,
     ) -> Result<(), ConfigError> {
+        let ListenerFacts {
+            has_ca: listener_ca,
+            auth: listener_auth,
+            max_version: listener_max,
+            backends: listener_backends,
+            proxy_v2,
+        } = *listener;
         if self.names.get_ref().is_empty() {
             return Err(map.error(&self.names, "key `names`: must not be empty"));
         }
@@ -94,6 +109,22 @@ impl ServerNameConfig {
                 &self.names,
                 "key `backends` is needed here: this name's client-certificate policy differs from the listener's, and a backend both used would be reached under the weaker of the two (by a client sending the other name, or none)",
             ));
+        }
+        // The same backend under two policies is safe only if it can tell them apart: PROXY
+        // v2 gives it the name and the verified client certificate of each connection.
+        if let Some(backends) = &self.backends {
+            let shared = backends
+                .get_ref()
+                .iter()
+                .find(|backend| listener_backends.contains(backend));
+            if let Some(shared) =
+                shared.filter(|_| !proxy_v2 && self.client_policy_differs(listener_auth))
+            {
+                return Err(map.error(
+                    backends,
+                    format!("key `backends`: `{shared}` is the listener's too, and this name's client-certificate policy differs from the listener's: a client sending another name, or none, would reach it under the listener's policy. Give this name backends of its own, or set the listener's proxy_protocol = \"v2\" so that the backend sees each connection's name and client certificate"),
+                ));
+            }
         }
         Ok(())
     }

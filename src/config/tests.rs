@@ -317,6 +317,35 @@ fn a_server_name_min_version_above_the_listener_max_names_its_line() {
     assert_eq!(min.map(|v| *v.get_ref()), Some(TlsVersion::Tls13));
 }
 
+/// A name with a stricter client-certificate policy may share a backend with its listener
+/// only when PROXY v2 tells that backend each connection's name and client certificate.
+#[test]
+fn a_backend_shared_under_two_client_policies_needs_proxy_v2() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "").unwrap();
+    let text = |proxy: &str, backends: &str| {
+        format!("[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"app:80\"]\n{proxy}\n[[listener.server_name]]\nnames = [\"admin.test\"]\nclient_auth = \"required\"\nclient_ca = {ca:?}\nbackends = [{backends}]\n")
+    };
+    let err = Config::parse("t.toml", &text("", "\"admin:80\", \"app:80\"")).unwrap_err();
+    assert_eq!(err.line, Some(9), "{err}");
+    assert!(
+        err.message.contains("key `backends`") && err.message.contains("`app:80`"),
+        "{err}"
+    );
+    let v1 = text("proxy_protocol = \"v1\"", "\"app:80\"");
+    assert!(
+        Config::parse("t.toml", &v1).is_err(),
+        "v1 carries no name nor certificate"
+    );
+    for accepted in [
+        text("", "\"admin:80\""),
+        text("proxy_protocol = \"v2\"", "\"app:80\""),
+    ] {
+        Config::parse("t.toml", &accepted).unwrap();
+    }
+}
+
 #[test]
 fn a_server_name_in_two_blocks_names_the_second() {
     let base = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n[[listener.server_name]]\nnames = [\"a.test\", \"*.b.test\"]\nalpn = [\"h2\"]\n";
