@@ -27,10 +27,10 @@ fn keygen(dir: &Path, stem: &str) -> (PathBuf, String) {
 /// A listener with certificates for public.test (default) and secret.test, `ech_keys`
 /// set to `keys`, PROXY v2 to `backend` (unless it is the built-in one).
 fn listener(dir: &Path, port: u16, backend: &str, keys: &[&Path]) -> String {
-    // The built-in backend takes no PROXY header.
-    let proxy = if backend == "builtin" { "none" } else { "v2" };
+    // PROXY v2 to every backend (the built-in one strips it): the backend learns the inner
+    // name, and a name with its own client-certificate policy may share it.
     let mut text = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\nproxy_protocol = \"{proxy}\"\n\
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\nproxy_protocol = \"v2\"\n\
          ech_keys = {:?}\n",
         keys.iter()
             .map(|k| k.display().to_string())
