@@ -13,7 +13,7 @@ use toml::Spanned;
 use super::acme::{AcmeCertificate, AcmeNames};
 use super::client_trust::{check_crl, ClientAuth, CrlCheck, CrlFile};
 use super::ech_key;
-use super::server_name::{ListenerFacts, ServerNameConfig};
+use super::server_name::{normal_policy, ClientPolicy, ListenerFacts, ServerNameConfig};
 use super::source::{resolve_file, ConfigError, SourceMap};
 use super::tls_names::{
     group_name, tls13_cipher_id, CertCompression, TlsVersion, BORINGSSL_MAX_EARLY_DATA,
@@ -240,6 +240,18 @@ impl ListenerConfig {
             (None, ClientAuth::None) => {}
         }
         check_crl(map, &mut self.client_crl, listener_ca)?;
+        // After the files are resolved: policies compare their paths.
+        if self.proxy_protocol != ProxyProtocol::V2 {
+            let listener_policy = normal_policy((
+                self.client_auth,
+                self.client_ca.as_ref().map(|ca| ca.get_ref().clone()),
+                self.client_crl
+                    .as_ref()
+                    .map(|crl| crl.path.get_ref().clone()),
+                Some(self.client_crl_check),
+            ));
+            check_backends_per_policy(map, &self.server_names, &listener_policy)?;
+        }
         let mut acme_certificates = match &self.acme {
             Some(acme) => acme.resolve(map, None, has_acme)?,
             None => Vec::new(),
@@ -399,6 +411,38 @@ fn check_distinct_names(
             ));
         }
         earlier.extend(names.iter().map(|name| normal(name)));
+    }
+    Ok(())
+}
+
+/// Two server names whose client-certificate policies differ must not share a backend
+/// unless PROXY v2 tells it each connection's name and certificate: a client could reach it
+/// through the weaker one by sending that name (and the other in `Host`).
+fn check_backends_per_policy(
+    map: &SourceMap<'_>,
+    server_names: &[ServerNameConfig],
+    listener_policy: &ClientPolicy,
+) -> Result<(), ConfigError> {
+    let with_backends: Vec<(&ServerNameConfig, ClientPolicy)> = server_names
+        .iter()
+        .filter(|block| block.backends.is_some())
+        .map(|block| (block, block.client_policy(listener_policy)))
+        .collect();
+    for (index, (block, policy)) in with_backends.iter().enumerate() {
+        let backends = block.backends.as_ref().expect("filtered");
+        for (earlier, earlier_policy) in &with_backends[..index] {
+            let earlier_backends = earlier.backends.as_ref().expect("filtered").get_ref();
+            let shared = backends
+                .get_ref()
+                .iter()
+                .find(|backend| earlier_backends.contains(backend));
+            if let Some(shared) = shared.filter(|_| policy != earlier_policy) {
+                return Err(map.error(
+                    backends,
+                    format!("key `backends`: `{shared}` is also the backend of {:?}, whose client-certificate policy differs: a client could reach it under the weaker one. Give each its own backends, or set the listener's proxy_protocol = \"v2\" so that the backend sees each connection's name and client certificate", earlier.names.get_ref()),
+                ));
+            }
+        }
     }
     Ok(())
 }

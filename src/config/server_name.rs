@@ -48,7 +48,41 @@ pub(super) struct ListenerFacts<'a> {
     pub proxy_v2: bool,
 }
 
+/// A client-certificate policy as connections get it: `client_auth`, and when certificates
+/// are asked for, the CA file, the CRL file and how CRLs are checked.
+pub(super) type ClientPolicy = (
+    ClientAuth,
+    Option<PathBuf>,
+    Option<PathBuf>,
+    Option<CrlCheck>,
+);
+
+/// `policy` with the parts that do not apply left out (no certificate asked: nothing else
+/// matters).
+pub(super) fn normal_policy(policy: ClientPolicy) -> ClientPolicy {
+    match policy.0 {
+        ClientAuth::None => (ClientAuth::None, None, None, None),
+        _ => policy,
+    }
+}
+
 impl ServerNameConfig {
+    /// The policy its connections get: its own settings, else the listener's.
+    pub(super) fn client_policy(&self, listener: &ClientPolicy) -> ClientPolicy {
+        normal_policy((
+            self.client_auth.unwrap_or(listener.0),
+            self.client_ca
+                .as_ref()
+                .map(|ca| ca.get_ref().clone())
+                .or_else(|| listener.1.clone()),
+            self.client_crl
+                .as_ref()
+                .map(|crl| crl.path.get_ref().clone())
+                .or_else(|| listener.2.clone()),
+            self.client_crl_check.or(listener.3),
+        ))
+    }
+
     /// Whether its connections are checked for client certificates otherwise than the
     /// listener's (`listener_auth`): another `client_auth`, or its own CA or CRL settings
     /// while certificates are asked for.

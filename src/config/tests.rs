@@ -346,6 +346,30 @@ fn a_backend_shared_under_two_client_policies_needs_proxy_v2() {
     }
 }
 
+/// Two server names with different client-certificate policies may share a backend only
+/// with PROXY v2, as a name and its listener.
+#[test]
+fn a_backend_shared_by_two_names_of_different_client_policies_needs_proxy_v2() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "").unwrap();
+    let text = |proxy: &str, second_auth: &str| {
+        format!("[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"app:80\"]\n{proxy}\n[[listener.server_name]]\nnames = [\"admin.test\"]\nclient_auth = \"required\"\nclient_ca = {ca:?}\nbackends = [\"admin:80\"]\n[[listener.server_name]]\nnames = [\"partner.test\"]\nclient_auth = \"{second_auth}\"\nclient_ca = {ca:?}\nbackends = [\"admin:80\"]\n")
+    };
+    let err = Config::parse("t.toml", &text("", "optional")).unwrap_err();
+    assert_eq!(err.line, Some(14), "the second block's `backends`: {err}");
+    assert!(
+        err.message.contains("`admin:80`") && err.message.contains("admin.test"),
+        "{err}"
+    );
+    for accepted in [
+        text("", "required"),
+        text("proxy_protocol = \"v2\"", "optional"),
+    ] {
+        Config::parse("t.toml", &accepted).unwrap();
+    }
+}
+
 #[test]
 fn a_server_name_in_two_blocks_names_the_second() {
     let base = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n[[listener.server_name]]\nnames = [\"a.test\", \"*.b.test\"]\nalpn = [\"h2\"]\n";
