@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use boring::symm::{decrypt_aead, encrypt_aead, Cipher};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use zeroize::Zeroizing;
 
 use super::store::Material;
@@ -48,13 +48,8 @@ impl Fleet {
         if let Some(connection) = &*connection {
             return Ok(connection.clone());
         }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_secs(1));
-        let made = ConnectionManager::new_lazy_with_config(self.client.clone(), config)?;
+        let runtime = tokio::runtime::Handle::try_current()?;
+        let made = crate::session::redis::connect(&runtime, &self.client, self.timeout)?;
         *connection = Some(made.clone());
         Ok(made)
     }

@@ -18,8 +18,8 @@ use tokio::runtime::Handle;
 use tokio::task::{AbortHandle, JoinHandle};
 use zeroize::Zeroize;
 
-pub use super::redis_client::{client, redacted};
-use super::redis_client::{connect, runtime};
+use super::redis_client::runtime;
+pub use super::redis_client::{client, connect, redacted};
 use super::ticket_key::{hex, TicketKey, KEY_FILE_ENTRY_LEN};
 use super::tickets::{shared_epochs, unix_now, SharedKey};
 use crate::config::redis_uses_tls;

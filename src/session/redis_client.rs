@@ -35,7 +35,7 @@ pub(super) fn runtime() -> anyhow::Result<Handle> {
 /// A connection (made on first use, remade after failures) whose requests fail after
 /// `timeout`. Connecting may take longer (a second at least: TCP, TLS and, for rediss://,
 /// loading the system's roots); requests never wait for it past their own timeout.
-pub(super) fn connect(
+pub fn connect(
     handle: &Handle,
     client: &redis::Client,
     timeout: Duration,
