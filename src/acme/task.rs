@@ -303,10 +303,15 @@ impl CertificateTask {
     /// Whether `material` (from Redis) is usable for this certificate and lasts longer than
     /// ours. A certificate whose names changed keeps its storage name, so Redis may still
     /// hold one for the old names: that counts as none, and a new one is ordered.
+    /// Only the certificate is read here (the key is checked by `install`, once): this
+    /// runs every second while another process orders.
     fn is_newer(&self, material: &Material) -> bool {
-        let Ok((_, facts)) = usable(&self.cert, material, SystemTime::now()) else {
+        let Ok(facts) = material.facts() else {
             return false;
         };
+        if !facts.serves(&self.cert, SystemTime::now()) {
+            return false;
+        }
         match &self.current {
             None => true,
             Some((_, current)) => facts.not_after > current.not_after,
