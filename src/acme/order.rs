@@ -189,7 +189,9 @@ pub async fn order(
             .with_context(|| format!("the CA offers no {kind:?} challenge"))?;
         let name = challenge.identifier().to_string();
         let key_authorization = challenge.key_authorization();
-        match config.challenge {
+        // Each answer is also shared through the fleet, so that a member the CA's request
+        // reaches answers it too.
+        let shared = match config.challenge {
             ChallengeKind::TlsAlpn01 => {
                 let digest: [u8; 32] = key_authorization
                     .digest()
@@ -198,17 +200,13 @@ pub async fn order(
                     .context("key authorization digest")?;
                 let id = acme_challenge::set(&name, &digest)?;
                 answers.set.push(Answer::TlsAlpn01(name.clone(), id));
-                if let Some(fleet) = fleet {
-                    // Shared so that the members a validation connection may reach answer it
-                    // too. Without Redis this process still answers its own: the order goes
-                    // on (it may then fail validation, which is retried), rather than failing
-                    // here every time while the certificate runs out.
-                    if let Err(err) = fleet
-                        .publish_challenge(&name, &digest, config.order_timeout)
-                        .await
-                    {
-                        tracing::warn!(%name, error = format!("{err:#}"), "cannot share the ACME challenge answer through Redis; only this process answers it");
-                    }
+                match fleet {
+                    Some(fleet) => Some(
+                        fleet
+                            .publish_challenge(&name, &digest, config.order_timeout)
+                            .await,
+                    ),
+                    None => None,
                 }
             }
             ChallengeKind::Http01 => {
@@ -220,19 +218,26 @@ pub async fn order(
                 answers.set.push(Answer::Http01 {
                     token: challenge.token.clone(),
                 });
-                if let Some(fleet) = fleet {
-                    // As for TLS-ALPN-01: the CA's request may reach another member.
-                    let published = fleet.publish_http01(
-                        &name,
-                        &challenge.token,
-                        key_authorization.as_str(),
-                        config.order_timeout,
-                    );
-                    if let Err(err) = published.await {
-                        tracing::warn!(%name, error = format!("{err:#}"), "cannot share the ACME challenge answer through Redis; only this process answers it");
-                    }
+                match fleet {
+                    Some(fleet) => Some(
+                        fleet
+                            .publish_http01(
+                                &name,
+                                &challenge.token,
+                                key_authorization.as_str(),
+                                config.order_timeout,
+                            )
+                            .await,
+                    ),
+                    None => None,
                 }
             }
+        };
+        // Without Redis this process still answers its own: the order goes on (it may then
+        // fail validation, which is retried), rather than failing here every time while the
+        // certificate runs out.
+        if let Some(Err(err)) = shared {
+            tracing::warn!(%name, error = format!("{err:#}"), "cannot share the ACME challenge answer through Redis; only this process answers it");
         }
         challenge.set_ready().await?;
     }
