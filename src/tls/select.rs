@@ -16,6 +16,9 @@ use crate::offload::KeyKind;
 pub(super) struct CertContext {
     pub(super) ctx: SslContext,
     pub(super) kind: KeyKind,
+    /// The TLS 1.2 ECDHE-ECDSA suites its context enables (`ecdsa_suites`), read once when
+    /// it is built rather than at every ClientHello.
+    pub(super) ecdsa_suites: Vec<u16>,
     pub(super) fetched_ocsp: Option<Arc<ocsp_fetch::Slot>>,
     pub(super) file_ocsp: Option<FileStaple>,
 }
@@ -53,7 +56,7 @@ impl CertSelector {
     pub(super) fn select(&self, hello: &ClientHello<'_>) -> Option<&CertContext> {
         let candidates = self.candidates(hello.servername(NameType::HOST_NAME))?;
         let ecdsa = candidates.iter().map(|&i| &self.certs[i]).find(|cert| {
-            matches!(cert.kind, KeyKind::Ecdsa { curve } if client_accepts_ecdsa(hello, curve, self.tls13_enabled, &cert.ctx))
+            matches!(cert.kind, KeyKind::Ecdsa { curve } if client_accepts_ecdsa(hello, curve, self.tls13_enabled, &cert.ecdsa_suites))
         });
         let rsa = candidates
             .iter()
@@ -71,13 +74,28 @@ pub(super) fn u16_list(data: &[u8], prefix: usize) -> impl Iterator<Item = u16> 
         .map(|pair| u16::from_be_bytes([pair[0], pair[1]]))
 }
 
+/// The TLS 1.2 cipher suites `ctx` enables that an ECDSA certificate can serve.
+pub(super) fn ecdsa_suites(ctx: &SslContext) -> Vec<u16> {
+    ctx.ciphers()
+        .into_iter()
+        .flatten()
+        .filter(|cipher| {
+            cipher
+                .standard_name()
+                .is_some_and(|name| name.contains("_ECDSA_"))
+        })
+        .map(|cipher| cipher.protocol_id())
+        .collect()
+}
+
 /// Whether the client can verify an ECDSA signature made with a key on `curve`, and a
-/// handshake with the ECDSA certificate of `ctx` can be made with it.
+/// handshake with it can be made with a certificate whose context enables `ecdsa_suites`
+/// for TLS 1.2.
 pub(super) fn client_accepts_ecdsa(
     hello: &ClientHello<'_>,
     curve: Nid,
     tls13_enabled: bool,
-    ctx: &SslContext,
+    ecdsa_suites: &[u16],
 ) -> bool {
     const TLS13: u16 = 0x0304;
     // TLS 1.3 binds curve and hash: ecdsa_secp256r1_sha256 / ecdsa_secp384r1_sha384.
@@ -101,15 +119,6 @@ pub(super) fn client_accepts_ecdsa(
     // In TLS 1.2 the cipher suite names the certificate type (ECDHE-ECDSA-*): one the client
     // offers and this listener enables. And the key's curve must be among the client's
     // supported groups, or BoringSSL will not sign with it (an RSA certificate would do).
-    let enabled = ctx.ciphers().into_iter().flatten();
-    let ecdsa_suites: Vec<u16> = enabled
-        .filter(|cipher| {
-            cipher
-                .standard_name()
-                .is_some_and(|name| name.contains("_ECDSA_"))
-        })
-        .map(|cipher| cipher.protocol_id())
-        .collect();
     let offers_ecdsa_suite = u16_list(hello.ciphers(), 0).any(|c| ecdsa_suites.contains(&c));
     let group = if curve == Nid::SECP384R1 {
         0x0018

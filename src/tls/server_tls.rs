@@ -17,7 +17,7 @@ use super::ech::{ech_outcome, ECH_OFFERED};
 use super::keymethod::OffloadKeyMethod;
 use super::names::NameTable;
 use super::profile::Profiles;
-use super::select::{file_staple, CertContext, CertSelector};
+use super::select::{ecdsa_suites, file_staple, CertContext, CertSelector};
 use super::tls13::{client_prefers_chacha, Tls13Order};
 use super::{acme_challenge, compress, ech, failure, ocsp};
 use crate::config::{CertCompression, ListenerConfig, SessionConfig, TlsVersion};
@@ -89,8 +89,10 @@ impl ServerTls {
             builder.set_async_private_key_method(OffloadKeyMethod {
                 key: cert.key.clone(),
             });
+            let ctx = builder.build();
             selector.certs.push(CertContext {
-                ctx: builder.build(),
+                ecdsa_suites: ecdsa_suites(&ctx),
+                ctx,
                 kind: cert.key.kind(),
                 fetched_ocsp: cert.ocsp_fetch.clone(),
                 file_ocsp,
