@@ -161,7 +161,7 @@ impl AcmeNames {
         }
         let mut lower: Vec<String> = Vec::new();
         for name in names.get_ref() {
-            let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+            let name = super::normal_name(name);
             if !valid_dns_name(&name) {
                 return Err(map.error(names, format!("key `acme.names`: `{name}` is not a DNS name an ACME CA can validate here (no wildcards, no IP addresses)")));
             }

@@ -13,7 +13,9 @@ use toml::Spanned;
 use super::acme::{AcmeCertificate, AcmeNames};
 use super::client_trust::{check_crl, ClientAuth, CrlCheck, CrlFile};
 use super::ech_key;
-use super::server_name::{normal_policy, ClientPolicy, ListenerFacts, ServerNameConfig};
+use super::server_name::{
+    normal_name, normal_policy, ClientPolicy, ListenerFacts, ServerNameConfig,
+};
 use super::source::{resolve_file, ConfigError, SourceMap};
 use super::tls_names::{
     group_name, tls13_cipher_id, CertCompression, TlsVersion, BORINGSSL_MAX_EARLY_DATA,
@@ -150,8 +152,6 @@ impl ListenerConfig {
             has_ca: listener_ca,
             auth: self.client_auth,
             max_version: self.max_version,
-            backends: self.backends.get_ref(),
-            proxy_v2: self.proxy_protocol == ProxyProtocol::V2,
         };
         for name in &mut self.server_names {
             name.validate(map, &facts)?;
@@ -250,7 +250,12 @@ impl ListenerConfig {
                     .map(|crl| crl.path.get_ref().clone()),
                 Some(self.client_crl_check),
             ));
-            check_backends_per_policy(map, &self.server_names, &listener_policy)?;
+            check_backends_per_policy(
+                map,
+                &self.server_names,
+                (&self.backends, self.client_auth),
+                &listener_policy,
+            )?;
         }
         let mut acme_certificates = match &self.acme {
             Some(acme) => acme.resolve(map, None, has_acme)?,
@@ -400,27 +405,31 @@ fn check_distinct_names(
     map: &SourceMap<'_>,
     server_names: &[ServerNameConfig],
 ) -> Result<(), ConfigError> {
-    let normal = |name: &str| name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
     let mut earlier = HashSet::new();
     for block in server_names {
         let names = block.names.get_ref();
-        if let Some(name) = names.iter().find(|name| earlier.contains(&normal(name))) {
+        if let Some(name) = names
+            .iter()
+            .find(|name| earlier.contains(&normal_name(name)))
+        {
             return Err(map.error(
                 &block.names,
                 format!("key `names`: `{name}` is already in an earlier [[listener.server_name]] of this listener"),
             ));
         }
-        earlier.extend(names.iter().map(|name| normal(name)));
+        earlier.extend(names.iter().map(|name| normal_name(name)));
     }
     Ok(())
 }
 
-/// Two server names whose client-certificate policies differ must not share a backend
-/// unless PROXY v2 tells it each connection's name and certificate: a client could reach it
-/// through the weaker one by sending that name (and the other in `Host`).
+/// A backend must not serve two client-certificate policies (a server name's and its
+/// listener's, or two server names') unless PROXY v2 tells it each connection's name and
+/// certificate: a client could reach it through the weaker one by sending that name (or
+/// none, for the listener's), and the other in `Host`. Called without PROXY v2 only.
 fn check_backends_per_policy(
     map: &SourceMap<'_>,
     server_names: &[ServerNameConfig],
+    (listener_backends, listener_auth): (&Spanned<Vec<String>>, ClientAuth),
     listener_policy: &ClientPolicy,
 ) -> Result<(), ConfigError> {
     let with_backends: Vec<(&ServerNameConfig, ClientPolicy)> = server_names
@@ -430,12 +439,17 @@ fn check_backends_per_policy(
         .collect();
     for (index, (block, policy)) in with_backends.iter().enumerate() {
         let backends = block.backends.as_ref().expect("filtered");
+        let shared_with =
+            |others: &[String]| backends.get_ref().iter().find(|b| others.contains(b));
+        let shared = shared_with(listener_backends.get_ref());
+        if let Some(shared) = shared.filter(|_| block.client_policy_differs(listener_auth)) {
+            return Err(map.error(
+                backends,
+                format!("key `backends`: `{shared}` is the listener's too, and this name's client-certificate policy differs from the listener's: a client sending another name, or none, would reach it under the listener's policy. Give this name backends of its own, or set the listener's proxy_protocol = \"v2\" so that the backend sees each connection's name and client certificate"),
+            ));
+        }
         for (earlier, earlier_policy) in &with_backends[..index] {
-            let earlier_backends = earlier.backends.as_ref().expect("filtered").get_ref();
-            let shared = backends
-                .get_ref()
-                .iter()
-                .find(|backend| earlier_backends.contains(backend));
+            let shared = shared_with(earlier.backends.as_ref().expect("filtered").get_ref());
             if let Some(shared) = shared.filter(|_| policy != earlier_policy) {
                 return Err(map.error(
                     backends,

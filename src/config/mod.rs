@@ -41,7 +41,7 @@ pub use engine::{EngineConfig, EngineKernel, EngineMode};
 pub use listener::{CertificateConfig, ListenerConfig, ProxyProtocol, UnknownSni, BUILTIN_BACKEND};
 pub use ocsp::OcspConfig;
 pub use process::{default_admin_address, AdminConfig, LogConfig, ProcessSettings};
-pub use server_name::ServerNameConfig;
+pub use server_name::{normal_name, ServerNameConfig};
 pub use session::{redis_uses_tls, SessionConfig};
 pub use source::{ConfigError, SourceMap};
 pub use tls_names::{

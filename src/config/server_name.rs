@@ -36,16 +36,19 @@ pub struct ServerNameConfig {
     pub acme: Option<AcmeNames>,
 }
 
+/// A DNS name as SNI matching compares it: lower case, and a fully qualified name
+/// ("example.com.") the same as without its trailing dot.
+pub fn normal_name(name: &str) -> String {
+    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
+}
+
 /// What a server name's checks need from its listener.
 #[derive(Clone, Copy)]
-pub(super) struct ListenerFacts<'a> {
+pub(super) struct ListenerFacts {
     /// Whether the listener has a `client_ca`.
     pub has_ca: bool,
     pub auth: ClientAuth,
     pub max_version: TlsVersion,
-    pub backends: &'a [String],
-    /// Whether its backends get a PROXY v2 header (the name and the client certificate).
-    pub proxy_v2: bool,
 }
 
 /// A client-certificate policy as connections get it: `client_auth`, and when certificates
@@ -86,7 +89,7 @@ impl ServerNameConfig {
     /// Whether its connections are checked for client certificates otherwise than the
     /// listener's (`listener_auth`): another `client_auth`, or its own CA or CRL settings
     /// while certificates are asked for.
-    fn client_policy_differs(&self, listener_auth: ClientAuth) -> bool {
+    pub(super) fn client_policy_differs(&self, listener_auth: ClientAuth) -> bool {
         let auth = self.client_auth.unwrap_or(listener_auth);
         let own_trust = self.client_ca.is_some()
             || self.client_crl.is_some()
@@ -98,14 +101,12 @@ impl ServerNameConfig {
     pub(super) fn validate(
         &mut self,
         map: &SourceMap<'_>,
-        listener: &ListenerFacts<'_>,
+        listener: &ListenerFacts,
     ) -> Result<(), ConfigError> {
         let ListenerFacts {
             has_ca: listener_ca,
             auth: listener_auth,
             max_version: listener_max,
-            backends: listener_backends,
-            proxy_v2,
         } = *listener;
         if self.names.get_ref().is_empty() {
             return Err(map.error(&self.names, "key `names`: must not be empty"));
@@ -143,22 +144,6 @@ impl ServerNameConfig {
                 &self.names,
                 "key `backends` is needed here: this name's client-certificate policy differs from the listener's, and a backend both used would be reached under the weaker of the two (by a client sending the other name, or none)",
             ));
-        }
-        // The same backend under two policies is safe only if it can tell them apart: PROXY
-        // v2 gives it the name and the verified client certificate of each connection.
-        if let Some(backends) = &self.backends {
-            let shared = backends
-                .get_ref()
-                .iter()
-                .find(|backend| listener_backends.contains(backend));
-            if let Some(shared) =
-                shared.filter(|_| !proxy_v2 && self.client_policy_differs(listener_auth))
-            {
-                return Err(map.error(
-                    backends,
-                    format!("key `backends`: `{shared}` is the listener's too, and this name's client-certificate policy differs from the listener's: a client sending another name, or none, would reach it under the listener's policy. Give this name backends of its own, or set the listener's proxy_protocol = \"v2\" so that the backend sees each connection's name and client certificate"),
-                ));
-            }
         }
         Ok(())
     }

@@ -31,6 +31,7 @@ use boring::x509::extension::SubjectAlternativeName;
 use boring::x509::X509Extension;
 
 use super::selfsigned::{self, SelfSignedKey};
+use crate::config::normal_name;
 
 /// The ALPN protocol of validation connections.
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
@@ -83,18 +84,17 @@ pub fn set_fleet_lookup(lookup: Option<FleetLookup>) {
 /// The names this process orders certificates for: a validation connection for another
 /// name is refused without asking the fleet.
 pub fn set_ordered_names<'a>(names: impl IntoIterator<Item = &'a str>) {
-    let names = names
-        .into_iter()
-        .map(|name| name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase())
-        .collect();
+    let names = names.into_iter().map(normal_name).collect();
     *ORDERED.write().expect("ordered names") = names;
 }
 
 /// Whether this process orders certificates for `name` (so the fleet may hold an answer
 /// for it).
 pub fn is_ordered(name: &str) -> bool {
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-    ORDERED.read().expect("ordered names").contains(&name)
+    ORDERED
+        .read()
+        .expect("ordered names")
+        .contains(&normal_name(name))
 }
 
 /// Answers validation connections for `name` with the digest of the key authorization,
@@ -138,8 +138,7 @@ pub fn fleet_answer(hello: &ClientHello<'_>) -> Option<impl Future<Output = ()> 
         return None;
     }
     let lookup = FLEET.read().expect("fleet lookup").clone()?;
-    let name = hello.servername(boring::ssl::NameType::HOST_NAME)?;
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    let name = normal_name(hello.servername(boring::ssl::NameType::HOST_NAME)?);
     // A name this process does not order for has no answer anywhere in the fleet (its
     // members share the configuration): refused at once, without a Redis request.
     if !is_ordered(&name) {
@@ -192,7 +191,7 @@ fn only_acme_tls(extension: &[u8]) -> bool {
 
 /// The context answering the pending challenge for `sni`, if any.
 pub fn context_for(sni: Option<&str>) -> Option<SslContext> {
-    let sni = sni?.strip_suffix('.').unwrap_or(sni?).to_ascii_lowercase();
+    let sni = normal_name(sni?);
     let pending = PENDING.read().expect("challenge table");
     let answer = pending.get(&sni)?;
     answer

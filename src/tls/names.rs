@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 
+use crate::config::normal_name;
+
 /// SNI names mapped to values: exact names and "*.suffix" wildcards (one label deep).
 pub(super) struct NameTable<T> {
     pub(super) exact: HashMap<String, T>,
@@ -18,7 +20,7 @@ impl<T: Default> NameTable<T> {
     }
 
     pub(super) fn entry(&mut self, name: &str) -> &mut T {
-        let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+        let name = normal_name(name);
         match name.strip_prefix("*.") {
             Some(suffix) => self.wildcard.entry(suffix.to_string()).or_default(),
             None => self.exact.entry(name).or_default(),
@@ -27,7 +29,7 @@ impl<T: Default> NameTable<T> {
 
     /// The value for `sni`; a fully qualified name ("example.com.") is the same name.
     pub(super) fn lookup(&self, sni: &str) -> Option<&T> {
-        let sni = sni.strip_suffix('.').unwrap_or(sni).to_ascii_lowercase();
+        let sni = normal_name(sni);
         self.exact.get(&sni).or_else(|| {
             let (_, parent) = sni.split_once('.')?;
             self.wildcard.get(parent)
