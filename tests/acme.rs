@@ -113,7 +113,9 @@ fn first_issuance_chains_to_pebble_and_a_restart_reuses_it() {
         metric(admin, "tlsterm_acme_orders_total", "result=\"failed\""),
         0.0
     );
-    // Pebble reuses no authorization here: each order's own was validated.
+    // Pebble reuses no authorization here: each order's own was validated. Pebble's log is
+    // read on a thread of its own and may lag behind tlsterm's: wait for both lines.
+    pebble.log.wait_for_count("set VALID by completed challenge", 2);
     assert_eq!(pebble.log.count("set VALID by completed challenge"), 2);
     assert_eq!(pebble.log.count("set INVALID"), 0, "{}", pebble.log.text());
 
