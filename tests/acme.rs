@@ -115,7 +115,9 @@ fn first_issuance_chains_to_pebble_and_a_restart_reuses_it() {
     );
     // Pebble reuses no authorization here: each order's own was validated. Pebble's log is
     // read on a thread of its own and may lag behind tlsterm's: wait for both lines.
-    pebble.log.wait_for_count("set VALID by completed challenge", 2);
+    pebble
+        .log
+        .wait_for_count("set VALID by completed challenge", 2);
     assert_eq!(pebble.log.count("set VALID by completed challenge"), 2);
     assert_eq!(pebble.log.count("set INVALID"), 0, "{}", pebble.log.text());
 
