@@ -108,6 +108,15 @@ pub fn disable_early_data(ssl: &mut SslRef) {
     unsafe { boring_sys::SSL_set_early_data_enabled(ssl.as_ptr(), 0) };
 }
 
+/// Hands BoringSSL precomputed parts of this handshake (a DER `HandshakeHints`, see
+/// `tls::key_share_hint`). Only while the ClientHello is being processed; false when
+/// BoringSSL refuses the encoding or the moment.
+pub fn set_handshake_hints(ssl: &mut SslRef, hints: &[u8]) -> bool {
+    // SAFETY: the connection is valid and `hints` is a live slice of `hints.len()` bytes,
+    // which BoringSSL copies before returning.
+    unsafe { boring_sys::SSL_set_handshake_hints(ssl.as_ptr(), hints.as_ptr(), hints.len()) == 1 }
+}
+
 /// Whether the handshake is complete: the client's Finished has been read.
 pub fn handshake_confirmed(ssl: &SslRef) -> bool {
     // SAFETY: the connection is valid; the call only reads its state.

@@ -32,6 +32,23 @@ pub struct EngineConfig {
     /// Which multi-buffer kernel computes batches.
     #[serde(default)]
     pub kernel: EngineKernel,
+    /// Who computes the server's TLS 1.3 key share (X25519, X25519MLKEM768, P-256).
+    #[serde(default)]
+    pub key_shares: KeyShares,
+}
+
+/// `[engine] key_shares`: who computes the server's key share of a TLS 1.3 handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyShares {
+    /// tlsterm, with aws-lc (about twice BoringSSL's speed), handed to BoringSSL as a
+    /// handshake hint.
+    #[default]
+    Auto,
+    /// The same, named: aws-lc.
+    AwsLcRs,
+    /// BoringSSL, inline (as before tlsterm computed shares itself).
+    Inline,
 }
 
 /// The multi-buffer kernel `[engine] kernel` asks for.
@@ -58,6 +75,7 @@ impl Default for EngineConfig {
             poll_delay: default_poll_delay(),
             small_batch_threshold: None,
             kernel: EngineKernel::Auto,
+            key_shares: KeyShares::Auto,
         }
     }
 }

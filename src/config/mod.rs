@@ -37,7 +37,7 @@ pub use acme::{
     ExternalAccount,
 };
 pub use client_trust::{ClientAuth, CrlCheck, CrlFile};
-pub use engine::{EngineConfig, EngineKernel, EngineMode};
+pub use engine::{EngineConfig, EngineKernel, EngineMode, KeyShares};
 pub use listener::{CertificateConfig, ListenerConfig, ProxyProtocol, UnknownSni, BUILTIN_BACKEND};
 pub use ocsp::OcspConfig;
 pub use process::{default_admin_address, AdminConfig, LogConfig, ProcessSettings};
@@ -45,7 +45,7 @@ pub use server_name::{normal_name, ServerNameConfig};
 pub use session::{redis_uses_tls, SessionConfig};
 pub use source::{ConfigError, SourceMap};
 pub use tls_names::{
-    group_name, tls13_cipher_id, CertCompression, TlsVersion, BORINGSSL_MAX_EARLY_DATA,
+    group_id, group_name, tls13_cipher_id, CertCompression, TlsVersion, BORINGSSL_MAX_EARLY_DATA,
     DEFAULT_TLS12_CIPHERS,
 };
 

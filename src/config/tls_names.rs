@@ -42,6 +42,17 @@ pub fn group_name(name: &str) -> Option<&'static str> {
     }
 }
 
+/// The TLS `NamedGroup` code point of a `groups` entry.
+pub fn group_id(name: &str) -> Option<u16> {
+    match group_name(name)? {
+        "X25519MLKEM768" => Some(0x11ec),
+        "X25519" => Some(0x001d),
+        "P-256" => Some(0x0017),
+        "P-384" => Some(0x0018),
+        _ => None,
+    }
+}
+
 /// A certificate compression algorithm tlsterm offers (`cert_compression`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CertCompression {

@@ -18,6 +18,7 @@ struct EngineMetrics {
     batch_time: Histogram,
     batch_lanes: Histogram,
     worker_ops: IntCounterVec,
+    key_shares: IntCounterVec,
 }
 
 static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
@@ -61,6 +62,11 @@ static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
         "Private-key operations (batch and inline), by worker",
         &["worker"],
     ),
+    key_shares: metrics::counter_vec(
+        "key_shares_total",
+        "Server key shares of completed handshakes, by group and by what computed them: batch (the multi-buffer engine), aws-lc-rs, inline (BoringSSL); not_applied counts a share tlsterm computed that BoringSSL did not use",
+        &["group", "path"],
+    ),
 }
 });
 
@@ -94,6 +100,14 @@ pub(super) fn record_op(kind: &str, path: &str) {
     }
     METRICS.ops.with_label_values(&[kind, path]).inc();
     count_on_worker(1);
+}
+
+/// One key share of a completed handshake (see `tls::key_share_hint::record`).
+pub fn record_key_share(group: &str, path: &str) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.key_shares.with_label_values(&[group, path]).inc();
 }
 
 pub(super) fn record_queue_wait(wait: Duration) {

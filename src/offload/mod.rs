@@ -7,6 +7,7 @@
 //! every handshake of the worker is waiting on it, or when the poll delay expires.
 
 mod key;
+pub mod key_share;
 pub mod metrics;
 mod queue;
 mod signer;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use boring::ssl::SslSignatureAlgorithm;
 
-use crate::config::{EngineConfig, EngineKernel, EngineMode};
+use crate::config::{EngineConfig, EngineKernel, EngineMode, KeyShares};
 pub use key::{HashAlg, KeyKind, Scheme, SigningKey};
 pub use queue::{install_worker_queue, HandshakeGuard};
 
@@ -53,6 +54,26 @@ pub struct OffloadSettings {
     pub batch_size: usize,
     pub poll_delay: std::time::Duration,
     pub small_batch_threshold: usize,
+    /// Who computes TLS 1.3 key shares.
+    pub key_shares: KeySharePath,
+}
+
+/// Who computed a key share: `/metrics` counts each path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySharePath {
+    /// aws-lc, in tlsterm, handed to BoringSSL as a hint.
+    AwsLc,
+    /// BoringSSL itself.
+    Inline,
+}
+
+impl KeySharePath {
+    pub fn label(self) -> &'static str {
+        match self {
+            KeySharePath::AwsLc => "aws-lc-rs",
+            KeySharePath::Inline => "inline",
+        }
+    }
 }
 
 impl OffloadSettings {
@@ -87,6 +108,10 @@ impl OffloadSettings {
             batch_size,
             poll_delay: config.poll_delay,
             small_batch_threshold,
+            key_shares: match config.key_shares {
+                KeyShares::Auto | KeyShares::AwsLcRs => KeySharePath::AwsLc,
+                KeyShares::Inline => KeySharePath::Inline,
+            },
         }
     }
 
@@ -168,5 +193,25 @@ pub fn sign(key: Arc<SigningKey>, alg: SslSignatureAlgorithm, message: &[u8]) ->
             let result = queue::counted_inline(&key, scheme, message);
             Box::pin(std::future::ready(result))
         }
+    }
+}
+
+/// Who computes this worker's key shares (aws-lc off workers, as in tests).
+pub fn key_share_path() -> KeySharePath {
+    queue::settings().map_or(KeySharePath::AwsLc, |settings| settings.key_shares)
+}
+
+/// The server's key share of `group` for the client's share `peer`, computed the way this
+/// worker is set to; `None` when BoringSSL is to compute it (inline, or a share it
+/// will refuse).
+pub fn key_share(
+    group: key_share::Group,
+    peer: &[u8],
+) -> Option<(key_share::ServerShare, KeySharePath)> {
+    match key_share_path() {
+        KeySharePath::Inline => None,
+        KeySharePath::AwsLc => key_share::compute(group, peer)
+            .ok()
+            .map(|share| (share, KeySharePath::AwsLc)),
     }
 }

@@ -68,6 +68,11 @@ fn current() -> Option<Rc<WorkerQueue>> {
     CURRENT.with(|current| current.borrow().clone())
 }
 
+/// This worker's settings, if it has a queue.
+pub(super) fn settings() -> Option<OffloadSettings> {
+    CURRENT.with(|current| current.borrow().as_ref().map(|queue| queue.settings.get()))
+}
+
 /// Counts a handshake in progress on this worker for the `AllWaiting` condition.
 pub struct HandshakeGuard {
     queue: Option<Rc<WorkerQueue>>,

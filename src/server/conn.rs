@@ -110,6 +110,7 @@ pub async fn handle(
             let negotiated = Negotiated::from_ssl(tls.ssl(), state.config.ech_keys.is_some());
             metrics::record_handshake(negotiated.resumed, &state.metrics);
             crate::tls::metrics::record_negotiated(&negotiated, handshake_time, in_tls);
+            crate::tls::record_key_share(tls.ssl());
             (tls, negotiated)
         }
         Ok((Err(err), _)) => {

@@ -19,8 +19,10 @@ use super::names::NameTable;
 use super::profile::Profiles;
 use super::select::{ecdsa_suites, file_staple, CertContext, CertSelector};
 use super::tls13::{client_prefers_chacha, Tls13Order};
-use super::{acme_challenge, compress, ech, failure, ocsp};
+use super::{acme_challenge, compress, ech, failure, key_share_hint, ocsp};
 use crate::config::{CertCompression, ListenerConfig, SessionConfig, TlsVersion};
+use crate::offload::key_share::ServerShare;
+use crate::offload::KeySharePath;
 use crate::session::Sessions;
 
 /// The client's address on each connection (set by [`ServerTls::new_ssl`]).
@@ -118,8 +120,21 @@ impl ServerTls {
         let per_name = profiles.clone();
         let chacha_first = Tls13Order::parse(listener.tls13_ciphers.get_ref())?.chacha_first();
         let has_ech_keys = ech_keys.is_some();
+        let listener_groups: Vec<u16> = listener
+            .groups
+            .get_ref()
+            .iter()
+            .filter_map(|g| crate::config::group_id(g))
+            .collect();
         // Runs once the anti-replay verdict is known (at once unless Redis is asked).
-        let select = move |hello: &mut ClientHello<'_>, early_data_refused: bool| {
+        let select = move |hello: &mut ClientHello<'_>,
+                           early_data_refused: bool,
+                           key_share: Option<(ServerShare, KeySharePath)>| {
+            if let Some((share, path)) = key_share {
+                // Before anything that may fail: the hint only replaces BoringSSL's own
+                // computation of the same share.
+                key_share_hint::apply(hello.ssl_mut(), &share, path);
+            }
             if acme_challenge::offered(hello) {
                 // An ACME CA validating a name: the challenge certificate or nothing.
                 let answer = acme_challenge::context_for(hello.servername(NameType::HOST_NAME))
@@ -193,6 +208,8 @@ impl ServerTls {
                 .as_ref()
                 .and_then(|sessions| early_data_check(hello, sessions));
             let fleet_answer = acme_challenge::fleet_answer(hello);
+            let key_share = key_share_hint::request(hello, &listener_groups)
+                .and_then(|request| crate::offload::key_share(request.group, &request.peer));
             let select = select.clone();
             Ok(Box::pin(async move {
                 if let Some(fetching) = fleet_answer {
@@ -203,7 +220,7 @@ impl ServerTls {
                     None => false,
                 };
                 let finish: BoxSelectCertFinish = Box::new(move |mut hello| {
-                    select(&mut hello, refused).map_err(|_| AsyncSelectCertError)
+                    select(&mut hello, refused, key_share).map_err(|_| AsyncSelectCertError)
                 });
                 Ok(finish)
             }))

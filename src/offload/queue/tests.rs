@@ -78,6 +78,7 @@ fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings 
         batch_size,
         poll_delay: Duration::from_millis(2),
         small_batch_threshold,
+        key_shares: super::super::KeySharePath::AwsLc,
     }
 }
 

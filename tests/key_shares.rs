@@ -1,0 +1,132 @@
+//! The server's key share computed by tlsterm (aws-lc) and handed to BoringSSL as a
+//! handshake hint, seen end to end: real clients (Go, rustls through `tlsterm bench`,
+//! openssl) complete their handshakes, and `/metrics` shows which path computed each
+//! share. A BoringSSL that stopped applying the hints would show `not_applied` here.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+const SHARES: &str = "tlsterm_key_shares_total";
+
+fn start(engine: &str) -> (tempfile::TempDir, Server, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listener = format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n");
+    let config = write_config(dir.path(), engine, &[listener]);
+    let server = Server::start(&config);
+    (dir, server, port)
+}
+
+fn shares(admin: std::net::SocketAddr, group: &str, path: &str) -> f64 {
+    metric(admin, SHARES, &format!("group=\"{group}\",path=\"{path}\""))
+}
+
+/// Waits until `/metrics` shows `count` shares of `group` computed by `path` (the server
+/// counts a handshake after the client has seen it complete).
+fn wait_shares(admin: std::net::SocketAddr, group: &str, path: &str, count: u32) {
+    wait_for_metric(
+        admin,
+        &format!("{SHARES}{{group=\"{group}\",path=\"{path}\"}} {count}\n"),
+    );
+}
+
+#[test]
+fn go_clients_get_shares_computed_by_aws_lc_for_every_group() {
+    let (_dir, server, port) = start("");
+    let admin = admin_address(&server.config).unwrap();
+    for (args, group, go_name) in [
+        (&[][..], "X25519MLKEM768", "X25519MLKEM768"),
+        (&["-groups", "x25519"][..], "X25519", "X25519"),
+        (&["-groups", "p-256"][..], "P-256", "CurveP256"),
+    ] {
+        let got = go_connect(port, args);
+        assert_eq!(got["group"], go_name, "{got}");
+        assert_eq!(got["status"], 200, "{got}");
+        wait_shares(admin, group, "aws-lc-rs", 1);
+    }
+    assert_eq!(metric(admin, SHARES, "path=\"not_applied\""), 0.0);
+    assert_eq!(metric(admin, SHARES, "path=\"inline\""), 0.0);
+}
+
+#[test]
+fn rustls_full_and_resumed_handshakes_take_the_hint() {
+    let (_dir, server, port) = start("");
+    let admin = admin_address(&server.config).unwrap();
+    for mode in ["full", "resume"] {
+        let out = run(Command::new(TLSTERM)
+            .args(["bench", &format!("https://127.0.0.1:{port}/")])
+            .args(["--insecure", "--json", "--quiet", "-c", "1", "-n", "5"])
+            .args(["--mode", mode]));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["errors_total"], 0, "{report}");
+    }
+    // Resumed TLS 1.3 handshakes (PSK with ECDHE) need a key share too. (rustls, as
+    // `tlsterm bench` sets it up, offers X25519 first.)
+    wait_shares(admin, "X25519", "aws-lc-rs", 10);
+    assert_eq!(metric(admin, SHARES, "path=\"not_applied\""), 0.0);
+}
+
+#[test]
+fn openssl_hello_retry_and_tls12_are_computed_by_boringssl() {
+    let (_dir, server, port) = start("");
+    let admin = admin_address(&server.config).unwrap();
+    // A share for X448 only, which tlsterm lacks: X25519 is chosen, with a
+    // HelloRetryRequest, and the second ClientHello's share is BoringSSL's to answer.
+    let out = s_client(
+        port,
+        &["-tls1_3", "-ign_eof", "-groups", "X448:X25519"],
+        GET_CLOSE,
+    );
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+    wait_shares(admin, "X25519", "inline", 1);
+    // TLS 1.2: no hint (its ECDHE exchange is not the TLS 1.3 key share).
+    let out = s_client(
+        port,
+        &["-tls1_2", "-ign_eof", "-groups", "X25519"],
+        GET_CLOSE,
+    );
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+    wait_shares(admin, "X25519", "inline", 2);
+    // A first share of the chosen group: the hint.
+    let out = s_client(
+        port,
+        &["-tls1_3", "-ign_eof", "-groups", "P-256:X25519"],
+        GET_CLOSE,
+    );
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+    wait_shares(admin, "P-256", "aws-lc-rs", 1);
+    // P-384: BoringSSL's.
+    let out = s_client(
+        port,
+        &["-tls1_3", "-ign_eof", "-groups", "P-384"],
+        GET_CLOSE,
+    );
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+    wait_shares(admin, "P-384", "inline", 1);
+    assert_eq!(metric(admin, SHARES, "path=\"not_applied\""), 0.0);
+}
+
+#[test]
+fn key_shares_inline_leaves_them_to_boringssl() {
+    let (_dir, server, port) = start("[engine]\nkey_shares = \"inline\"\n");
+    let admin = admin_address(&server.config).unwrap();
+    let got = go_connect(port, &[]);
+    assert_eq!(got["group"], "X25519MLKEM768", "{got}");
+    wait_shares(admin, "X25519MLKEM768", "inline", 1);
+    assert_eq!(shares(admin, "X25519MLKEM768", "aws-lc-rs"), 0.0);
+}
+
+#[test]
+fn a_bad_key_shares_value_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "[engine]\nkey_shares = \"gpu\"\n",
+        &["address = \"127.0.0.1:1\"\nbackends = [\"builtin\"]".to_string()],
+    );
+    let err = check_refuses(&config);
+    assert!(err.contains(":3:") && err.contains("`aws-lc-rs`"), "{err}");
+}
