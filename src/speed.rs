@@ -13,6 +13,8 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 use tlsterm_engine::{Hash, Kernel, RsaPadding, RsaPrivateKey, SignRequest, MAX_BATCH};
 
+mod key_shares;
+
 #[derive(clap::Args, Debug)]
 pub struct SpeedArgs {
     /// Which implementation to measure.
@@ -46,7 +48,8 @@ pub struct SpeedArgs {
     /// `--batch-sizes`.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
-    /// Algorithms to measure (rsa2048, rsa3072, rsa4096, ecdsap256); all if none.
+    /// Algorithms to measure (rsa2048, rsa3072, rsa4096, ecdsap256; key shares x25519,
+    /// x25519mlkem768, p256ecdh); all if none.
     pub algorithms: Vec<String>,
 }
 
@@ -217,11 +220,17 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
     }
     let algs: Vec<String> = if args.algorithms.is_empty() {
         ["rsa2048", "rsa3072", "rsa4096", "ecdsap256"]
+            .into_iter()
+            .chain(key_shares::NAMES)
             .map(String::from)
-            .to_vec()
+            .collect()
     } else {
         args.algorithms.clone()
     };
+    let (share_algs, algs): (Vec<String>, Vec<String>) = algs
+        .into_iter()
+        .partition(|alg| key_shares::NAMES.contains(&alg.as_str()));
+    let share_algs: Vec<&str> = share_algs.iter().map(String::as_str).collect();
     let padding = if args.pss {
         RsaPadding::Pss(Hash::Sha256)
     } else {
@@ -247,6 +256,9 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
         cpu_model(),
         if args.elapsed { "wall-clock" } else { "CPU" }
     );
+    if algs.is_empty() {
+        return key_shares::run(args, &share_algs);
+    }
     let mut rows = Vec::new();
     for alg in &algs {
         // Operations per second of each round, inline and per kernel.
@@ -300,7 +312,10 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
                     .collect();
                 (runs, vec![Vec::new(); batch_kernels.len()])
             }
-            other => bail!("unknown algorithm {other:?} (rsa2048, rsa3072, rsa4096, ecdsap256)"),
+            other => bail!(
+                "unknown algorithm {other:?} (rsa2048, rsa3072, rsa4096, ecdsap256, {})",
+                key_shares::NAMES.join(", ")
+            ),
         };
         rows.push((alg.clone(), inline, batch));
     }
@@ -340,7 +355,8 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
             args.rounds
         );
     }
-    Ok(())
+    println!();
+    key_shares::run(args, &share_algs)
 }
 
 /// The median of `v` (the mean of the middle two for an even count), `None`
