@@ -29,6 +29,8 @@ mod mul32;
 pub use ifma::planted_select;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use mul32::planted_mac;
+#[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
+pub use x25519::planted_cswap;
 mod kernel;
 #[doc(hidden)]
 pub mod microbench;
@@ -40,7 +42,9 @@ mod x25519;
 
 pub use padding::{Hash, RsaPadding};
 pub use rsa::RsaPrivateKey;
-pub use x25519::{x25519_batch, x25519_server_shares, X25519Kernel, X25519Share};
+pub use x25519::{
+    x25519_base_batch, x25519_batch, x25519_server_shares, X25519Kernel, X25519Share,
+};
 
 use kernel::{MontKernel, Portable};
 

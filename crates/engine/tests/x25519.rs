@@ -325,6 +325,17 @@ proptest! {
         }
     }
 
+    /// The key generation path (IFMA: fixed-base table; portable: ladder)
+    /// agrees with BoringSSL's X25519(k, 9) on random scalars, batch sizes
+    /// 1..=17 (the edge digits: scalars with all nibbles 8 or 0xf are below).
+    #[test]
+    fn key_generation_vs_boringssl(scalars in prop::collection::vec(any::<[u8; 32]>(), 1..=17)) {
+        let expect: Vec<_> = scalars.iter().map(|k| boring_x25519(k, &base())).collect();
+        for kernel in X25519Kernel::ALL.into_iter().filter(|k| k.is_available()) {
+            prop_assert_eq!(&x25519_base_batch(kernel, &scalars), &expect, "kernel {}", kernel.name());
+        }
+    }
+
     /// Server shares of every batch size 1..=17: BoringSSL, as the client,
     /// derives the same secret from our public value.
     #[test]
@@ -338,6 +349,34 @@ proptest! {
                 prop_assert_eq!(boring_x25519(c, &s.public), *s.shared);
             }
         }
+    }
+}
+
+/// Scalars whose signed radix-16 digits hit the ends of [-8, 8] and carry
+/// through long runs (every nibble 8, every nibble 0xf, alternating, all
+/// zero or all one bytes before clamping).
+#[test]
+fn key_generation_edge_digits() {
+    let mut scalars: Vec<[u8; 32]> = [0x00, 0x88, 0xff, 0x8f, 0xf8, 0x78, 0x87, 0x77, 0x01]
+        .iter()
+        .map(|&b| [b; 32])
+        .collect();
+    for i in 0..32 {
+        let mut k = [0u8; 32];
+        k[i] = 0x80;
+        scalars.push(k);
+        let mut k = [0xffu8; 32];
+        k[i] = 0x08;
+        scalars.push(k);
+    }
+    let expect: Vec<_> = scalars.iter().map(|k| boring_x25519(k, &base())).collect();
+    for kernel in kernels("key_generation_edge_digits") {
+        assert_eq!(
+            x25519_base_batch(kernel, &scalars),
+            expect,
+            "kernel {}",
+            kernel.name()
+        );
     }
 }
 

@@ -35,17 +35,18 @@ impl Ifma25519 {
     /// `out[l] = X25519(k[l], u[l])` for the 8 lanes: `k` holds clamped scalars
     /// as 4 little-endian 64-bit words (word w of lane l in `k[w].0[l]`), `u`
     /// the points in radix 2^52 (bit 255 already cleared). `out` is canonical
-    /// (< p), radix 2^52. `base`: every `u` is 9 (the public value), which
-    /// replaces a multiplication per ladder step by a small one.
-    pub fn scalar_mult(&self, out: &mut [Lanes; 5], k: &[Lanes; 4], u: &[Lanes; 5], base: bool) {
+    /// (< p), radix 2^52.
+    pub fn scalar_mult(&self, out: &mut [Lanes; 5], k: &[Lanes; 4], u: &[Lanes; 5]) {
         // SAFETY: `self` proves AVX-512F and IFMA were detected at runtime.
-        unsafe {
-            if base {
-                ladder::<true>(out, k, u)
-            } else {
-                ladder::<false>(out, k, u)
-            }
-        }
+        unsafe { ladder(out, k, u) }
+    }
+
+    /// `out[l] = X25519(k[l], 9)`, the public value, from the clamped scalar's
+    /// 64 signed radix-16 digits (`digits[i].0[l]`, two's complement, in
+    /// [-8, 8]) by the fixed-base table; canonical, radix 2^52.
+    pub fn base_mult(&self, out: &mut [Lanes; 5], digits: &[Lanes; 64]) {
+        // SAFETY: as in `scalar_mult`.
+        unsafe { base_mult(out, digits) }
     }
 }
 
@@ -304,7 +305,7 @@ unsafe fn canonical(x: &Fe) -> Fe {
 /// The Montgomery ladder of RFC 7748 (section 5) in every lane, from bit 254
 /// down, then `x2 / z2` in canonical form.
 #[target_feature(enable = "avx512f,avx512ifma")]
-unsafe fn ladder<const BASE: bool>(out: &mut [Lanes; 5], k: &[Lanes; 4], u: &[Lanes; 5]) {
+unsafe fn ladder(out: &mut [Lanes; 5], k: &[Lanes; 4], u: &[Lanes; 5]) {
     // SAFETY: the caller guarantees AVX-512F/IFMA; every load and store
     // indexes `k` (word t / 64 < 4), `u` and `out` (limb < 5).
     unsafe {
@@ -330,12 +331,7 @@ unsafe fn ladder<const BASE: bool>(out: &mut [Lanes; 5], k: &[Lanes; 4], u: &[La
             let da = mul(&d, &a);
             let cb = mul(&cc, &b);
             x3 = sqr(&add(&da, &cb));
-            let s = sqr(&sub(&da, &cb));
-            z3 = if BASE {
-                mul_small_add(&[z; 5], &s, 9)
-            } else {
-                mul(&x1, &s)
-            };
+            z3 = mul(&x1, &sqr(&sub(&da, &cb)));
             x2 = mul(&aa, &bb);
             z2 = mul(&e, &mul_small_add(&aa, &e, 121_665));
         }
@@ -345,6 +341,149 @@ unsafe fn ladder<const BASE: bool>(out: &mut [Lanes; 5], k: &[Lanes; 4], u: &[La
         let r = canonical(&mul(&x2, &invert(&z2)));
         for (i, ri) in r.iter().enumerate() {
             st(&mut out[i], *ri);
+        }
+    }
+}
+
+/// A point of edwards25519 (birationally equivalent to Curve25519, u =
+/// (1 + y) / (1 - y)) in extended coordinates: x = X/Z, y = Y/Z, T = XY/Z.
+struct Ext {
+    x: Fe,
+    y: Fe,
+    z: Fe,
+    t: Fe,
+}
+
+/// `p + q` for an affine `q` given as (y + x, y - x, 2dxy): the unified
+/// formula of Hisil, Wong, Carter and Dawson for a = -1 (complete on
+/// edwards25519; the identity (1, 1, 0) works as a table entry). 7
+/// multiplications.
+#[inline(always)]
+unsafe fn madd(p: &Ext, ypx: &Fe, ymx: &Fe, xy2d: &Fe) -> Ext {
+    // SAFETY: target features enabled by the caller (`base_mult`).
+    unsafe {
+        let a = mul(&sub(&p.y, &p.x), ymx);
+        let b = mul(&add(&p.y, &p.x), ypx);
+        let c = mul(&p.t, xy2d);
+        let d = add(&p.z, &p.z);
+        let (e, f, g, h) = (sub(&b, &a), sub(&d, &c), add(&d, &c), add(&b, &a));
+        Ext {
+            x: mul(&e, &f),
+            y: mul(&g, &h),
+            z: mul(&f, &g),
+            t: mul(&e, &h),
+        }
+    }
+}
+
+/// `2p` (the same authors' doubling for a = -1).
+#[inline(always)]
+unsafe fn dbl(p: &Ext) -> Ext {
+    // SAFETY: target features enabled by the caller (`base_mult`).
+    unsafe {
+        let zero = [_mm512_setzero_si512(); 5];
+        let a = sqr(&p.x);
+        let b = sqr(&p.y);
+        let zz = sqr(&p.z);
+        let c = add(&zz, &zz);
+        let ab = add(&a, &b);
+        let e = sub(&sqr(&add(&p.x, &p.y)), &ab);
+        let g = sub(&b, &a);
+        let f = sub(&g, &c);
+        let h = sub(&zero, &ab);
+        Ext {
+            x: mul(&e, &f),
+            y: mul(&g, &h),
+            z: mul(&f, &g),
+            t: mul(&e, &h),
+        }
+    }
+}
+
+/// Per lane: `digit * row[0]` where `row[j - 1]` is `j * P`, digits in
+/// [-8, 8]. Every entry is read (broadcast from the public table) and taken
+/// by a blend where the lane's |digit| matches; a negative digit then negates
+/// the point ((y + x, y - x, 2dxy) -> (y - x, y + x, -2dxy)), by blend too.
+#[inline(always)]
+unsafe fn select(row: &[[u64; 15]; 8], digit: __m512i) -> (Fe, Fe, Fe) {
+    // SAFETY: target features enabled by the caller (`base_mult`); indices
+    // are loop counters within the row.
+    unsafe {
+        let z = _mm512_setzero_si512();
+        let neg = _mm512_cmplt_epi64_mask(digit, z);
+        let abs = _mm512_abs_epi64(digit);
+        // The identity: y + x = y - x = 1, 2dxy = 0.
+        let mut v = [z; 15];
+        v[0] = c(1);
+        v[5] = c(1);
+        for (j, entry) in row.iter().enumerate() {
+            let m = _mm512_cmpeq_epi64_mask(abs, c(j as i64 + 1));
+            for (l, vl) in v.iter_mut().enumerate() {
+                *vl = _mm512_mask_mov_epi64(*vl, m, c(entry[l] as i64));
+            }
+        }
+        let ypx: Fe = core::array::from_fn(|l| v[l]);
+        let ymx: Fe = core::array::from_fn(|l| v[5 + l]);
+        let xy2d: Fe = core::array::from_fn(|l| v[10 + l]);
+        let minus = sub(&[z; 5], &xy2d);
+        (
+            core::array::from_fn(|l| _mm512_mask_blend_epi64(neg, ypx[l], ymx[l])),
+            core::array::from_fn(|l| _mm512_mask_blend_epi64(neg, ymx[l], ypx[l])),
+            core::array::from_fn(|l| _mm512_mask_blend_epi64(neg, xy2d[l], minus[l])),
+        )
+    }
+}
+
+/// Fixed-base multiplication on edwards25519, then u = (Z + Y) / (Z - Y):
+/// with k = sum e_i 16^i, the odd digits first (one table row per pair of
+/// digits: row i holds multiples of 256^i B), times 16, then the even ones.
+/// 64 additions and 4 doublings instead of 255 ladder steps.
+#[target_feature(enable = "avx512f,avx512ifma")]
+unsafe fn base_mult(out: &mut [Lanes; 5], digits: &[Lanes; 64]) {
+    // SAFETY: the caller guarantees AVX-512F/IFMA; loads index `digits`
+    // (i < 64) and the table by loop counters; stores index `out` (limb < 5).
+    unsafe {
+        let z = _mm512_setzero_si512();
+        let one = [c(1), z, z, z, z];
+        let mut h = Ext {
+            x: [z; 5],
+            y: one,
+            z: one,
+            t: [z; 5],
+        };
+        for i in (1..64).step_by(2) {
+            let (ypx, ymx, xy2d) = select(&super::base_table::BASE_TABLE[i / 2], ld(&digits[i]));
+            h = madd(&h, &ypx, &ymx, &xy2d);
+        }
+        for _ in 0..4 {
+            h = dbl(&h);
+        }
+        for i in (0..64).step_by(2) {
+            let (ypx, ymx, xy2d) = select(&super::base_table::BASE_TABLE[i / 2], ld(&digits[i]));
+            h = madd(&h, &ypx, &ymx, &xy2d);
+        }
+        let num = add(&h.z, &h.y);
+        let den = sub(&h.z, &h.y);
+        let r = canonical(&mul(&num, &invert(&den)));
+        for (i, ri) in r.iter().enumerate() {
+            st(&mut out[i], *ri);
+        }
+    }
+}
+
+/// The static check's own test for this kernel (`ct/run.sh`, feature
+/// `ct-planted`): a conditional swap that branches on the scalar bit instead
+/// of blending, which the check must refuse. Never called.
+#[cfg(feature = "ct-planted")]
+#[doc(hidden)]
+#[inline(never)]
+pub fn planted_cswap(a: &mut [Lanes; 5], b: &mut [Lanes; 5], k: &[Lanes; 4], t: usize) {
+    for lane in 0..LANES {
+        // The planted leak: a branch on a secret scalar bit.
+        if core::hint::black_box(k[t / 64].0[lane] >> (t % 64)) & 1 == 1 {
+            for j in 0..5 {
+                core::mem::swap(&mut a[j].0[lane], &mut b[j].0[lane]);
+            }
         }
     }
 }

@@ -8,8 +8,13 @@
 //! Both are constant time with respect to scalars and points.
 
 #[cfg(target_arch = "x86_64")]
+mod base_table;
+#[cfg(target_arch = "x86_64")]
 mod ifma;
 mod portable;
+
+#[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
+pub use ifma::planted_cswap;
 
 use crate::bn::{Lanes, LANES};
 use crate::EngineError;
@@ -137,6 +142,19 @@ pub fn x25519_server_shares(
     out
 }
 
+/// `out[i] = X25519(scalars[i], 9)`, the public values, by the kernel's key
+/// generation path (the IFMA kernel's fixed-base table; the portable
+/// kernel's ladder): for tests. Panics if the kernel is not available.
+#[doc(hidden)]
+pub fn x25519_base_batch(kernel: X25519Kernel, scalars: &[[u8; 32]]) -> Vec<[u8; 32]> {
+    assert!(
+        kernel.is_available(),
+        "kernel {} unavailable",
+        kernel.name()
+    );
+    scalar_mult_many(kernel, scalars, None, true).to_vec()
+}
+
 /// `out[i] = X25519(scalars[i], points[i])` (scalars clamped, bit 255 of each
 /// point ignored, as RFC 7748 says): the raw function, for tests and known
 /// answers. No result is refused here. Panics if the kernel is not available
@@ -211,19 +229,32 @@ fn ifma_pass(
     let mut kv = [Lanes::default(); 4];
     let mut uv = [Lanes::default(); 5];
     let mut rv = [Lanes::default(); 5];
+    let mut dv = [Lanes::default(); 64];
     for lane in 0..LANES {
         let mut kc = portable::clamp(scalars.get(lane).unwrap_or(&[0; 32]));
-        for (w, kw) in kv.iter_mut().enumerate() {
-            kw.0[lane] = u64::from_le_bytes(kc[8 * w..8 * w + 8].try_into().expect("8 bytes"));
+        if base {
+            let mut d = signed_digits(&kc);
+            for (i, di) in dv.iter_mut().enumerate() {
+                di.0[lane] = d[i] as u64;
+            }
+            d.zeroize();
+        } else {
+            for (w, kw) in kv.iter_mut().enumerate() {
+                kw.0[lane] = u64::from_le_bytes(kc[8 * w..8 * w + 8].try_into().expect("8 bytes"));
+            }
+            let p = points.and_then(|p| p.get(lane)).unwrap_or(&BASE);
+            let limbs = to_limbs52(p);
+            for (j, uj) in uv.iter_mut().enumerate() {
+                uj.0[lane] = limbs[j];
+            }
         }
         kc.zeroize();
-        let p = points.and_then(|p| p.get(lane)).unwrap_or(&BASE);
-        let limbs = to_limbs52(p);
-        for (j, uj) in uv.iter_mut().enumerate() {
-            uj.0[lane] = limbs[j];
-        }
     }
-    k.scalar_mult(&mut rv, &kv, &uv, base);
+    if base {
+        k.base_mult(&mut rv, &dv);
+    } else {
+        k.scalar_mult(&mut rv, &kv, &uv);
+    }
     for (lane, o) in out.iter_mut().enumerate() {
         let mut limbs = [0u64; 5];
         for (j, l) in limbs.iter_mut().enumerate() {
@@ -233,8 +264,30 @@ fn ifma_pass(
         limbs.zeroize();
     }
     kv.zeroize();
+    dv.zeroize();
     rv.zeroize();
     wipe_stack();
+}
+
+/// A clamped scalar as 64 signed radix-16 digits in [-8, 8] (k = sum d_i
+/// 16^i), for the fixed-base table: each digit is recentred with a carry into
+/// the next, by arithmetic shifts, not branches. The top digit is at most
+/// 7 + 1, since a clamped scalar is below 2^255.
+#[cfg(target_arch = "x86_64")]
+fn signed_digits(k: &[u8; 32]) -> [i64; 64] {
+    let mut d = [0i64; 64];
+    for (i, &b) in k.iter().enumerate() {
+        d[2 * i] = (b & 15) as i64;
+        d[2 * i + 1] = (b >> 4) as i64;
+    }
+    let mut carry = 0i64;
+    for di in d.iter_mut().take(63) {
+        *di += carry;
+        carry = (*di + 8) >> 4;
+        *di -= carry << 4;
+    }
+    d[63] += carry;
+    d
 }
 
 /// Little-endian bytes -> five radix-2^52 limbs, bit 255 cleared.
