@@ -42,7 +42,7 @@ impl Fe {
     }
 
     /// The canonical encoding (value reduced below p).
-    pub(crate) fn to_bytes(&self) -> [u8; 32] {
+    pub(crate) fn encode(&self) -> [u8; 32] {
         // After two carry passes every limb is < 2^51 (the second pass's
         // top carry is 0 or 1, and when it is 1 the limbs it lands on are
         // small): the value is below 2^255, so p is subtracted at most once.
@@ -240,7 +240,7 @@ pub(crate) fn scalar_mult(k: &[u8; 32], u: &[u8; 32]) -> [u8; 32] {
     Fe::cswap(&mut x2, &mut x3, mask);
     Fe::cswap(&mut z2, &mut z3, mask);
     let mut zi = z2.invert();
-    let out = x2.mul(&zi).to_bytes();
+    let out = x2.mul(&zi).encode();
     for fe in [&mut x2, &mut z2, &mut x3, &mut z3, &mut zi] {
         fe.zeroize();
     }
