@@ -35,7 +35,7 @@ fn key(bits: u32) -> (Rsa<boring::pkey::Private>, RsaPrivateKey) {
 }
 
 /// Scalars and points for the X25519 modes: fixed pseudo-random bytes (the
-/// first point has bit 255 set, the second is p + 1, non-canonical), and a
+/// first point has bit 255 set, the second is p + 9, non-canonical), and a
 /// point of order 8 whose shared secret is all zero.
 fn x25519_inputs() -> (Vec<[u8; 32]>, Vec<[u8; 32]>) {
     let mut s = 0x2545_f491_4f6c_dd1du64;
@@ -53,7 +53,7 @@ fn x25519_inputs() -> (Vec<[u8; 32]>, Vec<[u8; 32]>) {
     let mut points: Vec<[u8; 32]> = (0..5).map(|_| bytes()).collect();
     points[0][31] |= 0x80;
     points[1] = [0xff; 32];
-    points[1][0] = 0xee;
+    points[1][0] = 0xf6;
     points[1][31] = 0x7f;
     points[2] = [0; 32];
     points[2][..8].copy_from_slice(&[0xe0, 0xeb, 0x7a, 0x7c, 0x3b, 0x41, 0xb8, 0xae]);

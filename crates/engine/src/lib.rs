@@ -14,8 +14,9 @@
 //! kernel, the reference the tests compare it with.
 //!
 //! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `mul32/`,
-//! `x25519/ifma.rs`) and in the
-//! valgrind client requests of the optional `ct-valgrind` feature (`ct.rs`).
+//! `x25519/ifma.rs`) and in the constant-time check's hooks (`ct.rs`: the
+//! valgrind client requests of the optional `ct-valgrind` feature, and the
+//! volatile read back of a declassified value).
 
 mod bn;
 #[doc(hidden)]

@@ -126,10 +126,9 @@ pub fn x25519_server_shares(
         for (public, secret) in publics.iter().zip(shared.iter()) {
             // Whether the secret is zero is public (the handshake fails on
             // it), so only that one bit is declassified.
-            let zero = [is_zero(secret)];
-            crate::ct::declassify(&zero);
+            let zero = crate::ct::declassified(is_zero(secret));
             crate::ct::declassify(public);
-            out.push(if zero[0] != 0 {
+            out.push(if zero != 0 {
                 Err(EngineError::InvalidPeerKey)
             } else {
                 Ok(X25519Share {
