@@ -6,10 +6,13 @@
                                        # the checker's own test: a binary with a planted
                                        # secret-dependent branch in SYMBOL must be refused
 
-Which functions, for each of the two kernels that use AVX-512:
+Which functions, for each of the three kernels that use AVX-512:
 - IFMA: every function of the kernel (`tlsterm_engine::ifma::*`), its trait implementations
   (`<tlsterm_engine::ifma::Ifma as ...>::*`) and every function the kernel's code is
   inlined into (any function holding an IFMA instruction);
+- X25519 IFMA: every function of `tlsterm_engine::x25519::ifma` (the ladder, into which
+  the field arithmetic is inlined, and the entry point that calls it); any function
+  holding an IFMA instruction is in the IFMA set above as well;
 - AVX-512F (the 32-bit-multiply kernel at zmm width): its entry points
   (`<tlsterm_engine::mul32::simd::Zmm as ...>::*`), into which the whole width-generic
   kernel is inlined, and any function holding a `vpmuludq` on zmm registers.
@@ -324,15 +327,21 @@ def main():
             m = re.match(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$", line)
             if m:
                 bodies[cur][-1].append((int(m.group(1), 16), m.group(2), m.group(3)))
+    x25519 = {n for n in bodies if n.startswith("tlsterm_engine::x25519::ifma::")}
     ifma = {n for n in bodies if n.startswith("tlsterm_engine::ifma::") or "tlsterm_engine::ifma::Ifma as" in n}
     ifma |= {n for n, bs in bodies.items() if any(op.startswith("vpmadd52") for b in bs for _, op, _ in b)}
+    ifma -= x25519
     zmm = {n for n in bodies if "tlsterm_engine::mul32::simd::Zmm as" in n}
     zmm |= {n for n, bs in bodies.items()
             if any(op.startswith("vpmuludq") and "%zmm" in a for b in bs for _, op, a in b)}
-    for what, found in (("IFMA", ifma), ("AVX-512F", zmm)):
+    groups = (("IFMA", ifma), ("AVX-512F", zmm), ("X25519 IFMA", x25519))
+    for what, found in groups:
         if not found:
             sys.exit(f"avx512_branches.py: no {what} kernel functions found in " + binary)
-    kernel = ifma | zmm
+    # The X25519 ladder itself, not only its entry point, must be there to be checked.
+    if not any(any(op.startswith("vpmadd52") for b in bodies[n] for _, op, _ in b) for n in x25519):
+        sys.exit("avx512_branches.py: no X25519 IFMA arithmetic found in " + binary)
+    kernel = ifma | zmm | x25519
     callers = sorted({n for n, bs in bodies.items() if n not in kernel
                       and any(any(k in a for k in kernel) for b in bs for _, op, a in b if op.startswith("call"))})
     bad, count = [], 0
@@ -349,9 +358,9 @@ def main():
     if bad:
         print("AVX-512 kernels: data-dependent branches or addresses:", *bad, sep="\n  ")
         sys.exit(1)
-    per = {what: sum(len(bodies[n]) for n in found) for what, found in (("IFMA", ifma), ("AVX-512F", zmm))}
-    print(f"AVX-512 kernels: {count} functions checked ({per['IFMA']} IFMA, {per['AVX-512F']} AVX-512F),"
-          " no branch or address derived from data")
+    per = {what: sum(len(bodies[n]) for n in found) for what, found in groups}
+    print(f"AVX-512 kernels: {count} functions checked ({per['IFMA']} RSA IFMA, {per['AVX-512F']} AVX-512F,"
+          f" {per['X25519 IFMA']} X25519 IFMA), no branch or address derived from data")
     for n in sorted(kernel):
         print(f"    {n} ({len(bodies[n])})")
     print("  inlined into / called from (generic pipeline, checked under valgrind with AVX2/portable):",

@@ -9,7 +9,9 @@
 //! Modes: `sign [KERNEL]` (the real check: must be clean; KERNEL is `avx2` or
 //! `portable`, default the best one valgrind can run), `keysetup` (the key
 //! components are marked before `from_components` builds the key, which must
-//! then be clean through signing), `control-local` and `control-input`
+//! then be clean through signing), `x25519` (the portable X25519 kernel with
+//! its scalars and points marked, raw and through the server's key shares:
+//! must be clean), `control-local`, `control-input` and `control-x25519`
 //! (negative controls: must be reported, proving the marking works and reaches
 //! the engine's code).
 
@@ -32,8 +34,40 @@ fn key(bits: u32) -> (Rsa<boring::pkey::Private>, RsaPrivateKey) {
     (r, k)
 }
 
+/// Scalars and points for the X25519 modes: fixed pseudo-random bytes (the
+/// first point has bit 255 set, the second is p + 9, non-canonical), and a
+/// point of order 8 whose shared secret is all zero.
+fn x25519_inputs() -> (Vec<[u8; 32]>, Vec<[u8; 32]>) {
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut bytes = || {
+        let mut b = [0u8; 32];
+        for x in b.iter_mut() {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            *x = s as u8;
+        }
+        b
+    };
+    let scalars: Vec<[u8; 32]> = (0..5).map(|_| bytes()).collect();
+    let mut points: Vec<[u8; 32]> = (0..5).map(|_| bytes()).collect();
+    points[0][31] |= 0x80;
+    points[1] = [0xff; 32];
+    points[1][0] = 0xf6;
+    points[1][31] = 0x7f;
+    points[2] = [0; 32];
+    points[2][..8].copy_from_slice(&[0xe0, 0xeb, 0x7a, 0x7c, 0x3b, 0x41, 0xb8, 0xae]);
+    points[2][8..16].copy_from_slice(&[0x16, 0x56, 0xe3, 0xfa, 0xf1, 0x9f, 0xc4, 0x6a]);
+    points[2][16..24].copy_from_slice(&[0xda, 0x09, 0x8d, 0xeb, 0x9c, 0x32, 0xb1, 0xfd]);
+    points[2][24..].copy_from_slice(&[0x86, 0x62, 0x05, 0x16, 0x5f, 0x49, 0xb8, 0x00]);
+    (scalars, points)
+}
+
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "sign".into());
+    if mode.contains("x25519") {
+        return x25519_mode(&mode);
+    }
     let kernel = match std::env::args().nth(2) {
         Some(name) => Kernel::from_name(&name).expect("kernel name"),
         None => Kernel::detect(),
@@ -137,11 +171,53 @@ fn main() {
         }
         #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
         "planted" => {
-            // Only keeps the planted function in the binary for the static check.
+            // Only keeps the planted functions in the binary for the static check.
             let table = Box::new([[Default::default(); 20]; 32]);
             let idx = Default::default();
             std::hint::black_box(planted_select(&table, &idx));
             std::hint::black_box(planted_mac(&idx, &idx));
+            let (mut a, mut b) = ([Default::default(); 5], [Default::default(); 5]);
+            planted_cswap(&mut a, &mut b, &[Default::default(); 4], 3);
+            std::hint::black_box((a, b));
+        }
+        other => panic!("unknown mode {other}"),
+    }
+}
+
+/// The X25519 modes (the portable kernel: valgrind cannot run IFMA, which
+/// `ct/avx512_branches.py` checks statically).
+fn x25519_mode(mode: &str) {
+    let kernel = X25519Kernel::Portable;
+    eprintln!("ct_check: mode {mode}, X25519 kernel {}", kernel.name());
+    let (scalars, points) = x25519_inputs();
+    // Reference results before marking (the test suite checks the values).
+    let before = x25519_batch(kernel, &scalars, &points);
+    for s in &scalars {
+        ct::mark_secret(s);
+    }
+    for p in &points {
+        ct::mark_secret(p);
+    }
+    let after = x25519_batch(kernel, &scalars, &points);
+    match mode {
+        "control-x25519" => {
+            // A branch on a result that was not declassified: the marking
+            // must have flowed through the whole scalar multiplication.
+            if std::hint::black_box(&after)[0][0] & 1 == 1 {
+                println!("branch on a shared secret");
+            }
+        }
+        "x25519" => {
+            ct::declassify(&after);
+            assert_eq!(before, after, "X25519 results changed under marking");
+            assert_eq!(after[2], [0u8; 32], "order-8 point: all-zero secret");
+            // The server path: fresh scalars (marked inside), peers marked,
+            // the all-zero check and its per-lane refusal.
+            let shares = x25519_server_shares(kernel, &points);
+            for (i, s) in shares.iter().enumerate() {
+                assert_eq!(s.is_err(), i == 2, "share {i}: {s:?}");
+            }
+            eprintln!("ct_check: X25519 raw and server shares done");
         }
         other => panic!("unknown mode {other}"),
     }

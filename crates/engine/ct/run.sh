@@ -4,19 +4,21 @@
 #   crates/engine/ct/run.sh            # 2048-bit keys
 #   CT_ALL_SIZES=1 crates/engine/ct/run.sh   # 2048, 3072 and 4096
 #
-# 1. Static check of the two AVX-512 kernels, IFMA and AVX-512F
-#    (ct/avx512_branches.py): no conditional branch and no address derived from
-#    data in any function they are compiled into. Valgrind 3.19 cannot run
+# 1. Static check of the AVX-512 kernels, RSA IFMA, RSA AVX-512F and X25519
+#    IFMA (ct/avx512_branches.py): no conditional branch and no address derived
+#    from data in any function they are compiled into. Valgrind 3.19 cannot run
 #    AVX-512 (it hides it from CPUID and raises SIGILL on its instructions),
 #    hence this check for those kernels.
 # 2. Valgrind memcheck: marks all secret key material undefined (client
 #    requests, feature `ct-valgrind`) and signs with every kernel valgrind can
 #    execute: the AVX2 kernel (when the CPU has AVX2) and the portable one,
 #    which share the whole RSA pipeline with the AVX-512 kernels; then builds a key
-#    from marked components (key setup, CRT values) and signs with it. The
+#    from marked components (key setup, CRT values) and signs with it; then
+#    the portable X25519 kernel with marked scalars and points (raw scalar
+#    multiplications, and server key shares with the all-zero refusal). The
 #    binary is the release build (same profile and flags as the shipped one;
 #    the feature only adds the client requests). Memcheck must report
-#    nothing. Two negative controls must be reported, or the check itself is
+#    nothing. Three negative controls must be reported, or the check itself is
 #    broken. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -30,7 +32,8 @@ fi
 cargo build --release --workspace --example ct_check \
     --features tlsterm-engine/ct-valgrind,tlsterm-engine/ct-planted
 cp target/release/examples/ct_check /tmp/ct_check_planted
-for planted in tlsterm_engine::ifma::planted_select tlsterm_engine::mul32::planted_mac_zmm; do
+for planted in tlsterm_engine::ifma::planted_select tlsterm_engine::mul32::planted_mac_zmm \
+    tlsterm_engine::x25519::ifma::planted_cswap; do
     python3 crates/engine/ct/avx512_branches.py --expect-fail /tmp/ct_check_planted "$planted"
 done
 cargo build --release --workspace --example ct_check --features tlsterm-engine/ct-valgrind
@@ -38,7 +41,7 @@ bin=target/release/examples/ct_check
 python3 crates/engine/ct/avx512_branches.py "$bin"
 vg=(valgrind --tool=memcheck --error-exitcode=99 --track-origins=yes --quiet)
 
-for control in control-local control-input; do
+for control in control-local control-input control-x25519; do
     set +e
     "${vg[@]}" "$bin" "$control" >/tmp/ct_$control.log 2>&1
     rc=$?
@@ -57,7 +60,7 @@ if grep -qw avx2 /proc/cpuinfo; then
 else
     echo "ct/run.sh: kernel avx2 skipped: this CPU lacks AVX2"
 fi
-for mode in "${kernels[@]/#/sign }" "keysetup"; do
+for mode in "${kernels[@]/#/sign }" "keysetup" "x25519"; do
     set +e
     # shellcheck disable=SC2086
     "${vg[@]}" "$bin" $mode 2>&1 | tee "/tmp/ct_${mode// /_}.log"
@@ -69,4 +72,4 @@ for mode in "${kernels[@]/#/sign }" "keysetup"; do
     fi
     echo "ct/run.sh: '$mode': no secret-dependent branch or address"
 done
-echo "ct/run.sh: OK (${kernels[*]} under memcheck, IFMA and AVX-512F statically)"
+echo "ct/run.sh: OK (RSA ${kernels[*]} and X25519 portable under memcheck, RSA IFMA, AVX-512F and X25519 IFMA statically)"

@@ -1,4 +1,4 @@
-//! Multi-buffer RSA private-key engine.
+//! Multi-buffer RSA private-key engine, and batched X25519 key shares.
 //!
 //! Signs batches of RSA requests (PKCS#1 v1.5 or PSS, 2048/3072/4096-bit
 //! keys, keys may differ within a batch) with 8 modular exponentiations at a
@@ -9,8 +9,14 @@
 //! compare them with. Every signature is checked with the public key before
 //! it is returned.
 //!
-//! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `mul32/`) and in the
-//! valgrind client requests of the optional `ct-valgrind` feature (`ct.rs`).
+//! X25519 key shares (`x25519/`) are batched the same way: 8 scalar
+//! multiplications per pass with AVX-512 IFMA, or a portable constant-time
+//! kernel, the reference the tests compare it with.
+//!
+//! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `mul32/`,
+//! `x25519/ifma.rs`) and in the constant-time check's hooks (`ct.rs`: the
+//! valgrind client requests of the optional `ct-valgrind` feature, and the
+//! volatile read back of a declassified value).
 
 mod bn;
 #[doc(hidden)]
@@ -24,6 +30,8 @@ mod mul32;
 pub use ifma::planted_select;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use mul32::planted_mac;
+#[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
+pub use x25519::planted_cswap;
 mod kernel;
 #[doc(hidden)]
 pub mod microbench;
@@ -31,9 +39,13 @@ mod padding;
 mod rsa;
 #[cfg(test)]
 mod tests;
+mod x25519;
 
 pub use padding::{Hash, RsaPadding};
 pub use rsa::RsaPrivateKey;
+pub use x25519::{
+    x25519_base_batch, x25519_batch, x25519_server_shares, X25519Kernel, X25519Share,
+};
 
 use kernel::{MontKernel, Portable};
 
@@ -62,8 +74,11 @@ pub enum EngineError {
     FaultDetected,
     /// The requested kernel needs CPU features this machine lacks.
     KernelUnavailable,
-    /// The system random generator failed (PSS salt).
+    /// The system random generator failed (PSS salt, X25519 private key).
     Rng,
+    /// The X25519 shared secret with this peer's share is all zero (a point
+    /// of small order): refused, as RFC 7748 section 6.1 allows.
+    InvalidPeerKey,
 }
 
 impl core::fmt::Display for EngineError {
@@ -76,6 +91,7 @@ impl core::fmt::Display for EngineError {
             EngineError::FaultDetected => write!(f, "RSA result failed the public-key check"),
             EngineError::KernelUnavailable => write!(f, "kernel not available on this CPU"),
             EngineError::Rng => write!(f, "random number generator failed"),
+            EngineError::InvalidPeerKey => write!(f, "X25519 peer share gives an all-zero secret"),
         }
     }
 }

@@ -1,0 +1,331 @@
+//! X25519 (RFC 7748) key shares in batches: the server's half of a TLS key
+//! exchange for many connections at once.
+//!
+//! Two kernels compute the same function: [`X25519Kernel::Ifma`], 8 scalar
+//! multiplications per pass in the lanes of AVX-512 IFMA registers
+//! (`ifma.rs`), and [`X25519Kernel::Portable`], one at a time in radix 2^51
+//! (`portable.rs`), the reference the tests compare the IFMA kernel with.
+//! Both are constant time with respect to scalars and points.
+
+#[cfg(target_arch = "x86_64")]
+mod base_table;
+#[cfg(target_arch = "x86_64")]
+mod ifma;
+mod portable;
+
+#[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
+pub use ifma::planted_cswap;
+
+use crate::bn::{Lanes, LANES};
+use crate::EngineError;
+use zeroize::{Zeroize, Zeroizing};
+
+/// One server key share: our public value and the shared secret with the
+/// client's share.
+pub struct X25519Share {
+    pub public: [u8; 32],
+    pub shared: Zeroizing<[u8; 32]>,
+}
+
+impl core::fmt::Debug for X25519Share {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // The shared secret is never printed.
+        f.debug_struct("X25519Share")
+            .field("public", &self.public)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which X25519 kernel computes a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum X25519Kernel {
+    /// AVX-512 IFMA, 8 scalar multiplications per pass (radix 2^52).
+    Ifma,
+    /// Portable constant-time Rust (radix 2^51, u128 products), one at a time.
+    Portable,
+}
+
+impl X25519Kernel {
+    /// Every kernel, fastest first.
+    pub const ALL: [X25519Kernel; 2] = [X25519Kernel::Ifma, X25519Kernel::Portable];
+
+    /// The fastest kernel this CPU supports.
+    pub fn detect() -> X25519Kernel {
+        X25519Kernel::ALL
+            .into_iter()
+            .find(|k| k.is_available())
+            .unwrap_or(X25519Kernel::Portable)
+    }
+
+    pub fn is_available(self) -> bool {
+        match self {
+            X25519Kernel::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            X25519Kernel::Ifma => ifma::Ifma25519::new().is_some(),
+            #[cfg(not(target_arch = "x86_64"))]
+            X25519Kernel::Ifma => false,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            X25519Kernel::Ifma => "avx512ifma",
+            X25519Kernel::Portable => "portable",
+        }
+    }
+
+    /// The kernel with this name (as `name` gives it).
+    pub fn from_name(name: &str) -> Option<X25519Kernel> {
+        X25519Kernel::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Scalar multiplications one pass computes together (a batch of this
+    /// many costs the same as a batch of one).
+    pub fn lanes(self) -> usize {
+        match self {
+            X25519Kernel::Ifma => LANES,
+            X25519Kernel::Portable => 1,
+        }
+    }
+}
+
+/// The u-coordinate of the base point.
+const BASE: [u8; 32] = {
+    let mut b = [0u8; 32];
+    b[0] = 9;
+    b
+};
+
+/// For each client share: a fresh random private scalar (clamped, zeroized
+/// after use), `public = X25519(k, 9)` and `shared = X25519(k, peer)`. A lane
+/// whose shared secret is all zero (the peer sent a point of small order, RFC
+/// 7748 section 6.1) gives [`EngineError::InvalidPeerKey`], the others are
+/// unaffected. Any number of peers; the IFMA kernel computes them 8 at a time
+/// (a short last pass is padded with dummy lanes).
+pub fn x25519_server_shares(
+    kernel: X25519Kernel,
+    peers: &[[u8; 32]],
+) -> Vec<Result<X25519Share, EngineError>> {
+    if !kernel.is_available() {
+        return peers
+            .iter()
+            .map(|_| Err(EngineError::KernelUnavailable))
+            .collect();
+    }
+    let mut out = Vec::with_capacity(peers.len());
+    let chunk = kernel.lanes().max(LANES);
+    for group in peers.chunks(chunk) {
+        let mut scalars = Zeroizing::new(vec![[0u8; 32]; group.len()]);
+        if getrandom::getrandom(scalars.as_flattened_mut()).is_err() {
+            out.extend(group.iter().map(|_| Err(EngineError::Rng)));
+            continue;
+        }
+        crate::ct::mark_secret(&scalars);
+        let publics = scalar_mult_many(kernel, &scalars, None, true);
+        let shared = scalar_mult_many(kernel, &scalars, Some(group), false);
+        for (public, secret) in publics.iter().zip(shared.iter()) {
+            // Whether the secret is zero is public (the handshake fails on
+            // it), so only that one bit is declassified.
+            let zero = crate::ct::declassified(is_zero(secret));
+            crate::ct::declassify(public);
+            out.push(if zero != 0 {
+                Err(EngineError::InvalidPeerKey)
+            } else {
+                Ok(X25519Share {
+                    public: *public,
+                    shared: Zeroizing::new(*secret),
+                })
+            });
+        }
+    }
+    out
+}
+
+/// `out[i] = X25519(scalars[i], 9)`, the public values, by the kernel's key
+/// generation path (the IFMA kernel's fixed-base table; the portable
+/// kernel's ladder): for tests. Panics if the kernel is not available.
+#[doc(hidden)]
+pub fn x25519_base_batch(kernel: X25519Kernel, scalars: &[[u8; 32]]) -> Vec<[u8; 32]> {
+    assert!(
+        kernel.is_available(),
+        "kernel {} unavailable",
+        kernel.name()
+    );
+    scalar_mult_many(kernel, scalars, None, true).to_vec()
+}
+
+/// `out[i] = X25519(scalars[i], points[i])` (scalars clamped, bit 255 of each
+/// point ignored, as RFC 7748 says): the raw function, for tests and known
+/// answers. No result is refused here. Panics if the kernel is not available
+/// on this CPU or the slices differ in length.
+pub fn x25519_batch(
+    kernel: X25519Kernel,
+    scalars: &[[u8; 32]],
+    points: &[[u8; 32]],
+) -> Vec<[u8; 32]> {
+    assert_eq!(scalars.len(), points.len(), "one point per scalar");
+    assert!(
+        kernel.is_available(),
+        "kernel {} unavailable",
+        kernel.name()
+    );
+    let out = scalar_mult_many(kernel, scalars, Some(points), false);
+    out.to_vec()
+}
+
+/// 0xff if all 32 bytes are zero, else 0, without a branch on them.
+fn is_zero(x: &[u8; 32]) -> u8 {
+    let acc = x.iter().fold(0u8, |a, &b| a | b) as u32;
+    // acc - 1 borrows into bit 8 iff acc == 0.
+    (crate::bn::barrier(acc as u64) as u32)
+        .wrapping_sub(1)
+        .wrapping_shr(8) as u8
+}
+
+/// X25519 of each (clamped) scalar with each point (`None`: the base point;
+/// `base` says so, for the kernel's cheaper ladder step), in passes of the
+/// kernel's width.
+fn scalar_mult_many(
+    kernel: X25519Kernel,
+    scalars: &[[u8; 32]],
+    points: Option<&[[u8; 32]]>,
+    base: bool,
+) -> Zeroizing<Vec<[u8; 32]>> {
+    let mut out = Zeroizing::new(vec![[0u8; 32]; scalars.len()]);
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        X25519Kernel::Ifma => {
+            let k = ifma::Ifma25519::new().expect("checked by the caller");
+            for (i, ks) in scalars.chunks(LANES).enumerate() {
+                let pts = points.map(|p| &p[i * LANES..i * LANES + ks.len()]);
+                ifma_pass(&k, ks, pts, base, &mut out[i * LANES..i * LANES + ks.len()]);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        X25519Kernel::Ifma => unreachable!("checked by the caller"),
+        X25519Kernel::Portable => {
+            for (i, k) in scalars.iter().enumerate() {
+                let mut kc = portable::clamp(k);
+                out[i] = portable::scalar_mult(&kc, points.map_or(&BASE, |p| &p[i]));
+                kc.zeroize();
+            }
+            wipe_stack();
+        }
+    }
+    out
+}
+
+/// One pass of up to 8 scalar multiplications; missing lanes compute a dummy
+/// (clamped zero scalar, base point) that is thrown away.
+#[cfg(target_arch = "x86_64")]
+fn ifma_pass(
+    k: &ifma::Ifma25519,
+    scalars: &[[u8; 32]],
+    points: Option<&[[u8; 32]]>,
+    base: bool,
+    out: &mut [[u8; 32]],
+) {
+    let mut kv = [Lanes::default(); 4];
+    let mut uv = [Lanes::default(); 5];
+    let mut rv = [Lanes::default(); 5];
+    let mut dv = [Lanes::default(); 64];
+    for lane in 0..LANES {
+        let mut kc = portable::clamp(scalars.get(lane).unwrap_or(&[0; 32]));
+        if base {
+            let mut d = signed_digits(&kc);
+            for (i, di) in dv.iter_mut().enumerate() {
+                di.0[lane] = d[i] as u64;
+            }
+            d.zeroize();
+        } else {
+            for (w, kw) in kv.iter_mut().enumerate() {
+                kw.0[lane] = u64::from_le_bytes(kc[8 * w..8 * w + 8].try_into().expect("8 bytes"));
+            }
+            let p = points.and_then(|p| p.get(lane)).unwrap_or(&BASE);
+            let limbs = to_limbs52(p);
+            for (j, uj) in uv.iter_mut().enumerate() {
+                uj.0[lane] = limbs[j];
+            }
+        }
+        kc.zeroize();
+    }
+    if base {
+        k.base_mult(&mut rv, &dv);
+    } else {
+        k.scalar_mult(&mut rv, &kv, &uv);
+    }
+    for (lane, o) in out.iter_mut().enumerate() {
+        let mut limbs = [0u64; 5];
+        for (j, l) in limbs.iter_mut().enumerate() {
+            *l = rv[j].0[lane];
+        }
+        *o = from_limbs52(&limbs);
+        limbs.zeroize();
+    }
+    kv.zeroize();
+    dv.zeroize();
+    rv.zeroize();
+    wipe_stack();
+}
+
+/// A clamped scalar as 64 signed radix-16 digits in [-8, 8] (k = sum d_i
+/// 16^i), for the fixed-base table: each digit is recentred with a carry into
+/// the next, by arithmetic shifts, not branches. The top digit is at most
+/// 7 + 1, since a clamped scalar is below 2^255.
+#[cfg(target_arch = "x86_64")]
+fn signed_digits(k: &[u8; 32]) -> [i64; 64] {
+    let mut d = [0i64; 64];
+    for (i, &b) in k.iter().enumerate() {
+        d[2 * i] = (b & 15) as i64;
+        d[2 * i + 1] = (b >> 4) as i64;
+    }
+    let mut carry = 0i64;
+    for di in d.iter_mut().take(63) {
+        *di += carry;
+        carry = (*di + 8) >> 4;
+        *di -= carry << 4;
+    }
+    d[63] += carry;
+    d
+}
+
+/// Little-endian bytes -> five radix-2^52 limbs, bit 255 cleared.
+#[cfg(target_arch = "x86_64")]
+fn to_limbs52(b: &[u8; 32]) -> [u64; 5] {
+    const M: u64 = (1 << 52) - 1;
+    let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    let (w0, w1, w2, w3) = (w(0), w(1), w(2), w(3));
+    [
+        w0 & M,
+        ((w0 >> 52) | (w1 << 12)) & M,
+        ((w1 >> 40) | (w2 << 24)) & M,
+        ((w2 >> 28) | (w3 << 36)) & M,
+        (w3 >> 16) & ((1 << 47) - 1),
+    ]
+}
+
+/// Canonical radix-2^52 limbs (< p) -> little-endian bytes.
+#[cfg(target_arch = "x86_64")]
+fn from_limbs52(l: &[u64; 5]) -> [u8; 32] {
+    let words = [
+        l[0] | (l[1] << 52),
+        (l[1] >> 12) | (l[2] << 40),
+        (l[2] >> 24) | (l[3] << 28),
+        (l[3] >> 36) | (l[4] << 16),
+    ];
+    let mut out = [0u8; 32];
+    for (i, w) in words.iter().enumerate() {
+        out[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+/// Overwrites the stack below the caller's frame, where the ladder kept its
+/// state and spilled registers (scalar bits, intermediate points): the
+/// kernels' locals cannot be wiped one by one. `black_box` keeps the zeroing
+/// from being removed as dead stores.
+#[inline(never)]
+fn wipe_stack() {
+    let mut buf = [0u64; 2048];
+    core::hint::black_box(&mut buf);
+}
