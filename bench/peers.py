@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""Run the same TLS scenarios against nginx, HAProxy, hitch and tlsterm in one run.
+"""Run the same TLS scenarios against nginx, HAProxy, HAProxy+AWS-LC, hitch and tlsterm in one run.
 
 The terminator (and the plain HTTP backend it proxies to) are pinned to CPU 0, the
 load generator (`tlsterm bench`) to CPU 1. Server CPU time is read from
 /proc/PID/stat (utime + stime) of every process of the terminator, before and after
 each run; the backend's CPU time is reported separately.
 
+haproxy-awslc is HAProxy 3.3 statically linked with AWS-LC 5.5 (the strongest
+open-source peer), built from source by ../shared/tools/build-haproxy-awslc.sh into
+/opt/haproxy-awslc (bench/peers.sh builds it when missing; $HAPROXY_AWSLC names another
+binary). It runs with the same bench/conf/haproxy.cfg, backend and settings as Debian's
+haproxy; it is skipped, with a line saying so, when the binary is absent.
+
 Usage (as root, from the repository root; bench/peers.sh installs what it needs):
-    bench/.venv/bin/python bench/peers.py [--servers nginx,haproxy,hitch,tlsterm] [--runs 3]
+    bench/.venv/bin/python bench/peers.py [--servers nginx,haproxy,haproxy-awslc,hitch,tlsterm] [--runs 3]
 """
 
 import argparse
@@ -28,6 +34,8 @@ RUN = BENCH / "run"
 CONF = BENCH / "conf"
 RESULTS = BENCH / "results"
 TLSTERM = ROOT / "target" / "release" / "tlsterm"
+# HAProxy + AWS-LC, built by ../shared/tools/build-haproxy-awslc.sh (see bench/peers.sh).
+HAPROXY_AWSLC = Path(os.environ.get("HAPROXY_AWSLC", "/opt/haproxy-awslc/sbin/haproxy"))
 LISTEN = ("127.0.0.1", 8443)
 BACKEND = ("127.0.0.1", 9000)
 SERVER_CPU = "0"
@@ -223,10 +231,11 @@ def start_server(name, cert, certs, engine):
         conf = render("nginx.conf", "nginx.conf", RUN=RUN, BACKEND=backend, LISTEN=listen,
                       CERT=crt, KEY=key, CIPHERS=CIPHERS)
         p = Proc(name, ["nginx", "-c", conf])
-    elif name == "haproxy":
-        conf = render("haproxy.cfg", "haproxy.cfg", LISTEN=listen, BACKEND=backend, PEM=pem,
+    elif name in ("haproxy", "haproxy-awslc"):
+        # Same template and settings for both: only the binary (and its TLS library) differs.
+        conf = render("haproxy.cfg", f"{name}.cfg", LISTEN=listen, BACKEND=backend, PEM=pem,
                       CIPHERS=CIPHERS)
-        p = Proc(name, ["haproxy", "-db", "-f", conf])
+        p = Proc(name, ["haproxy" if name == "haproxy" else HAPROXY_AWSLC, "-db", "-f", conf])
     elif name == "hitch":
         conf = render("hitch.conf", "hitch.conf", LISTEN_HOST=LISTEN[0], LISTEN_PORT=LISTEN[1],
                       BACKEND_HOST=BACKEND[0], BACKEND_PORT=BACKEND[1], PEM=pem, CIPHERS=CIPHERS)
@@ -386,9 +395,11 @@ def median_of(runs, key):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--servers", default="nginx,haproxy,hitch,tlsterm",
-                    help="comma list; tlsterm-inline / tlsterm-batch force the engine mode, "
-                         "tlsterm-avx2 / tlsterm-avx512f / tlsterm-avx512ifma the kernel")
+    ap.add_argument("--servers", default="nginx,haproxy,haproxy-awslc,hitch,tlsterm",
+                    help="comma list; haproxy-awslc is HAProxy + AWS-LC ($HAPROXY_AWSLC, default "
+                         "/opt/haproxy-awslc/sbin/haproxy; skipped when absent); tlsterm-inline / "
+                         "tlsterm-batch force the engine mode, tlsterm-avx2 / tlsterm-avx512f / "
+                         "tlsterm-avx512ifma the kernel")
     ap.add_argument("--scenarios", default=",".join(s[0] for s in SCENARIOS))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5)
@@ -402,15 +413,23 @@ def main():
                     help="rotate servers run by run instead of all runs of one server in a row")
     ap.add_argument("--nice", type=int, default=-20, help="niceness of server, backend and client")
     ap.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
+    ap.add_argument("--results-dir", default=str(RESULTS),
+                    help="where the JSON, tables and charts go (default bench/results; give "
+                         "another directory for smoke runs, so they stay out of the committed results)")
     args = ap.parse_args()
     global NICE
     NICE = ["nice", "-n", str(args.nice)] if args.nice else []
     raise_priority(args.nice)
 
     RUN.mkdir(parents=True, exist_ok=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    results_dir = Path(args.results_dir).resolve()
+    results_dir.mkdir(parents=True, exist_ok=True)
     certs = make_certs()
     servers = args.servers.split(",")
+    if "haproxy-awslc" in servers and not os.access(HAPROXY_AWSLC, os.X_OK):
+        log(f"skip haproxy-awslc: {HAPROXY_AWSLC} is missing; build it with bench/peers.sh "
+            "(runs ../shared/tools/build-haproxy-awslc.sh) or set HAPROXY_AWSLC")
+        servers.remove("haproxy-awslc")
     wanted = args.scenarios.split(",")
     scenarios = [s for s in SCENARIOS if s[0] in wanted]
     backend_kind = args.backend
@@ -507,16 +526,16 @@ def main():
                 results[key] = step()
             except (OSError, subprocess.CalledProcessError, ValueError, IndexError) as e:
                 log(f"{key} step failed: {e}")  # keep the load results regardless
-    out = RESULTS / f"peers-{args.tag}.json"
+    out = results_dir / f"peers-{args.tag}.json"
     out.write_text(json.dumps(results, indent=1))
-    (RESULTS / "peers-latest.json").write_text(json.dumps(results, indent=1))
+    (results_dir / "peers-latest.json").write_text(json.dumps(results, indent=1))
     log(f"wrote {out}")
     md = summarize(results)
-    (RESULTS / f"peers-{args.tag}.md").write_text(md)
+    (results_dir / f"peers-{args.tag}.md").write_text(md)
     print(md)
     try:
         import charts
-        charts.draw(results, RESULTS, args.tag)
+        charts.draw(results, results_dir, args.tag)
     except ImportError as e:
         log(f"no charts ({e}); run bench/peers.sh to set up matplotlib")
     if args.nice:
@@ -575,9 +594,34 @@ def versions():
             return (p.stdout + p.stderr).strip().splitlines()[0]
         except (OSError, IndexError):
             return "?"
+
+    def haproxy_ssl(binary):
+        """The TLS library HAProxy runs on, from `haproxy -vv`."""
+        try:
+            p = subprocess.run([str(binary), "-vv"], capture_output=True, text=True)
+        except OSError:
+            return "?"
+        m = re.search(r"Running on SSL library version : (.+)", p.stdout + p.stderr)
+        return m.group(1).strip() if m else "?"
+
+    def awslc_build():
+        """The sources' tags and commits, from the BUILD-INFO the build script writes."""
+        info = HAPROXY_AWSLC.parent.parent / "BUILD-INFO"
+        try:
+            return [l for l in info.read_text().splitlines()
+                    if l.startswith(("built:", "haproxy source:", "aws-lc source:"))]
+        except OSError:
+            return None
+
+    have_awslc = os.access(HAPROXY_AWSLC, os.X_OK)
     return {
         "nginx": first_line(["nginx", "-v"]),
         "haproxy": first_line(["haproxy", "-v"]),
+        "haproxy_ssl": haproxy_ssl("haproxy"),
+        "haproxy-awslc": first_line([HAPROXY_AWSLC, "-v"]) if have_awslc else None,
+        "haproxy-awslc_ssl": haproxy_ssl(HAPROXY_AWSLC) if have_awslc else None,
+        "haproxy-awslc_binary": str(HAPROXY_AWSLC) if have_awslc else None,
+        "haproxy-awslc_build": awslc_build() if have_awslc else None,
         "hitch": first_line(["hitch", "--version"]),
         "openssl": first_line(["openssl", "version"]),
         "tlsterm": first_line([TLSTERM, "--version"]),
@@ -590,9 +634,17 @@ def summarize(results):
     meta = results["meta"]
     lines.append(f"Run {meta['tag']} ({meta['date']}, git {meta['git']}), backend: {meta['backend']}, "
                  f"runs per cell: {meta['args']['runs']}, {meta['args']['duration']} s each; medians.\n")
+    v = meta.get("versions", {})
+    if v.get("haproxy-awslc"):
+        line = (f"haproxy-awslc: {v['haproxy-awslc']}, on {v.get('haproxy-awslc_ssl')} "
+                f"({v.get('haproxy-awslc_binary')})")
+        if v.get("haproxy", "?") != "?":
+            line += f"; haproxy: {v['haproxy']}, on {v.get('haproxy_ssl')}"
+        lines.append(line + ".\n")
     if meta.get("openssl_ia32cap") is not None:
         lines.append(f"OpenSSL ran with OPENSSL_ia32cap={meta['openssl_ia32cap']!r}: the OpenSSL-based "
-                     "servers (nginx, HAProxy, hitch) did not use the CPU features it hides.\n")
+                     "servers (nginx, HAProxy, hitch) did not use the CPU features it hides "
+                     "(haproxy-awslc runs on AWS-LC, which reads OPENSSL_ia32cap too).\n")
     for name, per in results["scenarios"].items():
         if not per:
             continue
