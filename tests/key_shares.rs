@@ -1,7 +1,8 @@
-//! The server's key share computed by tlsterm (aws-lc) and handed to BoringSSL as a
-//! handshake hint, seen end to end: real clients (Go, rustls through `tlsterm bench`,
-//! openssl) complete their handshakes, and `/metrics` shows which path computed each
-//! share. A BoringSSL that stopped applying the hints would show `not_applied` here.
+//! The server's key share computed by tlsterm and handed to BoringSSL as a handshake hint,
+//! seen end to end: real clients (Go, rustls through `tlsterm bench`, openssl) complete
+//! their handshakes, and `/metrics` shows which path computed each share: the X25519 part
+//! in multi-buffer batches where the CPU has AVX-512 IFMA, aws-lc otherwise and for
+//! P-256. A BoringSSL that stopped applying the hints would show `not_applied` here.
 
 mod common;
 
@@ -20,6 +21,16 @@ fn start(engine: &str) -> (tempfile::TempDir, Server, u16) {
     (dir, server, port)
 }
 
+/// The path that computes X25519 (alone or in the hybrid) by default on this CPU.
+fn x25519_path() -> &'static str {
+    if std::arch::is_x86_feature_detected!("avx512ifma") {
+        "batch"
+    } else {
+        println!("X25519 shares by aws-lc: this CPU lacks AVX-512 IFMA (no batch kernel)");
+        "aws-lc-rs"
+    }
+}
+
 fn shares(admin: std::net::SocketAddr, group: &str, path: &str) -> f64 {
     metric(admin, SHARES, &format!("group=\"{group}\",path=\"{path}\""))
 }
@@ -33,27 +44,42 @@ fn wait_shares(admin: std::net::SocketAddr, group: &str, path: &str, count: u32)
     );
 }
 
-#[test]
-fn go_clients_get_shares_computed_by_aws_lc_for_every_group() {
-    let (_dir, server, port) = start("");
+/// Go clients of each group against a server whose `[engine]` section is `engine`;
+/// `x25519`: the path expected for X25519 and the hybrid.
+fn go_clients_of_every_group(engine: &str, x25519: &str) {
+    let (_dir, server, port) = start(engine);
     let admin = admin_address(&server.config).unwrap();
-    for (args, group, go_name) in [
-        (&[][..], "X25519MLKEM768", "X25519MLKEM768"),
-        (&["-groups", "x25519"][..], "X25519", "X25519"),
-        (&["-groups", "p-256"][..], "P-256", "CurveP256"),
+    for (args, group, go_name, path) in [
+        (&[][..], "X25519MLKEM768", "X25519MLKEM768", x25519),
+        (&["-groups", "x25519"][..], "X25519", "X25519", x25519),
+        (&["-groups", "p-256"][..], "P-256", "CurveP256", "aws-lc-rs"),
     ] {
         let got = go_connect(port, args);
         assert_eq!(got["group"], go_name, "{got}");
         assert_eq!(got["status"], 200, "{got}");
-        wait_shares(admin, group, "aws-lc-rs", 1);
+        wait_shares(admin, group, path, 1);
     }
     assert_eq!(metric(admin, SHARES, "path=\"not_applied\""), 0.0);
     assert_eq!(metric(admin, SHARES, "path=\"inline\""), 0.0);
 }
 
 #[test]
+fn go_clients_get_shares_computed_by_tlsterm_for_every_group() {
+    // A lone handshake's share is a batch of one: the engine only when asked to take it.
+    let engine = "[engine]\nx25519_small_batch_threshold = 1\n";
+    go_clients_of_every_group(engine, x25519_path());
+    // By default a batch of one is aws-lc's.
+    go_clients_of_every_group("", "aws-lc-rs");
+}
+
+#[test]
+fn key_shares_aws_lc_rs_on_every_cpu() {
+    go_clients_of_every_group("[engine]\nkey_shares = \"aws-lc-rs\"\n", "aws-lc-rs");
+}
+
+#[test]
 fn rustls_full_and_resumed_handshakes_take_the_hint() {
-    let (_dir, server, port) = start("");
+    let (_dir, server, port) = start("[engine]\nx25519_small_batch_threshold = 1\n");
     let admin = admin_address(&server.config).unwrap();
     for mode in ["full", "resume"] {
         let out = run(Command::new(TLSTERM)
@@ -65,7 +91,7 @@ fn rustls_full_and_resumed_handshakes_take_the_hint() {
     }
     // Resumed TLS 1.3 handshakes (PSK with ECDHE) need a key share too. (rustls, as
     // `tlsterm bench` sets it up, offers X25519 first.)
-    wait_shares(admin, "X25519", "aws-lc-rs", 10);
+    wait_shares(admin, "X25519", x25519_path(), 10);
     assert_eq!(metric(admin, SHARES, "path=\"not_applied\""), 0.0);
 }
 
@@ -128,5 +154,5 @@ fn a_bad_key_shares_value_is_refused_with_its_line() {
         &["address = \"127.0.0.1:1\"\nbackends = [\"builtin\"]".to_string()],
     );
     let err = check_refuses(&config);
-    assert!(err.contains(":3:") && err.contains("`aws-lc-rs`"), "{err}");
+    assert!(err.contains(":3:") && err.contains("`batch`"), "{err}");
 }

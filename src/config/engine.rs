@@ -35,16 +35,22 @@ pub struct EngineConfig {
     /// Who computes the server's TLS 1.3 key share (X25519, X25519MLKEM768, P-256).
     #[serde(default)]
     pub key_shares: KeyShares,
+    /// Batches of X25519 key shares smaller than this are computed one by one by aws-lc
+    /// (default: the measured break-even of the kernel in use).
+    pub x25519_small_batch_threshold: Option<usize>,
 }
 
 /// `[engine] key_shares`: who computes the server's key share of a TLS 1.3 handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum KeyShares {
-    /// tlsterm, with aws-lc (about twice BoringSSL's speed), handed to BoringSSL as a
-    /// handshake hint.
+    /// tlsterm, handed to BoringSSL as a handshake hint: the X25519 part in multi-buffer
+    /// batches where the CPU has a kernel for it (AVX-512 IFMA), else with aws-lc (about
+    /// twice BoringSSL's speed).
     #[default]
     Auto,
+    /// The X25519 part in multi-buffer batches (aws-lc if the CPU has no kernel for it).
+    Batch,
     /// The same, named: aws-lc.
     AwsLcRs,
     /// BoringSSL, inline (as before tlsterm computed shares itself).
@@ -76,6 +82,7 @@ impl Default for EngineConfig {
             small_batch_threshold: None,
             kernel: EngineKernel::Auto,
             key_shares: KeyShares::Auto,
+            x25519_small_batch_threshold: None,
         }
     }
 }
@@ -94,6 +101,9 @@ impl EngineConfig {
         }
         if let Some(0) = self.small_batch_threshold {
             return Err(map.plain("key `engine.small_batch_threshold`: must be at least 1"));
+        }
+        if let Some(0) = self.x25519_small_batch_threshold {
+            return Err(map.plain("key `engine.x25519_small_batch_threshold`: must be at least 1"));
         }
         Ok(())
     }

@@ -94,28 +94,53 @@ pub fn compute(group: Group, peer: &[u8]) -> Result<ServerShare, KeyShareError> 
             })
         }
         Group::X25519MlKem768 => {
-            if peer.len() != MLKEM768_PUBLIC_LEN + X25519_LEN {
-                return Err(KeyShareError::BadPeerShare);
-            }
-            let (peer_mlkem, peer_x25519) = peer.split_at(MLKEM768_PUBLIC_LEN);
-            let key = EncapsulationKey::new(&ML_KEM_768, peer_mlkem)
-                .map_err(|_| KeyShareError::BadPeerShare)?;
-            let (x25519_public, x25519_secret) = ecdh(&agreement::X25519, peer_x25519)?;
-            // aws-lc checks the key (coefficients reduced mod q) when it encapsulates.
-            let (ciphertext, mlkem_secret) =
-                key.encapsulate().map_err(|_| KeyShareError::BadPeerShare)?;
-            let mut public = Vec::with_capacity(ciphertext.as_ref().len() + X25519_LEN);
-            public.extend_from_slice(ciphertext.as_ref());
-            public.extend_from_slice(&x25519_public);
-            let mut secret = Zeroizing::new(Vec::with_capacity(2 * X25519_LEN));
-            secret.extend_from_slice(mlkem_secret.as_ref());
-            secret.extend_from_slice(&x25519_secret);
-            Ok(ServerShare {
-                group,
-                public,
-                secret,
-            })
+            let (peer_mlkem, peer_x25519) = split_hybrid(peer)?;
+            let mlkem = encapsulate(peer_mlkem)?;
+            let (x25519_public, x25519_secret) = ecdh(&agreement::X25519, &peer_x25519)?;
+            Ok(hybrid(mlkem, &x25519_public, &x25519_secret))
         }
+    }
+}
+
+/// A client's X25519MLKEM768 share: its ML-KEM-768 encapsulation key and its X25519 share.
+pub fn split_hybrid(peer: &[u8]) -> Result<(&[u8], [u8; X25519_LEN]), KeyShareError> {
+    if peer.len() != MLKEM768_PUBLIC_LEN + X25519_LEN {
+        return Err(KeyShareError::BadPeerShare);
+    }
+    let (mlkem, x25519) = peer.split_at(MLKEM768_PUBLIC_LEN);
+    Ok((mlkem, x25519.try_into().expect("32 bytes")))
+}
+
+/// An ML-KEM-768 encapsulation to the client's key: (ciphertext, shared secret).
+pub struct Encapsulation {
+    ciphertext: Vec<u8>,
+    secret: Zeroizing<Vec<u8>>,
+}
+
+/// Encapsulates to a client's ML-KEM-768 key with aws-lc.
+pub fn encapsulate(peer_mlkem: &[u8]) -> Result<Encapsulation, KeyShareError> {
+    let key =
+        EncapsulationKey::new(&ML_KEM_768, peer_mlkem).map_err(|_| KeyShareError::BadPeerShare)?;
+    // aws-lc checks the key (coefficients reduced mod q) when it encapsulates.
+    let (ciphertext, secret) = key.encapsulate().map_err(|_| KeyShareError::BadPeerShare)?;
+    Ok(Encapsulation {
+        ciphertext: ciphertext.as_ref().to_vec(),
+        secret: Zeroizing::new(secret.as_ref().to_vec()),
+    })
+}
+
+/// The X25519MLKEM768 server share from its two halves: ML-KEM first, in the share and
+/// in the secret.
+pub fn hybrid(mlkem: Encapsulation, x25519_public: &[u8], x25519_secret: &[u8]) -> ServerShare {
+    let mut public = mlkem.ciphertext;
+    public.extend_from_slice(x25519_public);
+    let mut secret = Zeroizing::new(Vec::with_capacity(2 * X25519_LEN));
+    secret.extend_from_slice(&mlkem.secret);
+    secret.extend_from_slice(x25519_secret);
+    ServerShare {
+        group: Group::X25519MlKem768,
+        public,
+        secret,
     }
 }
 

@@ -19,6 +19,8 @@ struct EngineMetrics {
     batch_lanes: Histogram,
     worker_ops: IntCounterVec,
     key_shares: IntCounterVec,
+    share_flushes: IntCounterVec,
+    share_lanes: Histogram,
 }
 
 static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
@@ -67,6 +69,16 @@ static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
         "Server key shares of completed handshakes, by group and by what computed them: batch (the multi-buffer engine), aws-lc-rs, inline (BoringSSL); not_applied counts a share tlsterm computed that BoringSSL did not use",
         &["group", "path"],
     ),
+    share_flushes: metrics::counter_vec(
+        "engine_key_share_flushes_total",
+        "Batches of X25519 key shares run, by the cause that triggered them (small: computed one by one by aws-lc)",
+        &["cause"],
+    ),
+    share_lanes: metrics::histogram(
+        "engine_key_share_batch_operations",
+        "X25519 key shares per batch",
+        (1..=8).map(f64::from).collect(),
+    ),
 }
 });
 
@@ -108,6 +120,15 @@ pub fn record_key_share(group: &str, path: &str) {
         return;
     }
     METRICS.key_shares.with_label_values(&[group, path]).inc();
+}
+
+/// A batch of `shares` X25519 key shares ran, for `cause`.
+pub(super) fn record_share_flush(cause: &str, shares: usize) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.share_flushes.with_label_values(&[cause]).inc();
+    METRICS.share_lanes.observe(shares as f64);
 }
 
 pub(super) fn record_queue_wait(wait: Duration) {

@@ -54,13 +54,19 @@ pub struct OffloadSettings {
     pub batch_size: usize,
     pub poll_delay: std::time::Duration,
     pub small_batch_threshold: usize,
-    /// Who computes TLS 1.3 key shares.
+    /// Who computes TLS 1.3 key shares (`Batch`: the X25519 part, where a kernel has it).
     pub key_shares: KeySharePath,
+    /// The kernel that computes batches of X25519 key shares.
+    pub x25519_kernel: tlsterm_engine::X25519Kernel,
+    /// Below this many queued X25519 shares, aws-lc computes them one by one.
+    pub x25519_small_batch_threshold: usize,
 }
 
 /// Who computed a key share: `/metrics` counts each path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeySharePath {
+    /// The multi-buffer engine (the X25519 part; ML-KEM by aws-lc), as a hint.
+    Batch,
     /// aws-lc, in tlsterm, handed to BoringSSL as a hint.
     AwsLc,
     /// BoringSSL itself.
@@ -70,6 +76,7 @@ pub enum KeySharePath {
 impl KeySharePath {
     pub fn label(self) -> &'static str {
         match self {
+            KeySharePath::Batch => "batch",
             KeySharePath::AwsLc => "aws-lc-rs",
             KeySharePath::Inline => "inline",
         }
@@ -80,6 +87,7 @@ impl OffloadSettings {
     pub fn from_config(config: &EngineConfig) -> OffloadSettings {
         let lanes = tlsterm_engine::MAX_BATCH;
         let kernel = choose_kernel(config.kernel);
+        let x25519_kernel = tlsterm_engine::X25519Kernel::detect();
         let batch_size = config.batch_size.unwrap_or(lanes).clamp(1, 64);
         let small_batch_threshold = config
             .small_batch_threshold
@@ -108,10 +116,11 @@ impl OffloadSettings {
             batch_size,
             poll_delay: config.poll_delay,
             small_batch_threshold,
-            key_shares: match config.key_shares {
-                KeyShares::Auto | KeyShares::AwsLcRs => KeySharePath::AwsLc,
-                KeyShares::Inline => KeySharePath::Inline,
-            },
+            key_shares: key_share_path_for(config.key_shares, x25519_kernel),
+            x25519_kernel,
+            x25519_small_batch_threshold: config
+                .x25519_small_batch_threshold
+                .unwrap_or_else(|| x25519_small_batch_threshold(x25519_kernel)),
         }
     }
 
@@ -182,6 +191,35 @@ fn small_batch_threshold(kernel: tlsterm_engine::Kernel) -> usize {
     }
 }
 
+/// Who computes key shares, from `[engine] key_shares` and the X25519 kernel the CPU has.
+/// Batches only with a multi-buffer kernel: the portable one is slower than aws-lc.
+fn key_share_path_for(asked: KeyShares, kernel: tlsterm_engine::X25519Kernel) -> KeySharePath {
+    let simd = kernel != tlsterm_engine::X25519Kernel::Portable;
+    match asked {
+        KeyShares::Auto if simd => KeySharePath::Batch,
+        KeyShares::Batch if simd => KeySharePath::Batch,
+        KeyShares::Batch => {
+            tracing::warn!(
+                "[engine] key_shares = \"batch\": this CPU has no multi-buffer X25519 kernel \
+                 (AVX-512 IFMA); computing key shares with aws-lc"
+            );
+            KeySharePath::AwsLc
+        }
+        KeyShares::Auto | KeyShares::AwsLcRs => KeySharePath::AwsLc,
+        KeyShares::Inline => KeySharePath::Inline,
+    }
+}
+
+/// Below this many queued X25519 shares, aws-lc computes them one by one: the measured
+/// break-even of the IFMA kernel (8 lanes per pass) against aws-lc (`tlsterm speed
+/// --batch-sizes x25519`, BENCHMARKS-engine.md).
+fn x25519_small_batch_threshold(kernel: tlsterm_engine::X25519Kernel) -> usize {
+    match kernel {
+        tlsterm_engine::X25519Kernel::Ifma => 3,
+        tlsterm_engine::X25519Kernel::Portable => usize::MAX,
+    }
+}
+
 /// Starts the signature `alg` over `message` with `key`.
 pub fn sign(key: Arc<SigningKey>, alg: SslSignatureAlgorithm, message: &[u8]) -> PendingSignature {
     let Some(scheme) = Scheme::from_tls(alg) else {
@@ -201,17 +239,46 @@ pub fn key_share_path() -> KeySharePath {
     queue::settings().map_or(KeySharePath::AwsLc, |settings| settings.key_shares)
 }
 
+/// A key share on its way, with who computed it (`None`: BoringSSL is to compute it).
+pub type PendingKeyShare =
+    Pin<Box<dyn Future<Output = Option<(key_share::ServerShare, KeySharePath)>> + Send>>;
+
 /// The server's key share of `group` for the client's share `peer`, computed the way this
 /// worker is set to; `None` when BoringSSL is to compute it (inline, or a share it
 /// will refuse).
-pub fn key_share(
-    group: key_share::Group,
-    peer: &[u8],
-) -> Option<(key_share::ServerShare, KeySharePath)> {
-    match key_share_path() {
-        KeySharePath::Inline => None,
-        KeySharePath::AwsLc => key_share::compute(group, peer)
-            .ok()
-            .map(|share| (share, KeySharePath::AwsLc)),
+pub fn key_share(group: key_share::Group, peer: &[u8]) -> Option<PendingKeyShare> {
+    use key_share::{compute, encapsulate, hybrid, split_hybrid, Group, ServerShare};
+    let path = key_share_path();
+    let ready = |share: Option<ServerShare>, path| -> Option<PendingKeyShare> {
+        let done = share.map(|share| (share, path));
+        Some(Box::pin(std::future::ready(done)))
+    };
+    match (path, group) {
+        (KeySharePath::Inline, _) => None,
+        (KeySharePath::AwsLc, _) | (KeySharePath::Batch, Group::P256) => {
+            ready(compute(group, peer).ok(), KeySharePath::AwsLc)
+        }
+        (KeySharePath::Batch, Group::X25519) => {
+            let pending = queue::try_enqueue_x25519(peer.try_into().ok()?)?;
+            Some(Box::pin(async move {
+                let (share, path) = pending.await?;
+                let share = ServerShare {
+                    group,
+                    public: share.public.to_vec(),
+                    secret: zeroize::Zeroizing::new(share.shared.to_vec()),
+                };
+                Some((share, path))
+            }))
+        }
+        (KeySharePath::Batch, Group::X25519MlKem768) => {
+            // ML-KEM now, with aws-lc; the X25519 half joins the batch.
+            let (peer_mlkem, peer_x25519) = split_hybrid(peer).ok()?;
+            let mlkem = encapsulate(peer_mlkem).ok()?;
+            let pending = queue::try_enqueue_x25519(peer_x25519)?;
+            Some(Box::pin(async move {
+                let (x25519, path) = pending.await?;
+                Some((hybrid(mlkem, &x25519.public, &*x25519.shared), path))
+            }))
+        }
     }
 }

@@ -1,16 +1,20 @@
-//! The per-worker queue of RSA operations and its flush policy.
+//! The per-worker queue of engine operations and its flush policy.
 //!
-//! Each worker thread owns one queue (thread-local: a connection lives its whole life on
+//! It holds two kinds of operation, each computed by its own kernel: RSA signatures and
+//! X25519 key shares (the server's share of a TLS 1.3 handshake, alone or as the X25519
+//! half of X25519MLKEM768). Each worker thread owns one queue (thread-local: a connection lives its whole life on
 //! one worker, so no locks). A driver task on the worker's runtime decides when to run
 //! the batch:
-//! - `Full`: `batch_size` operations are queued (checked as each one joins);
+//! - `Full`: `batch_size` signatures, or a kernel's worth of key shares, are queued
+//!   (checked as each one joins); only that kind runs;
 //! - `AllWaiting`: every handshake in progress on this worker is waiting on the queue,
 //!   so nothing else could add work (the QTLS "heuristic polling" condition);
 //! - `Idle`: a whole scheduler round of the worker passed without a new operation
 //!   joining: the worker has nothing better to do than compute;
 //! - `Timer`: the oldest operation has waited `poll_delay`.
 //!
-//! Batches smaller than `small_batch_threshold` are computed one by one by BoringSSL.
+//! Otherwise every kind runs. Batches smaller than a kind's small-batch threshold are
+//! computed one by one: signatures by BoringSSL, key shares by aws-lc.
 //!
 //! The queue computes through a [`BatchSigner`] and reports through [`QueueStats`]
 //! (`signer.rs`), so the policy above is tested with a fake signer on any CPU.
@@ -25,8 +29,21 @@ use tokio::sync::{oneshot, Notify};
 use super::metrics;
 use super::signer::FlushCause;
 use super::signer::{BatchOp, BatchSigner, EngineSigner, MetricsStats, QueueStats};
-use super::{OffloadError, OffloadSettings, PendingSignature, Scheme, SigningKey};
+use super::{KeySharePath, OffloadError, OffloadSettings, PendingSignature, Scheme, SigningKey};
 use crate::config::EngineMode;
+use tlsterm_engine::X25519Share;
+
+/// An X25519 server share on its way, with who computed it (`None`: the client's share
+/// was refused; BoringSSL then judges the handshake itself).
+pub type PendingX25519 = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Option<(X25519Share, KeySharePath)>> + Send>,
+>;
+
+struct QueuedShare {
+    peer: [u8; 32],
+    queued_at: Instant,
+    reply: oneshot::Sender<Option<(X25519Share, KeySharePath)>>,
+}
 
 struct QueuedOp {
     key: Arc<SigningKey>,
@@ -39,6 +56,7 @@ struct QueuedOp {
 pub struct WorkerQueue {
     settings: Cell<OffloadSettings>,
     ops: RefCell<Vec<QueuedOp>>,
+    shares: RefCell<Vec<QueuedShare>>,
     /// Handshakes in progress on this worker (see `HandshakeGuard`).
     in_handshake: Cell<usize>,
     wake: Notify,
@@ -95,7 +113,7 @@ impl Drop for HandshakeGuard {
     fn drop(&mut self) {
         if let Some(queue) = &self.queue {
             queue.in_handshake.set(queue.in_handshake.get() - 1);
-            if !queue.ops.borrow().is_empty() {
+            if queue.queued() > 0 {
                 // One fewer handshake may mean all the rest now wait on the queue.
                 queue.wake.notify_one();
             }
@@ -110,6 +128,12 @@ pub(super) fn try_enqueue(
     message: &[u8],
 ) -> Option<PendingSignature> {
     current()?.enqueue(key, scheme, message)
+}
+
+/// Queues the X25519 half of a key share if this worker batches them; `None` means:
+/// compute it another way.
+pub(super) fn try_enqueue_x25519(peer: [u8; 32]) -> Option<PendingX25519> {
+    current()?.enqueue_x25519(peer)
 }
 
 /// Computes one operation with BoringSSL and counts it as an inline operation.
@@ -127,12 +151,8 @@ async fn drive(queue: Rc<WorkerQueue>) {
     loop {
         queue.wake.notified().await;
         loop {
-            let (queued, oldest) = {
-                let ops = queue.ops.borrow();
-                match ops.first() {
-                    Some(op) => (ops.len(), op.queued_at),
-                    None => break,
-                }
+            let (queued, Some(oldest)) = (queue.queued(), queue.oldest()) else {
+                break;
             };
             if queued >= queue.in_handshake.get() {
                 queue.flush(FlushCause::AllWaiting);
@@ -145,7 +165,7 @@ async fn drive(queue: Rc<WorkerQueue>) {
             // Let every other runnable task of this worker (and the I/O they wait for)
             // run once; the deferred wake-up comes after the runtime polled the driver.
             tokio::task::yield_now().await;
-            if queue.ops.borrow().len() == queued {
+            if queue.queued() == queued {
                 queue.flush(FlushCause::Idle);
             }
         }
@@ -163,6 +183,7 @@ impl WorkerQueue {
         let queue = Rc::new(WorkerQueue {
             settings: Cell::new(settings),
             ops: RefCell::new(Vec::new()),
+            shares: RefCell::new(Vec::new()),
             in_handshake: Cell::new(0),
             wake: Notify::new(),
             signer,
@@ -199,8 +220,8 @@ impl WorkerQueue {
             ops.len()
         };
         if queued >= settings.batch_size {
-            self.flush(FlushCause::Full);
-        } else if queued >= self.in_handshake.get() {
+            self.flush_signatures(FlushCause::Full);
+        } else if self.queued() >= self.in_handshake.get() {
             self.flush(FlushCause::AllWaiting);
         } else {
             self.wake.notify_one();
@@ -210,6 +231,97 @@ impl WorkerQueue {
         }))
     }
 
+    /// Queues the X25519 half of a key share if this queue batches them.
+    fn enqueue_x25519(&self, peer: [u8; 32]) -> Option<PendingX25519> {
+        let settings = self.settings.get();
+        if settings.key_shares != KeySharePath::Batch {
+            return None;
+        }
+        let (reply, result) = oneshot::channel();
+        let queued = {
+            let mut shares = self.shares.borrow_mut();
+            shares.push(QueuedShare {
+                peer,
+                queued_at: Instant::now(),
+                reply,
+            });
+            shares.len()
+        };
+        if queued >= settings.x25519_kernel.lanes() {
+            self.flush_shares(FlushCause::Full);
+        } else if self.queued() >= self.in_handshake.get() {
+            self.flush(FlushCause::AllWaiting);
+        } else {
+            self.wake.notify_one();
+        }
+        Some(Box::pin(async move { result.await.ok().flatten() }))
+    }
+
+    /// Operations of every kind waiting.
+    fn queued(&self) -> usize {
+        self.ops.borrow().len() + self.shares.borrow().len()
+    }
+
+    /// When the longest-waiting operation of any kind joined.
+    fn oldest(&self) -> Option<Instant> {
+        let signature = self.ops.borrow().first().map(|op| op.queued_at);
+        let share = self.shares.borrow().first().map(|op| op.queued_at);
+        signature.into_iter().chain(share).min()
+    }
+
+    /// Runs every kind that waits.
+    fn flush(&self, cause: FlushCause) {
+        self.flush_signatures(cause);
+        self.flush_shares(cause);
+    }
+
+    fn signer<'a>(&'a self, engine: &'a EngineSigner) -> &'a dyn BatchSigner {
+        self.signer.as_deref().unwrap_or(engine)
+    }
+
+    fn flush_shares(&self, cause: FlushCause) {
+        let settings = self.settings.get();
+        let batch: Vec<QueuedShare> = {
+            let mut shares = self.shares.borrow_mut();
+            let take = shares.len().min(settings.x25519_kernel.lanes());
+            shares.drain(..take).collect()
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let engine = EngineSigner::of(&settings);
+        let signer = self.signer(&engine);
+        let start = Instant::now();
+        for op in &batch {
+            self.stats.queue_wait(start.duration_since(op.queued_at));
+        }
+        let single = |op: &QueuedShare| {
+            signer
+                .x25519_single(&op.peer)
+                .map(|share| (share, KeySharePath::AwsLc))
+        };
+        if batch.len() < settings.x25519_small_batch_threshold {
+            self.stats.share_flush(FlushCause::Small, batch.len());
+            for op in batch {
+                let share = single(&op);
+                let _ = op.reply.send(share);
+            }
+            return;
+        }
+        self.stats.share_flush(cause, batch.len());
+        let peers: Vec<[u8; 32]> = batch.iter().map(|op| op.peer).collect();
+        let results = signer.x25519_batch(&peers);
+        for (op, result) in batch.into_iter().zip(results) {
+            // A lane the engine refused (a client share of small order) is computed by
+            // aws-lc, which refuses it too: BoringSSL then answers the client.
+            let share = match result {
+                Some(share) => Some((share, KeySharePath::Batch)),
+                None => single(&op),
+            };
+            let _ = op.reply.send(share);
+        }
+    }
+
     fn inline(&self, op: &BatchOp<'_>, signer: &dyn BatchSigner) -> Result<Vec<u8>, OffloadError> {
         let start = Instant::now();
         let result = signer.sign_inline(op);
@@ -217,7 +329,7 @@ impl WorkerQueue {
         result
     }
 
-    fn flush(&self, cause: FlushCause) {
+    fn flush_signatures(&self, cause: FlushCause) {
         let settings = self.settings.get();
         let batch: Vec<QueuedOp> = {
             let mut ops = self.ops.borrow_mut();
@@ -227,10 +339,8 @@ impl WorkerQueue {
         if batch.is_empty() {
             return;
         }
-        let engine = EngineSigner {
-            kernel: settings.kernel,
-        };
-        let signer: &dyn BatchSigner = self.signer.as_deref().unwrap_or(&engine);
+        let engine = EngineSigner::of(&settings);
+        let signer = self.signer(&engine);
         let start = Instant::now();
         for op in &batch {
             self.stats.queue_wait(start.duration_since(op.queued_at));

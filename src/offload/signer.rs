@@ -8,8 +8,12 @@
 
 use std::time::Duration;
 
+use tlsterm_engine::{X25519Kernel, X25519Share};
+use zeroize::Zeroizing;
+
+use super::key_share::{compute, Group};
 use super::metrics;
-use super::{KeyKind, OffloadError, Scheme, SigningKey};
+use super::{KeyKind, OffloadError, OffloadSettings, Scheme, SigningKey};
 
 /// Why a batch of private-key operations ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +51,15 @@ pub struct BatchOp<'a> {
 /// makes the queue compute that operation again with `sign_inline`, so a client never
 /// sees an engine failure. `sign_inline` computes one operation at once on the calling
 /// thread.
+///
+/// The same for X25519 key shares: `x25519_batch` gives one result per client share, in
+/// order, `None` for one it could not compute (then `x25519_single`, one at a time,
+/// computes it again); `None` from `x25519_single` refuses the client's share.
 pub trait BatchSigner {
     fn sign_batch(&self, batch: &[BatchOp<'_>]) -> Vec<Result<Vec<u8>, OffloadError>>;
     fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError>;
+    fn x25519_batch(&self, peers: &[[u8; 32]]) -> Vec<Option<X25519Share>>;
+    fn x25519_single(&self, peer: &[u8; 32]) -> Option<X25519Share>;
 }
 
 /// Receives what the queue did: every call is a fact, never a question.
@@ -66,11 +76,25 @@ pub trait QueueStats {
     fn inline_op(&self, kind: KeyKind, elapsed: Duration);
     /// The engine failed an operation (fault check or refusal); it was redone inline.
     fn engine_error(&self);
+    /// A batch of `shares` X25519 key shares ran, for `cause` (`Small`: one by one).
+    fn share_flush(&self, cause: FlushCause, shares: usize);
 }
 
-/// The signer of `serve`: the multi-buffer kernel for batches, BoringSSL inline.
+/// The signer of `serve`: the multi-buffer kernels for batches; BoringSSL for single
+/// signatures, aws-lc for single key shares.
 pub struct EngineSigner {
     pub kernel: tlsterm_engine::Kernel,
+    pub x25519_kernel: X25519Kernel,
+}
+
+impl EngineSigner {
+    /// The kernels of these settings.
+    pub fn of(settings: &OffloadSettings) -> EngineSigner {
+        EngineSigner {
+            kernel: settings.kernel,
+            x25519_kernel: settings.x25519_kernel,
+        }
+    }
 }
 
 impl BatchSigner for EngineSigner {
@@ -101,6 +125,21 @@ impl BatchSigner for EngineSigner {
     fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError> {
         op.key.sign_inline(op.scheme, op.message)
     }
+
+    fn x25519_batch(&self, peers: &[[u8; 32]]) -> Vec<Option<X25519Share>> {
+        tlsterm_engine::x25519_server_shares(self.x25519_kernel, peers)
+            .into_iter()
+            .map(Result::ok)
+            .collect()
+    }
+
+    fn x25519_single(&self, peer: &[u8; 32]) -> Option<X25519Share> {
+        let share = compute(Group::X25519, peer).ok()?;
+        Some(X25519Share {
+            public: share.public.as_slice().try_into().ok()?,
+            shared: Zeroizing::new(share.secret.as_slice().try_into().ok()?),
+        })
+    }
 }
 
 /// The queue's reports as Prometheus metrics.
@@ -124,5 +163,8 @@ impl QueueStats for MetricsStats {
     }
     fn engine_error(&self) {
         metrics::record_engine_error();
+    }
+    fn share_flush(&self, cause: FlushCause, shares: usize) {
+        metrics::record_share_flush(cause.label(), shares);
     }
 }

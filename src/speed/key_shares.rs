@@ -137,7 +137,10 @@ pub(super) fn run(args: &SpeedArgs, names: &[&str]) -> anyhow::Result<()> {
         "key share", "BoringSSL/s", "us", "aws-lc-rs/s", "us", "ratio"
     );
     for (name, boringssl, aws_lc) in rows {
-        let (b, a) = (median(&boringssl).unwrap_or(0.0), median(&aws_lc).unwrap_or(0.0));
+        let (b, a) = (
+            median(&boringssl).unwrap_or(0.0),
+            median(&aws_lc).unwrap_or(0.0),
+        );
         let ratio = paired_ratio(&boringssl, &aws_lc).map_or(0.0, |r| r.median);
         println!(
             "{name:<15} {b:>13.0} {:>9.1} {a:>13.0} {:>9.1} {ratio:>7.2}",

@@ -215,6 +215,10 @@ impl ServerTls {
                 if let Some(fetching) = fleet_answer {
                     fetching.await;
                 }
+                let key_share = match key_share {
+                    Some(pending) => pending.await,
+                    None => None,
+                };
                 let refused = match check {
                     Some(check) => early_data_refused(check.verdict().await),
                     None => false,

@@ -16,6 +16,9 @@ struct Seen {
     batched: Vec<KeyKind>,
     inline: usize,
     engine_errors: usize,
+    /// Key-share flushes (cause, shares) and how many shares each batch call held.
+    share_flushes: Vec<(FlushCause, usize)>,
+    share_batches: Vec<usize>,
 }
 
 type Shared = Rc<RefCell<Seen>>;
@@ -37,6 +40,27 @@ impl BatchSigner for FakeSigner {
     fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError> {
         Ok([op.message, b"/inline"].concat())
     }
+    /// Public value: the peer with its first byte replaced by `B`; a peer of zeros fails.
+    fn x25519_batch(&self, peers: &[[u8; 32]]) -> Vec<Option<X25519Share>> {
+        self.0.borrow_mut().share_batches.push(peers.len());
+        peers
+            .iter()
+            .map(|peer| (peer != &[0; 32]).then(|| fake_share(peer, b'B')))
+            .collect()
+    }
+    /// Public value: the peer with its first byte replaced by `S`; a peer of zeros fails.
+    fn x25519_single(&self, peer: &[u8; 32]) -> Option<X25519Share> {
+        (peer != &[0; 32]).then(|| fake_share(peer, b'S'))
+    }
+}
+
+fn fake_share(peer: &[u8; 32], tag: u8) -> X25519Share {
+    let mut public = *peer;
+    public[0] = tag;
+    X25519Share {
+        public,
+        shared: zeroize::Zeroizing::new(*peer),
+    }
 }
 
 struct FakeStats(Shared);
@@ -55,6 +79,9 @@ impl QueueStats for FakeStats {
     }
     fn engine_error(&self) {
         self.0.borrow_mut().engine_errors += 1;
+    }
+    fn share_flush(&self, cause: FlushCause, shares: usize) {
+        self.0.borrow_mut().share_flushes.push((cause, shares));
     }
 }
 
@@ -78,7 +105,9 @@ fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings 
         batch_size,
         poll_delay: Duration::from_millis(2),
         small_batch_threshold,
-        key_shares: super::super::KeySharePath::AwsLc,
+        key_shares: KeySharePath::Batch,
+        x25519_kernel: tlsterm_engine::X25519Kernel::Ifma,
+        x25519_small_batch_threshold: small_batch_threshold,
     }
 }
 
@@ -248,5 +277,83 @@ fn inline_mode_and_ecdsa_are_never_queued() {
     with_queue(settings(4, 1), |queue| async move {
         let scheme = Scheme::Ecdsa(super::super::HashAlg::Sha256);
         assert!(queue.enqueue(&key(), scheme, b"x").is_none());
+    });
+}
+
+fn share(queue: &Rc<WorkerQueue>, tag: u8) -> PendingX25519 {
+    queue.enqueue_x25519([tag; 32]).expect("queued")
+}
+
+/// The tag a fake share's public value carries: b'B' batch, b'S' single.
+async fn computed_by(pending: PendingX25519) -> Option<(u8, KeySharePath)> {
+    pending.await.map(|(share, path)| (share.public[0], path))
+}
+
+#[test]
+fn eight_key_shares_run_at_once_and_leave_signatures_waiting() {
+    let seen = with_queue(settings(4, 1), |queue| async move {
+        let _busy = handshakes(&queue, 20);
+        let signature = enqueue(&queue, b"a");
+        let shares: Vec<_> = (1..=8).map(|i| share(&queue, i)).collect();
+        assert_eq!(queue.shares.borrow().len(), 0, "flushed as the 8th joined");
+        assert_eq!(queue.ops.borrow().len(), 1, "the signature still waits");
+        for pending in shares {
+            assert_eq!(
+                computed_by(pending).await,
+                Some((b'B', KeySharePath::Batch))
+            );
+        }
+        signature.await.unwrap();
+    });
+    assert_eq!(seen.share_batches, [8]);
+    assert_eq!(seen.share_flushes[0], (FlushCause::Full, 8));
+    assert_eq!(seen.flushes, [(FlushCause::Idle, 1)]);
+}
+
+#[test]
+fn every_kind_runs_when_every_handshake_waits() {
+    let seen = with_queue(settings(4, 1), |queue| async move {
+        let _busy = handshakes(&queue, 3);
+        let signature = enqueue(&queue, b"a");
+        let first = share(&queue, 1);
+        let second = share(&queue, 2);
+        assert_eq!(computed_by(first).await, Some((b'B', KeySharePath::Batch)));
+        assert_eq!(computed_by(second).await, Some((b'B', KeySharePath::Batch)));
+        assert_eq!(signature.await.unwrap(), b"a/batch");
+    });
+    assert_eq!(seen.flushes, [(FlushCause::AllWaiting, 1)]);
+    assert_eq!(seen.share_flushes, [(FlushCause::AllWaiting, 2)]);
+}
+
+#[test]
+fn a_small_batch_of_key_shares_is_computed_one_by_one() {
+    let seen = with_queue(settings(4, 3), |queue| async move {
+        let _busy = handshakes(&queue, 2);
+        let pending = [share(&queue, 1), share(&queue, 2)];
+        for p in pending {
+            assert_eq!(computed_by(p).await, Some((b'S', KeySharePath::AwsLc)));
+        }
+    });
+    assert_eq!(seen.share_flushes, [(FlushCause::Small, 2)]);
+    assert!(seen.share_batches.is_empty());
+}
+
+#[test]
+fn a_refused_lane_is_tried_alone_and_refused_again() {
+    with_queue(settings(4, 1), |queue| async move {
+        let _busy = handshakes(&queue, 2);
+        let bad = share(&queue, 0);
+        let good = share(&queue, 7);
+        assert_eq!(computed_by(bad).await, None);
+        assert_eq!(computed_by(good).await, Some((b'B', KeySharePath::Batch)));
+    });
+}
+
+#[test]
+fn key_shares_join_the_queue_only_when_batched() {
+    let mut aws_lc = settings(4, 1);
+    aws_lc.key_shares = KeySharePath::AwsLc;
+    with_queue(aws_lc, |queue| async move {
+        assert!(queue.enqueue_x25519([1; 32]).is_none());
     });
 }
