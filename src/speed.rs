@@ -248,7 +248,7 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
         for &kernel in &kernels {
             batch_sizes(args, kernel, padding, &algs)?;
         }
-        return Ok(());
+        return key_shares::run(args, &share_algs);
     }
 
     println!(

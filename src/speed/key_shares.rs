@@ -10,8 +10,10 @@ use boring::mlkem::{Algorithm as MlKem, MlKemPublicKey};
 use boring::nid::Nid;
 use boring::pkey::{Id, PKey, Private};
 
+use tlsterm_engine::{x25519_server_shares, X25519Kernel};
+
 use super::{measure, median, paired_ratio, progress, SpeedArgs};
-use crate::offload::key_share::{compute, Group};
+use crate::offload::key_share::{compute, encapsulate, hybrid, split_hybrid, Group};
 
 /// The key-share algorithms `tlsterm speed` knows.
 pub(super) const NAMES: [&str; 3] = ["x25519", "x25519mlkem768", "p256ecdh"];
@@ -101,56 +103,193 @@ fn boringssl_share(group: Group, client: &Client) -> anyhow::Result<usize> {
     })
 }
 
+/// The multi-buffer X25519 kernels to measure: those this CPU has, but not the portable
+/// reference (slower than aws-lc; `serve` never batches with it).
+fn kernels() -> Vec<X25519Kernel> {
+    X25519Kernel::ALL
+        .into_iter()
+        .filter(|k| *k != X25519Kernel::Portable && k.is_available())
+        .collect()
+}
+
+/// `n` server shares for the same client share through `kernel`, as `serve` computes a
+/// batch of them: the X25519 part in the kernel, ML-KEM-768 one by one by aws-lc.
+fn engine_shares(kernel: X25519Kernel, group: Group, client: &Client, n: usize) {
+    match group {
+        Group::X25519 => {
+            let peer: [u8; 32] = client.share.as_slice().try_into().expect("32 bytes");
+            for share in x25519_server_shares(kernel, &vec![peer; n]) {
+                share.expect("engine key share");
+            }
+        }
+        Group::X25519MlKem768 => {
+            let (mlkem, peer) = split_hybrid(&client.share).expect("a hybrid share");
+            let encapsulations: Vec<_> = (0..n)
+                .map(|_| encapsulate(mlkem).expect("ML-KEM"))
+                .collect();
+            let shares = x25519_server_shares(kernel, &vec![peer; n]);
+            for (encapsulation, share) in encapsulations.into_iter().zip(shares) {
+                let share = share.expect("engine key share");
+                hybrid(encapsulation, &share.public, &*share.shared);
+            }
+        }
+        // No kernel: aws-lc's figure stands.
+        Group::P256 => {
+            for _ in 0..n {
+                compute(group, &client.share).expect("aws-lc key share");
+            }
+        }
+    }
+}
+
+/// One row of the table: a group's operations per second of each round, per column.
+struct Row {
+    name: &'static str,
+    boringssl: Vec<f64>,
+    aws_lc: Vec<f64>,
+    kernels: Vec<Vec<f64>>,
+}
+
 /// Measures every key-share algorithm in `names` and prints their table.
 pub(super) fn run(args: &SpeedArgs, names: &[&str]) -> anyhow::Result<()> {
     if names.is_empty() {
         return Ok(());
     }
+    let kernels = kernels();
+    let lanes = tlsterm_engine::LANES;
+    if args.batch_sizes {
+        return batch_sizes(args, names, &kernels);
+    }
     let mut rows = Vec::new();
-    for &name in names {
-        let Some(group) = group(name) else {
-            bail!("unknown key-share algorithm {name:?}");
-        };
+    for &name in NAMES.iter().filter(|n| names.contains(n)) {
+        let group = group(name).expect("a known name");
         let client = Client::new(group)?;
-        let (mut boringssl, mut aws_lc) = (Vec::new(), Vec::new());
+        let mut row = Row {
+            name,
+            boringssl: Vec::new(),
+            aws_lc: Vec::new(),
+            kernels: vec![Vec::new(); kernels.len()],
+        };
         for round in 1..=args.rounds {
             progress(&format!("{name}: round {round}: BoringSSL"));
-            boringssl.push(
+            row.boringssl.push(
                 measure(args.seconds, args.elapsed, 1, || {
                     boringssl_share(group, &client).expect("BoringSSL key share");
                 })
                 .0,
             );
             progress(&format!("{name}: round {round}: aws-lc-rs"));
-            aws_lc.push(
+            row.aws_lc.push(
                 measure(args.seconds, args.elapsed, 1, || {
                     compute(group, &client.share).expect("aws-lc key share");
                 })
                 .0,
             );
+            for (runs, &kernel) in row.kernels.iter_mut().zip(&kernels) {
+                progress(&format!(
+                    "{name}: round {round}: batch of {lanes} ({})",
+                    kernel.name()
+                ));
+                runs.push(
+                    measure(args.seconds, args.elapsed, lanes, || {
+                        engine_shares(kernel, group, &client, lanes)
+                    })
+                    .0,
+                );
+            }
         }
-        rows.push((name, boringssl, aws_lc));
+        rows.push(row);
+    }
+    if let Some(unknown) = names.iter().find(|n| group(n).is_none()) {
+        bail!("unknown key-share algorithm {unknown:?}");
     }
     progress("");
-    println!(
-        "{:<15} {:>13} {:>9} {:>13} {:>9} {:>7}",
+    print_table(&rows, &kernels);
+    Ok(())
+}
+
+fn print_table(rows: &[Row], kernels: &[X25519Kernel]) {
+    let mut header = format!(
+        "{:<15} {:>12} {:>7} {:>12} {:>7} {:>6}",
         "key share", "BoringSSL/s", "us", "aws-lc-rs/s", "us", "ratio"
     );
-    for (name, boringssl, aws_lc) in rows {
-        let (b, a) = (
-            median(&boringssl).unwrap_or(0.0),
-            median(&aws_lc).unwrap_or(0.0),
+    for kernel in kernels {
+        header += &format!(
+            " {:>14} {:>7} {:>6}",
+            format!("{}/s", kernel.name()),
+            "us",
+            "ratio"
         );
-        let ratio = paired_ratio(&boringssl, &aws_lc).map_or(0.0, |r| r.median);
-        println!(
-            "{name:<15} {b:>13.0} {:>9.1} {a:>13.0} {:>9.1} {ratio:>7.2}",
-            1e6 / b,
-            1e6 / a
+    }
+    println!("{header}");
+    for row in rows {
+        let boringssl = median(&row.boringssl).unwrap_or(0.0);
+        let mut line = format!(
+            "{:<15} {boringssl:>12.0} {:>7.1}",
+            row.name,
+            1e6 / boringssl
         );
+        for runs in std::iter::once(&row.aws_lc).chain(&row.kernels) {
+            let ops = median(runs).unwrap_or(0.0);
+            let ratio = paired_ratio(&row.boringssl, runs).map_or(0.0, |r| r.median);
+            line += &format!(" {ops:>12.0} {:>7.1} {ratio:>6.2}", 1e6 / ops);
+        }
+        println!("{line}");
     }
     println!(
         "key share: the server's half (key generation and agreement; for X25519MLKEM768 \
-         also ML-KEM-768 encapsulation); ratio: aws-lc-rs over BoringSSL"
+         also ML-KEM-768 encapsulation, by aws-lc in every tlsterm column); ratio: over \
+         BoringSSL; kernel columns: batches of {} (P-256 has no kernel: aws-lc)",
+        tlsterm_engine::LANES
     );
+}
+
+/// X25519 batches of 1..=8 through each kernel against aws-lc one by one: where batching
+/// starts to pay (`[engine] x25519_small_batch_threshold`).
+fn batch_sizes(args: &SpeedArgs, names: &[&str], kernels: &[X25519Kernel]) -> anyhow::Result<()> {
+    if !names.contains(&"x25519") {
+        return Ok(());
+    }
+    let client = Client::new(Group::X25519)?;
+    progress("x25519: aws-lc-rs");
+    let (single_ops, single) = measure(args.seconds, args.elapsed, 1, || {
+        compute(Group::X25519, &client.share).expect("aws-lc key share");
+    });
+    for &kernel in kernels {
+        println!(
+            "x25519, kernel {}: aws-lc-rs {single_ops:.0} shares/s, {:.1} us per share",
+            kernel.name(),
+            single * 1e6
+        );
+        println!(
+            "{:>5} {:>10} {:>14} {:>16} {:>8}",
+            "batch", "shares/s", "batch lat us", "n x aws-lc us", "ratio"
+        );
+        let mut threshold = None;
+        for n in 1..=tlsterm_engine::LANES {
+            progress(&format!("x25519: batch of {n} ({})", kernel.name()));
+            let (ops, latency) = measure(args.seconds, args.elapsed, n, || {
+                engine_shares(kernel, Group::X25519, &client, n)
+            });
+            let serial = n as f64 * single;
+            if threshold.is_none() && latency < serial {
+                threshold = Some(n);
+            }
+            progress("");
+            println!(
+                "{n:>5} {ops:>10.0} {:>14.1} {:>16.1} {:>8.2}",
+                latency * 1e6,
+                serial * 1e6,
+                ops / single_ops
+            );
+        }
+        match threshold {
+            Some(k) => println!("batching beats aws-lc from {k} share(s) per batch\n"),
+            None => println!(
+                "batching never beats aws-lc up to {}\n",
+                tlsterm_engine::LANES
+            ),
+        }
+    }
     Ok(())
 }
