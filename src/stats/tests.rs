@@ -10,6 +10,8 @@ tlsterm_handshakes_total{kind=\"full\"} 10
 tlsterm_engine_info{kernel=\"avx2\",signing=\"batch\"} 1
 # TYPE tlsterm_tls_groups_total counter
 tlsterm_tls_groups_total{group=\"X25519MLKEM768\"} 7
+# TYPE tlsterm_key_shares_total counter
+tlsterm_key_shares_total{group=\"X25519MLKEM768\",path=\"batch\"} 5
 # TYPE tlsterm_ech_total counter
 tlsterm_ech_total{result=\"accepted\"} 3
 # TYPE tlsterm_engine_batch_seconds histogram
@@ -55,6 +57,10 @@ fn renders_counts_averages_and_bars() {
     );
     assert!(
         text.contains("key exchange   group=\"X25519MLKEM768\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("key shares     group=\"X25519MLKEM768\",path=\"batch\""),
         "{text}"
     );
     assert!(
