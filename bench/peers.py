@@ -56,6 +56,10 @@ T13 = ["--tls-version", "1.3", "--cipher", "TLS_AES_128_GCM_SHA256"]
 SCENARIOS = [
     ("tls13-rsa-full", "rsa", ["--mode", "full"] + T13, "/", "hs"),
     ("tls13-ecdsa-full", "ecdsa", ["--mode", "full"] + T13, "/", "hs"),
+    # The post-quantum hybrid that current browsers offer first (tlsterm's default group).
+    ("tls13-ecdsa-full-pq", "ecdsa", ["--mode", "full", "--group", "x25519mlkem768"] + T13,
+     "/", "hs"),
+    ("tls13-ecdsa-resume", "ecdsa", ["--mode", "resume", "--per-session", "4"] + T13, "/", "hs"),
     ("tls12-rsa-full", "rsa", ["--mode", "full", "--tls-version", "1.2",
                                "--cipher", "ECDHE-RSA-AES128-GCM-SHA256"], "/", "hs"),
     ("tls13-rsa-resume", "rsa", ["--mode", "resume", "--per-session", "4"] + T13, "/", "hs"),
@@ -65,6 +69,24 @@ SCENARIOS = [
     # Open loop, every server at the same rate: half of the slowest server's capacity.
     ("tls13-rsa-latency-common", "rsa", ["--mode", "full"] + T13, "/", "rate-common"),
 ]
+
+
+# Servers that can negotiate X25519MLKEM768 (Debian's OpenSSL 3.0 cannot).
+PQ_SERVERS = ("haproxy-awslc", "tlsterm")
+# The server's cgroup (v1 cpu controller) when --server-quota caps it.
+QUOTA_CGROUP = Path("/sys/fs/cgroup/cpu/tlsterm-bench-server")
+SERVER_QUOTA = None
+
+
+def set_server_quota(fraction):
+    """Caps the server at `fraction` of a core (cgroup v1 CFS quota), so that one client
+    core saturates even the fastest server: handshakes per server CPU-second are then
+    measured at full load for every server alike."""
+    global SERVER_QUOTA
+    QUOTA_CGROUP.mkdir(exist_ok=True)
+    (QUOTA_CGROUP / "cpu.cfs_period_us").write_text("100000")
+    (QUOTA_CGROUP / "cpu.cfs_quota_us").write_text(str(int(fraction * 100000)))
+    SERVER_QUOTA = fraction
 
 
 def log(*a):
@@ -184,11 +206,14 @@ def cpu_seconds(pids):
 
 
 class Proc:
-    def __init__(self, name, cmd, cpu=SERVER_CPU, logname=None):
+    def __init__(self, name, cmd, cpu=SERVER_CPU, logname=None, capped=False):
         self.name = name
         logf = open(RUN / f"{logname or name}.log", "ab")
         self.p = subprocess.Popen(NICE + ["taskset", "-c", cpu] + [str(c) for c in cmd],
                                   stdout=logf, stderr=subprocess.STDOUT, cwd=ROOT)
+        if capped and SERVER_QUOTA:
+            # Before the server forks its workers: they inherit the group.
+            (QUOTA_CGROUP / "cgroup.procs").write_text(str(self.p.pid))
 
     def pids(self):
         return descendants(self.p.pid)
@@ -230,20 +255,23 @@ def start_server(name, cert, certs, engine):
     if name == "nginx":
         conf = render("nginx.conf", "nginx.conf", RUN=RUN, BACKEND=backend, LISTEN=listen,
                       CERT=crt, KEY=key, CIPHERS=CIPHERS)
-        p = Proc(name, ["nginx", "-c", conf])
+        p = Proc(name, ["nginx", "-c", conf], capped=True)
     elif name in ("haproxy", "haproxy-awslc"):
         # Same template and settings for both: only the binary (and its TLS library) differs.
+        # Groups: AWS-LC has the post-quantum hybrid, Debian's OpenSSL 3.0 does not.
+        curves = "X25519MLKEM768:X25519:P-256" if name == "haproxy-awslc" else "X25519:P-256"
         conf = render("haproxy.cfg", f"{name}.cfg", LISTEN=listen, BACKEND=backend, PEM=pem,
-                      CIPHERS=CIPHERS)
-        p = Proc(name, ["haproxy" if name == "haproxy" else HAPROXY_AWSLC, "-db", "-f", conf])
+                      CIPHERS=CIPHERS, CURVES=curves)
+        p = Proc(name, ["haproxy" if name == "haproxy" else HAPROXY_AWSLC, "-db", "-f", conf],
+                 capped=True)
     elif name == "hitch":
         conf = render("hitch.conf", "hitch.conf", LISTEN_HOST=LISTEN[0], LISTEN_PORT=LISTEN[1],
                       BACKEND_HOST=BACKEND[0], BACKEND_PORT=BACKEND[1], PEM=pem, CIPHERS=CIPHERS)
-        p = Proc(name, ["hitch", "--config", conf])
+        p = Proc(name, ["hitch", "--config", conf], capped=True)
     elif name.startswith("tlsterm"):
         conf = render("tlsterm.toml", f"{name}.toml", LISTEN=listen, BACKEND=backend, CERT=crt,
                       KEY=key, CIPHERS=CIPHERS, **engine_of(name, engine))
-        p = Proc(name, [TLSTERM, "serve", "-c", conf])
+        p = Proc(name, [TLSTERM, "serve", "-c", conf], capped=True)
     else:
         raise ValueError(name)
     try:
@@ -281,8 +309,11 @@ def engine_of(name, default):
     IFMA)."""
     suffix = name.split("-", 1)[1] if "-" in name else None
     if suffix in ("avx2", "avx512f", "avx512ifma"):
-        return {"ENGINE": "batch", "KERNEL": suffix}
-    return {"ENGINE": suffix or default, "KERNEL": "auto"}
+        return {"ENGINE": "batch", "KERNEL": suffix, "KEY_SHARES": "auto"}
+    if suffix == "sharesinline":
+        # Key shares left to BoringSSL, as before tlsterm computed them: the A/B of that.
+        return {"ENGINE": default, "KERNEL": "auto", "KEY_SHARES": "inline"}
+    return {"ENGINE": suffix or default, "KERNEL": "auto", "KEY_SHARES": "auto"}
 
 
 # ---------------------------------------------------------------- measuring
@@ -413,6 +444,9 @@ def main():
                     help="rotate servers run by run instead of all runs of one server in a row")
     ap.add_argument("--nice", type=int, default=-20, help="niceness of server, backend and client")
     ap.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
+    ap.add_argument("--server-quota", type=float, default=None,
+                    help="cap every terminator at this fraction of a core (cgroup v1 CPU quota, "
+                         "e.g. 0.5) so that one client core saturates it")
     ap.add_argument("--results-dir", default=str(RESULTS),
                     help="where the JSON, tables and charts go (default bench/results; give "
                          "another directory for smoke runs, so they stay out of the committed results)")
@@ -421,6 +455,8 @@ def main():
     NICE = ["nice", "-n", str(args.nice)] if args.nice else []
     raise_priority(args.nice)
 
+    if args.server_quota:
+        set_server_quota(args.server_quota)
     RUN.mkdir(parents=True, exist_ok=True)
     results_dir = Path(args.results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -467,6 +503,9 @@ def main():
             rounds = [1] * args.runs if args.interleave else [args.runs]
             for n in rounds:
                 for srv in servers:
+                    if name.endswith("-pq") and not srv.startswith(PQ_SERVERS):
+                        log(f"skip {name} {srv}: its TLS library has no X25519MLKEM768")
+                        continue
                     if kind.startswith("rate") and srv not in capacity:
                         log(f"skip {name} {srv}: no tls13-rsa-full capacity measured")
                         continue
