@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fill BENCHMARKS-peers.md from bench/doc-head.md, bench/doc-analysis.md and a run's tables."""
+"""Fill docs/BENCHMARKS-peers.md from bench/doc-head.md, bench/doc-analysis.md and a run's tables."""
 import json
 import sys
 from pathlib import Path
@@ -112,4 +112,4 @@ doc += parts[1]
 import re
 left = set(re.findall(r"@([A-Z_0-9]+)@", doc))
 assert not left, left
-(BENCH.parent / "BENCHMARKS-peers.md").write_text(doc)
+(BENCH.parent / "docs" / "BENCHMARKS-peers.md").write_text(doc)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Resumed vs full handshakes per server CPU-second (results in BENCHMARKS-sessions.md).
+"""Resumed vs full handshakes per server CPU-second (results in docs/BENCHMARKS-sessions.md).
 
 Server: `tlsterm serve` with workers = 1 pinned to CPU 0 (taskset -c 0), RSA-2048 certificate,
 built-in backend. Client: `tlsterm bench` pinned to CPU 1. Server CPU = utime + stime from

@@ -177,7 +177,7 @@ fn choose_kernel(asked: EngineKernel) -> tlsterm_engine::Kernel {
 
 /// Below this many queued operations a batch is signed one by one by BoringSSL: the
 /// measured break-even of each kernel against BoringSSL for RSA-2048 (`tlsterm speed
-/// --batch-sizes`, BENCHMARKS-engine.md). With IFMA a lone signature is already faster
+/// --batch-sizes`, docs/BENCHMARKS-engine.md). With IFMA a lone signature is already faster
 /// in the engine. With AVX2 a signature takes 2 of a register's 4 lanes: 1 signature
 /// ran at 0.72-0.75x BoringSSL, 2 (one register) at 1.33-1.48x, 3 at 1.35-1.41x and a
 /// full 4 at 1.69-1.82x (AMD EPYC Zen 3, two runs). With AVX-512F a pass costs the same
@@ -212,7 +212,7 @@ fn key_share_path_for(asked: KeyShares, kernel: tlsterm_engine::X25519Kernel) ->
 
 /// Below this many queued X25519 shares, aws-lc computes them one by one: the measured
 /// break-even of the IFMA kernel against aws-lc (`tlsterm speed --batch-sizes x25519`,
-/// BENCHMARKS-engine.md). A pass costs the same for 1 to 8 shares: on an Intel Emerald
+/// docs/BENCHMARKS-engine.md). A pass costs the same for 1 to 8 shares: on an Intel Emerald
 /// Rapids core 1 share ran at 0.40x aws-lc, 2 at 0.81x, 3 at 1.15x, 8 at 3.06x.
 fn x25519_small_batch_threshold(kernel: tlsterm_engine::X25519Kernel) -> usize {
     match kernel {
