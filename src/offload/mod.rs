@@ -83,11 +83,36 @@ impl KeySharePath {
     }
 }
 
+/// The kernels a CPU has, from which the settings are chosen (a fake one in tests, so
+/// every choice is tested on every machine).
+#[derive(Debug, Clone)]
+pub struct CpuKernels {
+    /// RSA: the multi-buffer kernels, fastest first (empty: only the portable one).
+    pub rsa: Vec<tlsterm_engine::Kernel>,
+    /// X25519: the fastest kernel (`Portable` when there is no multi-buffer one).
+    pub x25519: tlsterm_engine::X25519Kernel,
+}
+
+impl CpuKernels {
+    /// The kernels of this machine's CPU.
+    pub fn detect() -> CpuKernels {
+        CpuKernels {
+            rsa: tlsterm_engine::Kernel::simd_available(),
+            x25519: tlsterm_engine::X25519Kernel::detect(),
+        }
+    }
+}
+
 impl OffloadSettings {
     pub fn from_config(config: &EngineConfig) -> OffloadSettings {
+        Self::choose(config, &CpuKernels::detect())
+    }
+
+    /// What `config` means on a CPU with `cpu`'s kernels.
+    pub fn choose(config: &EngineConfig, cpu: &CpuKernels) -> OffloadSettings {
         let lanes = tlsterm_engine::MAX_BATCH;
-        let kernel = choose_kernel(config.kernel);
-        let x25519_kernel = tlsterm_engine::X25519Kernel::detect();
+        let kernel = choose_kernel(config.kernel, &cpu.rsa);
+        let x25519_kernel = cpu.x25519;
         let batch_size = config.batch_size.unwrap_or(lanes).clamp(1, 64);
         let small_batch_threshold = config
             .small_batch_threshold
@@ -153,17 +178,21 @@ impl OffloadSettings {
     }
 }
 
-/// The kernel `[engine] kernel` asks for, if the CPU has it; else the fastest it has.
-fn choose_kernel(asked: EngineKernel) -> tlsterm_engine::Kernel {
+/// The kernel `[engine] kernel` asks for, if it is among `available` (the CPU's
+/// multi-buffer kernels, fastest first); else the fastest there is.
+fn choose_kernel(
+    asked: EngineKernel,
+    available: &[tlsterm_engine::Kernel],
+) -> tlsterm_engine::Kernel {
     use tlsterm_engine::Kernel;
-    let best = Kernel::detect();
+    let best = available.first().copied().unwrap_or(Kernel::Portable);
     let wanted = match asked {
         EngineKernel::Auto => return best,
         EngineKernel::Avx512ifma => Kernel::Ifma,
         EngineKernel::Avx512f => Kernel::Avx512,
         EngineKernel::Avx2 => Kernel::Avx2,
     };
-    if wanted.is_available() {
+    if available.contains(&wanted) {
         wanted
     } else {
         tracing::warn!(
@@ -234,6 +263,9 @@ pub fn sign(key: Arc<SigningKey>, alg: SslSignatureAlgorithm, message: &[u8]) ->
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 /// Who computes this worker's key shares (aws-lc off workers, as in tests).
 pub fn key_share_path() -> KeySharePath {
