@@ -150,10 +150,7 @@ pub(super) fn counted_inline(
 async fn drive(queue: Rc<WorkerQueue>) {
     loop {
         queue.wake.notified().await;
-        loop {
-            let (queued, Some(oldest)) = (queue.queued(), queue.oldest()) else {
-                break;
-            };
+        while let (queued, Some(oldest)) = (queue.queued(), queue.oldest()) {
             if queued >= queue.in_handshake.get() {
                 queue.flush(FlushCause::AllWaiting);
                 continue;
