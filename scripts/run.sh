@@ -4,7 +4,8 @@
 # forwarding to the built-in HTTP backend. Try: curl -k https://127.0.0.1:8443/
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# Only what building and running needs (no test tools: Go, Pebble, valgrind, Redis).
+bash scripts/setup.sh --run
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release --bin tlsterm
 exec target/release/tlsterm serve "$@"

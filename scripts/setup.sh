@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
-# Installs what building and testing tlsterm needs on Debian 12 (as root): compilers and
-# cmake for BoringSSL, the TLS clients the tests drive, valgrind for the constant-time
-# check, Go >= 1.25 for the post-quantum client test (Debian's golang-go is 1.19: a release
-# from go.dev goes to /usr/local/go, checked against go.dev's published SHA-256), and Rust
-# (stable, via rustup) when cargo is missing.
+# Installs what tlsterm needs on Debian 12 (as root).
+#
+#   bash scripts/setup.sh         everything the test suite needs (scripts/test.sh)
+#   bash scripts/setup.sh --run   only what building and running tlsterm needs (scripts/run.sh)
+#
+# Building: compilers, cmake, clang/libclang for BoringSSL's bindings, git for the patches
+# boring-sys applies to BoringSSL, and Rust (stable, via rustup) when cargo is missing.
+# Testing adds the TLS clients the tests drive, redis-server, valgrind for the
+# constant-time check, Go >= 1.25 for the post-quantum client test (Debian's golang-go is
+# 1.19: a release from go.dev goes to /usr/local/go, checked against go.dev's published
+# SHA-256) and Pebble, the test ACME CA.
 set -euo pipefail
 
-packages=(build-essential cmake clang libclang-dev golang-go perl git curl ca-certificates
-          openssl pkg-config valgrind python3 procps redis-server)
+case "${1:-}" in
+    "") run_only=false ;;
+    --run) run_only=true ;;
+    *) echo "usage: $0 [--run]" >&2; exit 2 ;;
+esac
+
+packages=(build-essential cmake clang libclang-dev perl git curl ca-certificates pkg-config)
+if ! "$run_only"; then
+    packages+=(golang-go openssl valgrind python3 procps redis-server)
+fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,6 +40,10 @@ if ! command -v cargo >/dev/null 2>&1; then
         echo "setup: installing Rust (stable) with rustup"
         curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt,clippy
     fi
+fi
+
+if "$run_only"; then
+    exit 0
 fi
 
 # The Go test client needs crypto/tls with X25519MLKEM768 and ConnectionState().CurveID.
