@@ -129,7 +129,11 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         ("tlsterm_tls_versions_total", "version", 22),
         ("tlsterm_tls_groups_total", "key exchange", 22),
         ("tlsterm_key_shares_total", "key shares", 40),
-        ("tlsterm_engine_key_share_flushes_total", "share flushes", 22),
+        (
+            "tlsterm_engine_key_share_flushes_total",
+            "share flushes",
+            22,
+        ),
         ("tlsterm_certificates_compressed_total", "compressed", 22),
         ("tlsterm_ech_total", "ech", 22),
         ("tlsterm_early_data_total", "0-rtt", 22),
