@@ -8,6 +8,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_boring::SslStreamBuilder;
 
+use super::read_ahead::ReadAhead;
+
 use super::failure::{FailureFacts, HandshakeFailure};
 use super::metrics;
 use super::ListenerState;
@@ -69,7 +71,14 @@ pub async fn handle(
     log_connections: bool,
 ) {
     let started = Instant::now();
-    let local = stream.local_addr().unwrap_or(state.config.address());
+    // The listener's own address, unless it is a wildcard: then the socket knows which
+    // address the client reached (one getsockname per connection only then).
+    let listening = state.config.address();
+    let local = if listening.ip().is_unspecified() || listening.port() == 0 {
+        stream.local_addr().unwrap_or(listening)
+    } else {
+        listening
+    };
     let _ = stream.set_nodelay(true);
     let ssl = match state.tls.new_ssl(client.ip()) {
         Ok(ssl) => ssl,
@@ -81,7 +90,7 @@ pub async fn handle(
 
     let guard = HandshakeGuard::enter();
     let handshake = PollTimer {
-        inner: Box::pin(SslStreamBuilder::new(ssl, stream).accept()),
+        inner: Box::pin(SslStreamBuilder::new(ssl, ReadAhead::new(stream)).accept()),
         busy: Duration::ZERO,
     };
     let result = tokio::time::timeout(state.config.handshake_timeout, handshake).await;

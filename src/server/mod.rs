@@ -11,6 +11,7 @@
 mod conn;
 mod failure;
 mod metrics;
+mod read_ahead;
 mod worker;
 
 mod listener;
