@@ -397,3 +397,21 @@ fn ifma_kernel_detected() {
     assert_eq!(k.name(), "avx512ifma");
     assert_eq!(X25519Kernel::Portable.name(), "portable");
 }
+
+/// `tlsterm speed x25519`'s timing helper runs every available kernel and
+/// refuses the others.
+#[test]
+fn microbench_share_time() {
+    for kernel in X25519Kernel::ALL {
+        let r = microbench::x25519_share_time(kernel, 8, 2);
+        if kernel.is_available() {
+            assert!(r.unwrap() > std::time::Duration::ZERO);
+        } else {
+            println!(
+                "microbench_share_time: kernel {} skipped: this CPU lacks it",
+                kernel.name()
+            );
+            assert_eq!(r, Err(EngineError::KernelUnavailable));
+        }
+    }
+}
