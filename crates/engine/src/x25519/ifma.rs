@@ -8,10 +8,16 @@
 //! normalized: sums and differences are carried before they are multiplied.
 //! Products are reduced with 2^260 = 608 and 2^255 = 19 (mod p).
 //!
+//! Three entry points: the Montgomery ladder (`ladder`, any point), the
+//! public value X25519(k, 9) from a fixed-base table on edwards25519
+//! (`base_mult`: 64 table additions instead of 255 ladder steps), and both
+//! for the same scalar with a single inversion (`server_share`).
+//!
 //! Constant time: straight-line code; the scalar bit of each lane becomes a
-//! mask register that drives the conditional swaps (blends). The scalar is
-//! read word by word at addresses that depend only on the (public) bit
-//! position. Valgrind cannot run AVX-512, so `ct/run.sh` checks this code
+//! mask register that drives the conditional swaps (blends), and a table
+//! lookup reads every entry of its row and keeps the lane's own by blend.
+//! The scalar is read word by word (digit by digit) at addresses that depend
+//! only on the (public) position. Valgrind cannot run AVX-512, so `ct/run.sh` checks this code
 //! statically (`ct/avx512_branches.py`), like the RSA IFMA kernel.
 
 use crate::bn::{Lanes, LANES};
