@@ -90,7 +90,8 @@ unsafe fn st(p: *mut Lanes, v: __m512i) {
 
 #[inline(always)]
 unsafe fn c(x: i64) -> __m512i {
-    // SAFETY: AVX-512F is enabled in every caller (inlined into `ladder`).
+    // SAFETY: AVX-512F is enabled in every caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe { _mm512_set1_epi64(x) }
 }
 
