@@ -92,7 +92,7 @@ fn main() {
             continue;
         }
         let batches: &[usize] = if kernel.lanes() > 1 {
-            &[1, 8, 64]
+            &[1, 2, 3, 4, 8, 64]
         } else {
             &[1]
         };
