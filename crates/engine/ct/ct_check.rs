@@ -10,8 +10,8 @@
 //! `portable`, default the best one valgrind can run), `keysetup` (the key
 //! components are marked before `from_components` builds the key, which must
 //! then be clean through signing), `x25519` (the portable X25519 kernel with
-//! its scalars and points marked, raw and through the server's key shares:
-//! must be clean), `control-local`, `control-input` and `control-x25519`
+//! its scalars and points marked, raw and through the server's key shares,
+//! and the IFMA pass's lane packing: must be clean), `control-local`, `control-input` and `control-x25519`
 //! (negative controls: must be reported, proving the marking works and reaches
 //! the engine's code).
 
@@ -192,6 +192,7 @@ fn x25519_mode(mode: &str) {
     let (scalars, points) = x25519_inputs();
     // Reference results before marking (the test suite checks the values).
     let before = x25519_batch(kernel, &scalars, &points);
+    let unmarked_points = points.clone();
     for s in &scalars {
         ct::mark_secret(s);
     }
@@ -216,6 +217,14 @@ fn x25519_mode(mode: &str) {
             let shares = x25519_server_shares(kernel, &points);
             for (i, s) in shares.iter().enumerate() {
                 assert_eq!(s.is_err(), i == 2, "share {i}: {s:?}");
+            }
+            // The IFMA pass's scalar-side code (clamping, signed digits, lane
+            // packing, results back to bytes), which runs outside the kernel.
+            let mut lanes = ct_ifma_lanes(&scalars, &points);
+            ct::declassify(&lanes);
+            for (l, p) in lanes.iter_mut().zip(&unmarked_points) {
+                l[31] |= p[31] & 0x80;
+                assert_eq!(l, p, "lane packing round trip");
             }
             eprintln!("ct_check: X25519 raw and server shares done");
         }

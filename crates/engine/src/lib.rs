@@ -43,6 +43,8 @@ mod x25519;
 
 pub use padding::{Hash, RsaPadding};
 pub use rsa::RsaPrivateKey;
+#[cfg(target_arch = "x86_64")]
+pub use x25519::ct_ifma_lanes;
 pub use x25519::{
     x25519_base_batch, x25519_batch, x25519_server_shares, X25519Kernel, X25519Share,
 };

@@ -1,12 +1,37 @@
 //! Timing of one Montgomery multiplication or squaring per kernel, for
 //! `tlsterm speed --mont` and the kernel prototypes: the arithmetic core
-//! alone, without table lookups, conversions or the RSA pipeline.
+//! alone, without table lookups, conversions or the RSA pipeline. And the
+//! time of X25519 server key shares per kernel, for `tlsterm speed x25519`.
 
 use std::time::{Duration, Instant};
 
 use crate::bn::{self, Lanes, LANES, MASK52};
 use crate::kernel::{MontKernel, Portable};
-use crate::{EngineError, Kernel};
+use crate::{EngineError, Kernel, X25519Kernel};
+
+/// Runs `iters` calls of [`crate::x25519_server_shares`] with `batch` peer
+/// shares each (8 fills one IFMA pass) and returns the elapsed time: the time
+/// per share (key generation + agreement) is that over `iters * batch`.
+pub fn x25519_share_time(
+    kernel: X25519Kernel,
+    batch: usize,
+    iters: usize,
+) -> Result<Duration, EngineError> {
+    if !kernel.is_available() {
+        return Err(EngineError::KernelUnavailable);
+    }
+    // Any point of large order will do; 9 is the base point.
+    let mut peer = [0u8; 32];
+    peer[0] = 9;
+    let peers = vec![peer; batch];
+    let start = Instant::now();
+    for _ in 0..iters {
+        for share in crate::x25519_server_shares(kernel, &peers) {
+            std::hint::black_box(share?);
+        }
+    }
+    Ok(start.elapsed())
+}
 
 /// Which operation to time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -302,6 +302,58 @@ fn server_shares_are_fresh() {
     }
 }
 
+/// Every batch size from 1 to 17 (one, two and three IFMA passes, full and
+/// partial), deterministic inputs: raw results, key generation and server
+/// shares of every kernel agree with BoringSSL.
+#[test]
+fn every_batch_size_1_to_17() {
+    let mut s = 0x0123_4567_89ab_cdefu64;
+    let mut bytes = || -> [u8; 32] {
+        core::array::from_fn(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 56) as u8
+        })
+    };
+    for kernel in kernels("every_batch_size_1_to_17") {
+        for n in 1..=17 {
+            let scalars: Vec<_> = (0..n).map(|_| bytes()).collect();
+            let points: Vec<_> = (0..n).map(|_| bytes()).collect();
+            let expect: Vec<_> = scalars
+                .iter()
+                .zip(&points)
+                .map(|(k, u)| boring_x25519(k, u))
+                .collect();
+            assert_eq!(
+                x25519_batch(kernel, &scalars, &points),
+                expect,
+                "n {n}, kernel {}",
+                kernel.name()
+            );
+            let expect: Vec<_> = scalars.iter().map(|k| boring_x25519(k, &base())).collect();
+            assert_eq!(
+                x25519_base_batch(kernel, &scalars),
+                expect,
+                "n {n}, kernel {}",
+                kernel.name()
+            );
+            let peers: Vec<_> = scalars.iter().map(|k| boring_x25519(k, &base())).collect();
+            let shares = x25519_server_shares(kernel, &peers);
+            assert_eq!(shares.len(), n);
+            for (sh, k) in shares.iter().zip(&scalars) {
+                let sh = sh.as_ref().unwrap();
+                assert_eq!(
+                    boring_x25519(k, &sh.public),
+                    *sh.shared,
+                    "n {n}, kernel {}",
+                    kernel.name()
+                );
+            }
+        }
+    }
+}
+
 fn arb_batch() -> impl Strategy<Value = Vec<([u8; 32], [u8; 32])>> {
     prop::collection::vec((any::<[u8; 32]>(), any::<[u8; 32]>()), 1..=17)
 }
@@ -396,4 +448,22 @@ fn ifma_kernel_detected() {
     assert_eq!(X25519Kernel::from_name("avx512ifma"), Some(k));
     assert_eq!(k.name(), "avx512ifma");
     assert_eq!(X25519Kernel::Portable.name(), "portable");
+}
+
+/// `tlsterm speed x25519`'s timing helper runs every available kernel and
+/// refuses the others.
+#[test]
+fn microbench_share_time() {
+    for kernel in X25519Kernel::ALL {
+        let r = microbench::x25519_share_time(kernel, 8, 2);
+        if kernel.is_available() {
+            assert!(r.unwrap() > std::time::Duration::ZERO);
+        } else {
+            println!(
+                "microbench_share_time: kernel {} skipped: this CPU lacks it",
+                kernel.name()
+            );
+            assert_eq!(r, Err(EngineError::KernelUnavailable));
+        }
+    }
 }

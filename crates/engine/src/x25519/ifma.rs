@@ -8,10 +8,16 @@
 //! normalized: sums and differences are carried before they are multiplied.
 //! Products are reduced with 2^260 = 608 and 2^255 = 19 (mod p).
 //!
+//! Three entry points: the Montgomery ladder (`ladder`, any point), the
+//! public value X25519(k, 9) from a fixed-base table on edwards25519
+//! (`base_mult`: 64 table additions instead of 255 ladder steps), and both
+//! for the same scalar with a single inversion (`server_share`).
+//!
 //! Constant time: straight-line code; the scalar bit of each lane becomes a
-//! mask register that drives the conditional swaps (blends). The scalar is
-//! read word by word at addresses that depend only on the (public) bit
-//! position. Valgrind cannot run AVX-512, so `ct/run.sh` checks this code
+//! mask register that drives the conditional swaps (blends), and a table
+//! lookup reads every entry of its row and keeps the lane's own by blend.
+//! The scalar is read word by word (digit by digit) at addresses that depend
+//! only on the (public) position. Valgrind cannot run AVX-512, so `ct/run.sh` checks this code
 //! statically (`ct/avx512_branches.py`), like the RSA IFMA kernel.
 
 use crate::bn::{Lanes, LANES};
@@ -48,6 +54,21 @@ impl Ifma25519 {
         // SAFETY: as in `scalar_mult`.
         unsafe { base_mult(out, digits) }
     }
+
+    /// Both halves of a server key share at once: `public[l] = X25519(k[l],
+    /// 9)` from `digits` (as for `base_mult`) and `shared[l] = X25519(k[l],
+    /// u[l])` from `k` (as for `scalar_mult`), the same scalar in both forms.
+    pub fn server_share(
+        &self,
+        public: &mut [Lanes; 5],
+        shared: &mut [Lanes; 5],
+        digits: &[Lanes; 64],
+        k: &[Lanes; 4],
+        u: &[Lanes; 5],
+    ) {
+        // SAFETY: as in `scalar_mult`.
+        unsafe { server_share(public, shared, digits, k, u) }
+    }
 }
 
 const _: () = assert!(LANES == 8 && core::mem::size_of::<Lanes>() == 64);
@@ -69,7 +90,8 @@ unsafe fn st(p: *mut Lanes, v: __m512i) {
 
 #[inline(always)]
 unsafe fn c(x: i64) -> __m512i {
-    // SAFETY: AVX-512F is enabled in every caller (inlined into `ladder`).
+    // SAFETY: AVX-512F is enabled in every caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe { _mm512_set1_epi64(x) }
 }
 
@@ -79,7 +101,8 @@ unsafe fn c(x: i64) -> __m512i {
 /// the pass, so its carry-in (< 2^12) leaves it below 2^47 + 2^12.
 #[inline(always)]
 unsafe fn fold(mut r: Fe, top: __m512i) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
         let m52 = c(M52);
         let t = _mm512_add_epi64(_mm512_srli_epi64::<47>(r[4]), _mm512_slli_epi64::<5>(top));
@@ -99,7 +122,8 @@ unsafe fn fold(mut r: Fe, top: __m512i) -> Fe {
 /// 2^260 mod p = 608 into columns 0..5.
 #[inline(always)]
 unsafe fn reduce(mut t: [__m512i; 10]) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
         let m52 = c(M52);
         let k = c(608);
@@ -124,25 +148,22 @@ unsafe fn reduce(mut t: [__m512i; 10]) -> Fe {
     }
 }
 
-/// `a * b`, both normalized. Low and high halves of the partial products go
-/// to separate accumulators so that no column waits on more than 5 dependent
-/// multiply-adds.
+/// `a * b`, both normalized. Low and high halves of each partial product
+/// go into the same column accumulators: a column waits on up to 9
+/// dependent multiply-adds, but the ladder has 4 independent products in
+/// flight, and 10 fewer additions per product count more on a core where
+/// IFMA and the other vector operations share ports.
 #[inline(always)]
 unsafe fn mul(a: &Fe, b: &Fe) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
-        let z = _mm512_setzero_si512();
-        let mut lo = [z; 10];
-        let mut hi = [z; 10];
+        let mut t = [_mm512_setzero_si512(); 10];
         for i in 0..5 {
             for j in 0..5 {
-                lo[i + j] = _mm512_madd52lo_epu64(lo[i + j], a[i], b[j]);
-                hi[i + j + 1] = _mm512_madd52hi_epu64(hi[i + j + 1], a[i], b[j]);
+                t[i + j] = _mm512_madd52lo_epu64(t[i + j], a[i], b[j]);
+                t[i + j + 1] = _mm512_madd52hi_epu64(t[i + j + 1], a[i], b[j]);
             }
-        }
-        let mut t = [z; 10];
-        for k in 0..10 {
-            t[k] = _mm512_add_epi64(lo[k], hi[k]);
         }
         reduce(t)
     }
@@ -152,21 +173,18 @@ unsafe fn mul(a: &Fe, b: &Fe) -> Fe {
 /// squares (30 IFMA instead of 50).
 #[inline(always)]
 unsafe fn sqr(a: &Fe) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
-        let z = _mm512_setzero_si512();
-        let mut lo = [z; 10];
-        let mut hi = [z; 10];
+        let mut t = [_mm512_setzero_si512(); 10];
         for i in 0..5 {
             for j in i + 1..5 {
-                lo[i + j] = _mm512_madd52lo_epu64(lo[i + j], a[i], a[j]);
-                hi[i + j + 1] = _mm512_madd52hi_epu64(hi[i + j + 1], a[i], a[j]);
+                t[i + j] = _mm512_madd52lo_epu64(t[i + j], a[i], a[j]);
+                t[i + j + 1] = _mm512_madd52hi_epu64(t[i + j + 1], a[i], a[j]);
             }
         }
-        let mut t = [z; 10];
-        for k in 0..10 {
-            let s = _mm512_add_epi64(lo[k], hi[k]);
-            t[k] = _mm512_add_epi64(s, s);
+        for tk in t.iter_mut().skip(1) {
+            *tk = _mm512_add_epi64(*tk, *tk);
         }
         for i in 0..5 {
             t[2 * i] = _mm512_madd52lo_epu64(t[2 * i], a[i], a[i]);
@@ -179,7 +197,8 @@ unsafe fn sqr(a: &Fe) -> Fe {
 /// `a^(2^n)`.
 #[inline(always)]
 unsafe fn sqr_n(a: &Fe, n: usize) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
         let mut r = sqr(a);
         for _ in 1..n {
@@ -193,7 +212,8 @@ unsafe fn sqr_n(a: &Fe, n: usize) -> Fe {
 /// < 2^52 as well).
 #[inline(always)]
 unsafe fn mul_small_add(acc: &Fe, a: &Fe, k: i64) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
         let k = c(k);
         let mut r = *acc;
@@ -216,7 +236,8 @@ unsafe fn mul_small_add(acc: &Fe, a: &Fe, k: i64) -> Fe {
 /// `a + b`, normalized.
 #[inline(always)]
 unsafe fn add(a: &Fe, b: &Fe) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
         let mut r = *a;
         for i in 0..5 {
@@ -230,7 +251,8 @@ unsafe fn add(a: &Fe, b: &Fe) -> Fe {
 /// below 2p's (2^53 - 38, 2^53 - 2 three times, 2^48 - 2).
 #[inline(always)]
 unsafe fn sub(a: &Fe, b: &Fe) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
         let two_p = [
             (1 << 53) - 38,
@@ -250,7 +272,8 @@ unsafe fn sub(a: &Fe, b: &Fe) -> Fe {
 /// Swaps `a` and `b` in the lanes set in `m`.
 #[inline(always)]
 unsafe fn cswap(a: &mut Fe, b: &mut Fe, m: __mmask8) {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
         for i in 0..5 {
             let (x, y) = (a[i], b[i]);
@@ -264,7 +287,8 @@ unsafe fn cswap(a: &mut Fe, b: &mut Fe, m: __mmask8) {
 /// portable kernel).
 #[inline(always)]
 unsafe fn invert(z: &Fe) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
         let z2 = sqr(z);
         let z9 = mul(&sqr_n(&z2, 2), z);
@@ -286,7 +310,8 @@ unsafe fn invert(z: &Fe) -> Fe {
 /// reaches 2^255.
 #[inline(always)]
 unsafe fn canonical(x: &Fe) -> Fe {
-    // SAFETY: target features enabled by the caller (`ladder`).
+    // SAFETY: target features enabled by the caller (it is inlined into the
+    // `#[target_feature]` entry points).
     unsafe {
         let z = _mm512_setzero_si512();
         let x = fold(fold(*x, z), z);
@@ -303,11 +328,11 @@ unsafe fn canonical(x: &Fe) -> Fe {
 }
 
 /// The Montgomery ladder of RFC 7748 (section 5) in every lane, from bit 254
-/// down, then `x2 / z2` in canonical form.
-#[target_feature(enable = "avx512f,avx512ifma")]
-unsafe fn ladder(out: &mut [Lanes; 5], k: &[Lanes; 4], u: &[Lanes; 5]) {
-    // SAFETY: the caller guarantees AVX-512F/IFMA; every load and store
-    // indexes `k` (word t / 64 < 4), `u` and `out` (limb < 5).
+/// down: the projective result (x2, z2).
+#[inline(always)]
+unsafe fn ladder_xz(k: &[Lanes; 4], u: &[Lanes; 5]) -> (Fe, Fe) {
+    // SAFETY: target features enabled by the caller; every load indexes `k`
+    // (word t / 64 < 4) or `u` (limb < 5).
     unsafe {
         let z = _mm512_setzero_si512();
         let one = [c(1), z, z, z, z];
@@ -338,10 +363,27 @@ unsafe fn ladder(out: &mut [Lanes; 5], k: &[Lanes; 4], u: &[Lanes; 5]) {
         let swap = _mm512_test_epi64_mask(prev, c(1));
         cswap(&mut x2, &mut x3, swap);
         cswap(&mut z2, &mut z3, swap);
-        let r = canonical(&mul(&x2, &invert(&z2)));
+        (x2, z2)
+    }
+}
+
+#[inline(always)]
+unsafe fn store(out: &mut [Lanes; 5], r: &Fe) {
+    // SAFETY: target features enabled by the caller; limb < 5.
+    unsafe {
         for (i, ri) in r.iter().enumerate() {
             st(&mut out[i], *ri);
         }
+    }
+}
+
+/// `X25519(k, u)` in every lane: the ladder, then `x2 / z2`, canonical.
+#[target_feature(enable = "avx512f,avx512ifma")]
+unsafe fn ladder(out: &mut [Lanes; 5], k: &[Lanes; 4], u: &[Lanes; 5]) {
+    // SAFETY: the caller guarantees AVX-512F/IFMA.
+    unsafe {
+        let (x2, z2) = ladder_xz(k, u);
+        store(out, &canonical(&mul(&x2, &invert(&z2))));
     }
 }
 
@@ -360,7 +402,7 @@ struct Ext {
 /// multiplications.
 #[inline(always)]
 unsafe fn madd(p: &Ext, ypx: &Fe, ymx: &Fe, xy2d: &Fe) -> Ext {
-    // SAFETY: target features enabled by the caller (`base_mult`).
+    // SAFETY: target features enabled by the caller (`base_xz`).
     unsafe {
         let a = mul(&sub(&p.y, &p.x), ymx);
         let b = mul(&add(&p.y, &p.x), ypx);
@@ -379,7 +421,7 @@ unsafe fn madd(p: &Ext, ypx: &Fe, ymx: &Fe, xy2d: &Fe) -> Ext {
 /// `2p` (the same authors' doubling for a = -1).
 #[inline(always)]
 unsafe fn dbl(p: &Ext) -> Ext {
-    // SAFETY: target features enabled by the caller (`base_mult`).
+    // SAFETY: target features enabled by the caller (`base_xz`).
     unsafe {
         let zero = [_mm512_setzero_si512(); 5];
         let a = sqr(&p.x);
@@ -406,7 +448,7 @@ unsafe fn dbl(p: &Ext) -> Ext {
 /// the point ((y + x, y - x, 2dxy) -> (y - x, y + x, -2dxy)), by blend too.
 #[inline(always)]
 unsafe fn select(row: &[[u64; 15]; 8], digit: __m512i) -> (Fe, Fe, Fe) {
-    // SAFETY: target features enabled by the caller (`base_mult`); indices
+    // SAFETY: target features enabled by the caller (`base_xz`); indices
     // are loop counters within the row.
     unsafe {
         let z = _mm512_setzero_si512();
@@ -434,14 +476,16 @@ unsafe fn select(row: &[[u64; 15]; 8], digit: __m512i) -> (Fe, Fe, Fe) {
     }
 }
 
-/// Fixed-base multiplication on edwards25519, then u = (Z + Y) / (Z - Y):
-/// with k = sum e_i 16^i, the odd digits first (one table row per pair of
-/// digits: row i holds multiples of 256^i B), times 16, then the even ones.
-/// 64 additions and 4 doublings instead of 255 ladder steps.
-#[target_feature(enable = "avx512f,avx512ifma")]
-unsafe fn base_mult(out: &mut [Lanes; 5], digits: &[Lanes; 64]) {
-    // SAFETY: the caller guarantees AVX-512F/IFMA; loads index `digits`
-    // (i < 64) and the table by loop counters; stores index `out` (limb < 5).
+/// Fixed-base multiplication on edwards25519: with k = sum e_i 16^i, the odd
+/// digits first (one table row per pair of digits: row i holds multiples of
+/// 256^i B), times 16, then the even ones; 64 additions and 4 doublings
+/// instead of 255 ladder steps. Returns u = (Z + Y) / (Z - Y) as a fraction
+/// (numerator, denominator); the denominator is never 0, since a clamped
+/// scalar is not a multiple of B's order.
+#[inline(always)]
+unsafe fn base_xz(digits: &[Lanes; 64]) -> (Fe, Fe) {
+    // SAFETY: target features enabled by the caller; loads index `digits`
+    // (i < 64) and the table by loop counters.
     unsafe {
         let z = _mm512_setzero_si512();
         let one = [c(1), z, z, z, z];
@@ -462,12 +506,48 @@ unsafe fn base_mult(out: &mut [Lanes; 5], digits: &[Lanes; 64]) {
             let (ypx, ymx, xy2d) = select(&super::base_table::BASE_TABLE[i / 2], ld(&digits[i]));
             h = madd(&h, &ypx, &ymx, &xy2d);
         }
-        let num = add(&h.z, &h.y);
-        let den = sub(&h.z, &h.y);
-        let r = canonical(&mul(&num, &invert(&den)));
-        for (i, ri) in r.iter().enumerate() {
-            st(&mut out[i], *ri);
-        }
+        (add(&h.z, &h.y), sub(&h.z, &h.y))
+    }
+}
+
+/// `X25519(k, 9)` in every lane by the fixed-base table, canonical.
+#[target_feature(enable = "avx512f,avx512ifma")]
+unsafe fn base_mult(out: &mut [Lanes; 5], digits: &[Lanes; 64]) {
+    // SAFETY: the caller guarantees AVX-512F/IFMA.
+    unsafe {
+        let (num, den) = base_xz(digits);
+        store(out, &canonical(&mul(&num, &invert(&den))));
+    }
+}
+
+/// A server key share in every lane: the public value by the fixed-base
+/// table and the shared secret by the ladder, with one inversion for both
+/// (of den * z2; each inverse is then the product with the other factor).
+/// Where the peer's point has small order z2 is 0 mod p: 1 stands in for it
+/// in the product, and the lane's secret is 0, as x2 * z2^(p-2) would give.
+#[target_feature(enable = "avx512f,avx512ifma")]
+unsafe fn server_share(
+    public: &mut [Lanes; 5],
+    shared: &mut [Lanes; 5],
+    digits: &[Lanes; 64],
+    k: &[Lanes; 4],
+    u: &[Lanes; 5],
+) {
+    // SAFETY: the caller guarantees AVX-512F/IFMA.
+    unsafe {
+        let z = _mm512_setzero_si512();
+        let (num, den) = base_xz(digits);
+        let (x2, z2) = ladder_xz(k, u);
+        let zc = canonical(&z2);
+        let any = zc[1..].iter().fold(zc[0], |a, l| _mm512_or_si512(a, *l));
+        let small = _mm512_cmpeq_epi64_mask(any, z);
+        let one = [c(1), z, z, z, z];
+        let z2: Fe = core::array::from_fn(|i| _mm512_mask_blend_epi64(small, z2[i], one[i]));
+        let inv = invert(&mul(&den, &z2));
+        store(public, &canonical(&mul(&num, &mul(&inv, &z2))));
+        let s = canonical(&mul(&x2, &mul(&inv, &den)));
+        let s: Fe = core::array::from_fn(|i| _mm512_maskz_mov_epi64(!small, s[i]));
+        store(shared, &s);
     }
 }
 
