@@ -142,7 +142,11 @@ mod tests {
         let mut body = vec![0u8; message.len() - 5];
         stream.read_exact(&mut body).await.unwrap();
         assert_eq!(body, message[5..]);
-        assert_eq!(stream.pending.capacity(), 0, "an idle stream keeps no buffer");
+        assert_eq!(
+            stream.pending.capacity(),
+            0,
+            "an idle stream keeps no buffer"
+        );
     }
 
     #[tokio::test]
