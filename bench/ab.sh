@@ -7,6 +7,7 @@
 # A variant is a tlsterm binary (e.g. one built from another commit) with the listener
 # options after it (`early_data` also makes the client send its resumed requests as 0-RTT;
 # `inline` signs with BoringSSL instead of batching: `[engine] mode = "inline"`;
+# `shares=MODE` sets `[engine] key_shares` (e.g. `shares=inline`: BoringSSL computes them);
 # `group=NAME` makes the client offer only that key-exchange group; `acme` turns ACME on:
 # the listener also obtains a certificate for a.example from Pebble, the test ACME CA,
 # which the script starts on loopback (installed by scripts/setup.sh), and the script
@@ -75,7 +76,11 @@ for variant in "$@"; do
     early_data=false
     [[ $spec == *metrics=off* ]] && metrics=false
     engine_mode=batch
-    [[ $spec == *inline* ]] && engine_mode=inline
+    [[ $spec == *,inline* ]] && engine_mode=inline
+    key_shares=auto
+    if [[ $spec =~ shares=([a-z-]+) ]]; then
+        key_shares=${BASH_REMATCH[1]}
+    fi
     client_flags[$name]=
     if [[ $spec =~ group=([a-z0-9]+) ]]; then
         client_flags[$name]="--group ${BASH_REMATCH[1]}"
@@ -100,6 +105,7 @@ for variant in "$@"; do
 workers = 1
 [engine]
 mode = "$engine_mode"
+key_shares = "$key_shares"
 $session
 $acme_section
 [admin]
