@@ -107,3 +107,40 @@ async fn idle_connections_hold_no_relay_buffer() {
         assert_eq!(body.len(), 5);
     }
 }
+
+/// A TLS 1.3 KeyUpdate after the handshake (the server has freed its handshake settings
+/// by then): the client asks for one and gets one back, and bytes flow on both ways with
+/// the new keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_update_after_the_handshake() {
+    let backend = RawBackend::bind().await;
+    let (_dir, _server, port) = start_listener(&backend.address.to_string(), "");
+
+    let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    client.write_all(b"before").await.unwrap();
+    let mut upstream = backend.accept().await;
+    let mut got = [0u8; 6];
+    upstream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"before");
+
+    // SAFETY: the connection is valid and established; the call queues a KeyUpdate
+    // message, sent with the next write.
+    let queued = unsafe {
+        boring_sys::SSL_key_update(
+            foreign_types::ForeignTypeRef::as_ptr(client.ssl()),
+            boring_sys::SSL_KEY_UPDATE_REQUESTED,
+        )
+    };
+    assert_eq!(queued, 1, "KeyUpdate queued");
+    client.write_all(b"after").await.unwrap();
+    let mut got = [0u8; 5];
+    upstream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"after");
+    // The server answers the request with a KeyUpdate of its own before these bytes.
+    upstream.write_all(b"reply").await.unwrap();
+    let mut got = [0u8; 5];
+    client.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"reply");
+}
