@@ -10,6 +10,8 @@
 #   bench/idle.sh CONNECTIONS [SECONDS] NAME=BINARY ...
 #   bench/idle.sh 4000 5 new=target/release/tlsterm old=/tmp/old/tlsterm
 #
+# CLIENT=BINARY: the tlsterm that runs the client and the backend (default: this tree's).
+#
 # Each connection takes two descriptors of the server's (client and backend) and one of
 # the client's and of the backend's: `ulimit -n` bounds CONNECTIONS to about half of it.
 set -euo pipefail
@@ -18,7 +20,7 @@ SECS=${2:-5}
 shift 2 || true
 [ $# -ge 1 ] || { echo "usage: $0 CONNECTIONS [SECONDS] NAME=BINARY ..." >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CLIENT=$ROOT/target/release/tlsterm
+CLIENT=${CLIENT:-$ROOT/target/release/tlsterm}
 WORK=$(mktemp -d)
 openssl ecparam -name prime256v1 -out "$WORK/p256.pem"
 openssl req -x509 -nodes -days 2 -newkey "ec:$WORK/p256.pem" -keyout "$WORK/key.pem" \
