@@ -144,3 +144,71 @@ async fn key_update_after_the_handshake() {
     client.read_exact(&mut got).await.unwrap();
     assert_eq!(&got, b"reply");
 }
+
+/// A backend on a unix-domain socket (`unix:/path`): the PROXY header and the bytes reach
+/// it, its reply and its EOF reach the client, and the client's EOF reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_backend_with_a_proxy_header_and_half_closes() {
+    let sockets = tempfile::tempdir().unwrap();
+    let path = sockets.path().join("backend.sock");
+    let backend = tokio::net::UnixListener::bind(&path).unwrap();
+    let (_dir, _server, port) = start_listener(
+        &format!("unix:{}", path.display()),
+        "proxy_protocol = \"v1\"",
+    );
+
+    let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    let client_port = client.get_ref().local_addr().unwrap().port();
+    client.write_all(b"hello").await.unwrap();
+    let (mut upstream, _) = tokio::time::timeout(DEADLINE, backend.accept())
+        .await
+        .expect("tlsterm connects to the unix socket")
+        .unwrap();
+    let header = format!("PROXY TCP4 127.0.0.1 127.0.0.1 {client_port} {port}\r\n");
+    let mut received = vec![0u8; header.len() + 5];
+    upstream.read_exact(&mut received).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&received), format!("{header}hello"));
+
+    upstream.write_all(b"world").await.unwrap();
+    upstream.shutdown().await.unwrap();
+    let mut reply = Vec::new();
+    client.read_to_end(&mut reply).await.unwrap(); // ends only if the EOF was passed on
+    assert_eq!(reply, b"world");
+    client.write_all(b"late").await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut late = Vec::new();
+    upstream.read_to_end(&mut late).await.unwrap();
+    assert_eq!(late, b"late");
+}
+
+/// A unix socket nobody listens on costs its client a clean close, as a refusing TCP
+/// backend does; once a backend listens there, the next client reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_backend_that_appears_later() {
+    let sockets = tempfile::tempdir().unwrap();
+    let path = sockets.path().join("later.sock");
+    let (_dir, _server, port) = start_listener(&format!("unix:{}", path.display()), "");
+
+    let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    // tlsterm closes the connection when no backend answers (after the handshake).
+    let _ = client.read_to_end(&mut rest).await;
+    assert!(rest.is_empty());
+
+    let backend = tokio::net::UnixListener::bind(&path).unwrap();
+    let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    client.write_all(b"now").await.unwrap();
+    let (mut upstream, _) = tokio::time::timeout(DEADLINE, backend.accept())
+        .await
+        .expect("tlsterm connects to the unix socket")
+        .unwrap();
+    let mut got = [0u8; 3];
+    upstream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"now");
+}

@@ -13,6 +13,7 @@ use super::metrics;
 use super::ListenerState;
 use crate::config::ProxyProtocol;
 use crate::offload::HandshakeGuard;
+use crate::proxy::pool::BackendStream;
 use crate::proxy::proxy_protocol;
 use crate::proxy::relay::{self, RelayEnd};
 use crate::tls::early_data::EarlyDataGate;
@@ -196,7 +197,7 @@ async fn open_backend(
     client: SocketAddr,
     local: SocketAddr,
     negotiated: &Negotiated,
-) -> anyhow::Result<TcpStream> {
+) -> anyhow::Result<BackendStream> {
     let (mut backend, _) = state.pool_for(negotiated.sni.as_deref()).connect().await?;
     let header = match state.config.proxy_protocol {
         ProxyProtocol::None => return Ok(backend),
