@@ -33,8 +33,9 @@ enum Command {
     },
     /// Run the built-in HTTP/1.1 responder alone (a backend for tests and benchmarks).
     Backend {
+        /// address:port, or unix:/path for a unix-domain socket.
         #[arg(long, default_value = "127.0.0.1:9000")]
-        listen: SocketAddr,
+        listen: String,
     },
     /// Load generator: full or resumed handshakes, bulk transfers.
     #[cfg(feature = "bench")]
@@ -122,6 +123,15 @@ fn main() -> ExitCode {
                     .enable_all()
                     .build()?;
                 runtime.block_on(async {
+                    if let Some(path) = listen.strip_prefix("unix:") {
+                        let listener = tokio::net::UnixListener::bind(path)?;
+                        tracing::info!(path, "backend listening");
+                        tlsterm::proxy::builtin_backend::serve_unix(listener).await;
+                        return anyhow::Ok(());
+                    }
+                    let listen: SocketAddr = listen.parse().map_err(|_| {
+                        anyhow::anyhow!("--listen {listen}: not an address:port or unix:/path")
+                    })?;
                     let listener = tokio::net::TcpListener::bind(listen).await?;
                     tracing::info!(address = %listener.local_addr()?, "backend listening");
                     tlsterm::proxy::builtin_backend::serve(listener).await;

@@ -535,3 +535,18 @@ pub fn marshal_ech_config(
         Ok(config)
     }
 }
+
+// ---- Memory of established connections ----
+
+/// Lets BoringSSL free the connection's copy of its context's settings (certificate and
+/// key references, cipher, group and ALPN lists, verification settings) as soon as the
+/// handshake has completed, TLS 1.3 tickets sent. Afterwards the calls that read settings
+/// (such as `SSL_get_certificate` or `SSL_get_ciphers`) answer nothing, while those that
+/// read what the handshake negotiated (version, cipher, ALPN, SNI, the client's
+/// certificate, early data) answer as before. Only for a server: a client may renegotiate,
+/// which needs the settings (BoringSSL then keeps them anyway).
+pub fn shed_handshake_config(ssl: &mut SslRef) {
+    // SAFETY: the connection is valid; the call sets a flag that BoringSSL reads when the
+    // handshake ends.
+    unsafe { boring_sys::SSL_set_shed_handshake_config(ssl.as_ptr(), 1) };
+}

@@ -10,8 +10,8 @@
 
 use std::net::SocketAddr;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
 
 use super::proxy_protocol::{self, DecodeError};
 
@@ -27,6 +27,26 @@ pub async fn serve(listener: TcpListener) {
             Ok((stream, _)) => {
                 tokio::spawn(async move {
                     let _ = stream.set_nodelay(true);
+                    if let Err(err) = handle(stream).await {
+                        tracing::debug!(error = %err, "backend connection ended with an error");
+                    }
+                });
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "backend accept failed");
+                // Usually EMFILE: give connections time to close instead of spinning.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Serves forever on a unix-domain socket (a backend for `unix:/path` in `backends`).
+pub async fn serve_unix(listener: UnixListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(async move {
                     if let Err(err) = handle(stream).await {
                         tracing::debug!(error = %err, "backend connection ended with an error");
                     }
@@ -98,7 +118,10 @@ fn parse_request(head: &[u8]) -> Option<Request> {
 
 /// Reads a PROXY header, if the connection starts with one, and drops it from `buffer`;
 /// false when the connection ended first. A malformed header is an error.
-async fn skip_proxy_header(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> std::io::Result<bool> {
+async fn skip_proxy_header(
+    stream: &mut (impl AsyncRead + Unpin),
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<bool> {
     // Until the first bytes tell a header from an HTTP request, more are needed.
     while proxy_protocol::may_be_header(buffer) {
         match proxy_protocol::decode(buffer) {
@@ -125,7 +148,7 @@ async fn skip_proxy_header(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> std:
     Ok(true)
 }
 
-async fn handle(mut stream: TcpStream) -> std::io::Result<()> {
+async fn handle(mut stream: impl AsyncRead + AsyncWrite + Unpin) -> std::io::Result<()> {
     let mut buffer = Vec::with_capacity(4096);
     let filler = vec![b'x'; 64 * 1024];
     if !skip_proxy_header(&mut stream, &mut buffer).await? {
@@ -225,6 +248,7 @@ async fn handle(mut stream: TcpStream) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::net::TcpStream;
 
     #[test]
     fn parses_keep_alive_and_close() {

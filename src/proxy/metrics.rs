@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use prometheus::{Histogram, IntCounter, IntCounterVec};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge};
 
 use crate::metrics::{self, latency_buckets};
 
@@ -11,6 +11,7 @@ struct ProxyMetrics {
     connect_failures: IntCounter,
     connect_time: Histogram,
     bytes: IntCounterVec,
+    relay_buffers: IntGauge,
 }
 
 static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
@@ -24,6 +25,10 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
         latency_buckets(),
     ),
     bytes: metrics::counter_vec("bytes_total", "Plaintext bytes relayed", &["direction"]),
+    relay_buffers: metrics::gauge(
+        "relay_buffers",
+        "Relay buffers allocated: held by connections with data in flight, or spare in a worker",
+    ),
 });
 
 /// Registers the series, so that they are exported from the start.
@@ -50,4 +55,15 @@ pub fn record_relayed(to_backend: u64, to_client: u64) {
     let bytes = &METRICS.bytes;
     bytes.with_label_values(&["to_backend"]).inc_by(to_backend);
     bytes.with_label_values(&["to_client"]).inc_by(to_client);
+}
+
+// The relay buffer count is kept whether or not hot-path series are recorded: it changes
+// only when a buffer is allocated or freed, and must stay balanced.
+
+pub(super) fn relay_buffer_allocated() {
+    METRICS.relay_buffers.inc();
+}
+
+pub(super) fn relay_buffer_freed() {
+    METRICS.relay_buffers.dec();
 }

@@ -1,11 +1,129 @@
 //! A listener's backends: round robin, skipping for a while a backend that refused.
+//! A backend is a TCP address, or a unix-domain socket on this host (`unix:/path`), which
+//! spares both sides TCP's work for each connection.
 
+use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::LazyLock;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+/// Where a backend listens.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum BackendAddress {
+    Tcp(SocketAddr),
+    /// A unix-domain stream socket: `unix:/path` in `backends`.
+    Unix(PathBuf),
+}
+
+impl BackendAddress {
+    /// The prefix of a unix-domain socket's path in `backends`.
+    pub const UNIX_PREFIX: &'static str = "unix:";
+
+    async fn connect(&self) -> io::Result<BackendStream> {
+        match self {
+            BackendAddress::Tcp(address) => {
+                let stream = TcpStream::connect(address).await?;
+                let _ = stream.set_nodelay(true);
+                Ok(BackendStream::Tcp(stream))
+            }
+            BackendAddress::Unix(path) => Ok(BackendStream::Unix(UnixStream::connect(path).await?)),
+        }
+    }
+}
+
+impl From<SocketAddr> for BackendAddress {
+    fn from(address: SocketAddr) -> Self {
+        BackendAddress::Tcp(address)
+    }
+}
+
+impl PartialEq<SocketAddr> for BackendAddress {
+    fn eq(&self, other: &SocketAddr) -> bool {
+        matches!(self, BackendAddress::Tcp(address) if address == other)
+    }
+}
+
+impl std::fmt::Display for BackendAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendAddress::Tcp(address) => address.fmt(f),
+            BackendAddress::Unix(path) => write!(f, "{}{}", Self::UNIX_PREFIX, path.display()),
+        }
+    }
+}
+
+/// A connection to a backend.
+#[derive(Debug)]
+pub enum BackendStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl AsyncRead for BackendStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            BackendStream::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
+            BackendStream::Unix(stream) => Pin::new(stream).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for BackendStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            BackendStream::Tcp(stream) => Pin::new(stream).poll_write(cx, data),
+            BackendStream::Unix(stream) => Pin::new(stream).poll_write(cx, data),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            BackendStream::Tcp(stream) => Pin::new(stream).poll_write_vectored(cx, data),
+            BackendStream::Unix(stream) => Pin::new(stream).poll_write_vectored(cx, data),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            BackendStream::Tcp(stream) => stream.is_write_vectored(),
+            BackendStream::Unix(stream) => stream.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            BackendStream::Tcp(stream) => Pin::new(stream).poll_flush(cx),
+            BackendStream::Unix(stream) => Pin::new(stream).poll_flush(cx),
+        }
+    }
+
+    /// Sends EOF (a half-close): the other direction goes on.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            BackendStream::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
+            BackendStream::Unix(stream) => Pin::new(stream).poll_shutdown(cx),
+        }
+    }
+}
 
 /// Instants as u64 microseconds since process start, so they fit in an atomic.
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
@@ -15,7 +133,7 @@ fn now_micros() -> u64 {
 }
 
 struct Backend {
-    address: SocketAddr,
+    address: BackendAddress,
     /// Skipped until this time (`now_micros` scale); 0 = healthy.
     down_until: AtomicU64,
 }
@@ -47,7 +165,7 @@ impl std::fmt::Display for ConnectError {
 
 impl BackendPool {
     pub fn new(
-        addresses: Vec<SocketAddr>,
+        addresses: Vec<impl Into<BackendAddress>>,
         connect_timeout: Duration,
         retry_after: Duration,
     ) -> Self {
@@ -55,7 +173,7 @@ impl BackendPool {
             backends: addresses
                 .into_iter()
                 .map(|address| Backend {
-                    address,
+                    address: address.into(),
                     down_until: AtomicU64::new(0),
                 })
                 .collect(),
@@ -69,7 +187,7 @@ impl BackendPool {
     /// then those marked down: the marks are a hint (a backend may have come back before
     /// its mark ends), and refusing without trying would turn a short outage into a
     /// longer one.
-    pub async fn connect(&self) -> Result<(TcpStream, SocketAddr), ConnectError> {
+    pub async fn connect(&self) -> Result<(BackendStream, &BackendAddress), ConnectError> {
         let count = self.backends.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let now = now_micros();
@@ -81,14 +199,12 @@ impl BackendPool {
         for backend in &candidates {
             let attempt = Instant::now();
             let result =
-                tokio::time::timeout(self.connect_timeout, TcpStream::connect(backend.address))
-                    .await;
+                tokio::time::timeout(self.connect_timeout, backend.address.connect()).await;
             super::metrics::record_backend_connect(attempt.elapsed(), matches!(result, Ok(Ok(_))));
             match result {
                 Ok(Ok(stream)) => {
                     backend.down_until.store(0, Ordering::Relaxed);
-                    let _ = stream.set_nodelay(true);
-                    return Ok((stream, backend.address));
+                    return Ok((stream, &backend.address));
                 }
                 Ok(Err(err)) => last = format!("{}: {err}", backend.address),
                 Err(_) => last = format!("{}: connect timed out", backend.address),
@@ -124,13 +240,13 @@ mod tests {
         );
         // `a` refuses and is marked down for ten minutes; `b` answers.
         let (_stream, reached) = pool.connect().await.expect("b answers");
-        assert_eq!(reached, b_address);
+        assert_eq!(*reached, b_address);
         // Now `a` is back and `b` is gone.
         let a = a.listen(16).unwrap();
         drop(b);
         for _ in 0..2 {
             let (_stream, reached) = pool.connect().await.expect("a is back");
-            assert_eq!(reached, a_address);
+            assert_eq!(*reached, a_address);
             a.accept().await.unwrap();
         }
     }

@@ -192,8 +192,9 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
                 _ = trim.tick() => crate::sys::release_freed_memory(),
             }
         }
-        tracing::info!(drain_timeout = ?config.drain_timeout, "stopping: no new connections, draining open ones");
+        // /healthz says so before the log does: whoever reads the line finds it answering 503.
         crate::metrics::admin::set_stopping();
+        tracing::info!(drain_timeout = ?config.drain_timeout, "stopping: no new connections, draining open ones");
         let _ = shutdown_tx.send(true);
         anyhow::Ok(())
     })?;

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 
 use super::metrics;
 use crate::config::{Config, ListenerConfig, BUILTIN_BACKEND};
-use crate::proxy::pool::BackendPool;
+use crate::proxy::pool::{BackendAddress, BackendPool};
 use crate::session::Sessions;
 use crate::tls::{CertifiedKey, ServerTls};
 
@@ -82,7 +82,7 @@ pub(super) fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec
 pub(super) fn resolve_backends(
     backends: &[String],
     builtin: Option<SocketAddr>,
-) -> anyhow::Result<Vec<SocketAddr>> {
+) -> anyhow::Result<Vec<BackendAddress>> {
     resolve_backends_with(backends, builtin, |backend| {
         Ok(backend.to_socket_addrs()?.collect())
     })
@@ -92,11 +92,21 @@ fn resolve_backends_with(
     backends: &[String],
     builtin: Option<SocketAddr>,
     resolve: impl Fn(&str) -> std::io::Result<Vec<SocketAddr>>,
-) -> anyhow::Result<Vec<SocketAddr>> {
+) -> anyhow::Result<Vec<BackendAddress>> {
     let mut addresses = Vec::new();
     for backend in backends {
         if backend == BUILTIN_BACKEND {
-            addresses.push(builtin.context("built-in backend not running")?);
+            addresses.push(builtin.context("built-in backend not running")?.into());
+            continue;
+        }
+        // A unix-domain socket is looked for at each connection, as a TCP backend is
+        // connected to: it may appear after tlsterm starts.
+        if let Some(path) = backend.strip_prefix(BackendAddress::UNIX_PREFIX) {
+            anyhow::ensure!(
+                path.starts_with('/'),
+                "backend {backend}: a unix-domain socket is named by its absolute path (unix:/run/backend.sock)"
+            );
+            addresses.push(BackendAddress::Unix(path.into()));
             continue;
         }
         let mut resolved =
@@ -109,7 +119,7 @@ fn resolve_backends_with(
         // a refusing address twice.
         let mut seen = std::collections::HashSet::new();
         resolved.retain(|address| seen.insert(*address));
-        addresses.extend(resolved);
+        addresses.extend(resolved.into_iter().map(BackendAddress::from));
     }
     Ok(addresses)
 }
@@ -262,7 +272,7 @@ mod tests {
         );
         for _ in 0..3 {
             let (_stream, address) = pool.connect().await.expect("the backend is reachable");
-            assert_eq!(address, listening);
+            assert_eq!(*address, listening);
             backend.accept().await.unwrap();
         }
 
@@ -277,5 +287,31 @@ mod tests {
             none.to_string(),
             "backend several.test:80 resolves to no address"
         );
+    }
+
+    /// `unix:/path` names a unix-domain socket, resolved by nobody; a relative path is
+    /// refused (tlsterm's working directory is no place to look for a backend).
+    #[test]
+    fn unix_socket_backends_by_absolute_path() {
+        let names = [
+            "unix:/run/backend.sock".to_string(),
+            "127.0.0.1:80".to_string(),
+        ];
+        let addresses = resolve_backends_with(&names, None, |name| {
+            assert_eq!(name, "127.0.0.1:80", "only the TCP backend is resolved");
+            Ok(vec!["127.0.0.1:80".parse().unwrap()])
+        })
+        .unwrap();
+        assert_eq!(
+            addresses,
+            [
+                BackendAddress::Unix("/run/backend.sock".into()),
+                BackendAddress::Tcp("127.0.0.1:80".parse().unwrap()),
+            ]
+        );
+        assert_eq!(addresses[0].to_string(), "unix:/run/backend.sock");
+        let relative = ["unix:backend.sock".to_string()];
+        let refused = resolve_backends_with(&relative, None, |_| unreachable!()).unwrap_err();
+        assert!(refused.to_string().contains("absolute path"), "{refused}");
     }
 }

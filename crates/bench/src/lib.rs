@@ -2,6 +2,7 @@
 //! keep-alive transfers, open-loop latency) and an in-memory record-layer benchmark.
 
 pub mod http;
+pub mod idle;
 pub mod load;
 pub mod record;
 pub mod stats;
@@ -29,6 +30,10 @@ pub enum BenchMode {
     Bulk,
     /// In-memory BoringSSL record-layer throughput per cipher (no server; URL ignored).
     Record,
+    /// Open --concurrency connections (handshake and one keep-alive request each), hold
+    /// them idle for --duration, and report the server's RSS per connection and its CPU
+    /// while idle (from /proc of --server-pid, or of the process listening on the port).
+    Idle,
 }
 
 /// Benchmark a TLS server (or, with `--mode record`, the local TLS record layer).
@@ -111,6 +116,9 @@ pub struct BenchArgs {
     /// Record mode: plaintext bytes per write (16384 = full TLS records).
     #[arg(long, default_value_t = 16384)]
     pub record_size: usize,
+    /// Idle mode: the server's process ID (default: the process listening on the URL's port).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -158,8 +166,10 @@ fn parse_url(url: &str) -> anyhow::Result<(String, u16, String)> {
 
 /// Run the benchmark described by `args` and print its report.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
-    if args.mode == BenchMode::Record {
-        return record::run(args);
+    match args.mode {
+        BenchMode::Record => return record::run(args),
+        BenchMode::Idle => return idle::run(args),
+        _ => {}
     }
     let report = run_load(args)?;
     if args.json {
@@ -192,7 +202,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         BenchMode::Full => Mode::Full,
         BenchMode::Resume => Mode::Resume,
         BenchMode::Bulk => Mode::Bulk,
-        BenchMode::Record => unreachable!("handled by run"),
+        BenchMode::Record | BenchMode::Idle => bail!("--mode {:?} is not a load", args.mode),
     };
     if args.early_data && mode != Mode::Resume {
         bail!("--early-data needs --mode resume");

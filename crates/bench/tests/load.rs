@@ -368,3 +368,50 @@ fn empty_records_are_refused() {
     let e = tlsterm_bench::run(&args(&["--mode", "record", "--record-size", "0"])).unwrap_err();
     assert!(e.to_string().contains("--record-size"), "{e}");
 }
+
+/// Idle mode opens the connections, each with its request answered, and finds the
+/// server's process by its listening port (here, this test's own process).
+#[test]
+fn idle_mode_holds_connections_and_reads_the_servers_process() {
+    let addr = server(Behaviour::Http);
+    let url = format!("https://{addr}/");
+    let report = tlsterm_bench::idle::run_idle(&args(&[
+        &url,
+        "--mode",
+        "idle",
+        "-c",
+        "20",
+        "--threads",
+        "2",
+        "-d",
+        "0s",
+    ]))
+    .unwrap();
+    assert_eq!(report.server_pid, std::process::id());
+    assert_eq!(
+        (report.open, report.errors),
+        (20, 0),
+        "{:?}",
+        report.first_error
+    );
+    assert!(report.before.rss_kib > 0 && report.idle.rss_kib > 0);
+
+    // A server that closes after its handshake leaves nothing open: errors, not a report
+    // of idle connections.
+    let closing = server(Behaviour::CloseAfterHandshake);
+    let url = format!("https://{closing}/");
+    let pid = std::process::id().to_string();
+    let report = tlsterm_bench::idle::run_idle(&args(&[
+        &url,
+        "--mode",
+        "idle",
+        "-c",
+        "3",
+        "-d",
+        "0s",
+        "--server-pid",
+        &pid,
+    ]))
+    .unwrap();
+    assert_eq!((report.open, report.errors), (0, 3));
+}

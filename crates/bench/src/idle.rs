@@ -1,0 +1,378 @@
+//! `--mode idle`: what idle connections cost the server. Opens N connections, completes
+//! each handshake, sends one keep-alive request and reads its response, then holds them
+//! all open without a byte moving, and reads the server's resident memory and CPU time
+//! from /proc: before the first connection, and over `--duration` of idleness.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rustls::pki_types::ServerName;
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+use crate::http::{self, HttpError};
+use crate::BenchArgs;
+
+/// Connections each client thread has in handshakes at once while opening.
+const OPENING_AT_ONCE: usize = 64;
+
+/// What the server's process looked like.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ProcessSample {
+    /// VmRSS, KiB.
+    pub rss_kib: u64,
+    /// User plus system CPU time, seconds.
+    pub cpu_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IdleReport {
+    pub url: String,
+    pub server_pid: u32,
+    /// Connections asked for, and how many were open and idle while measured.
+    pub connections: usize,
+    pub open: usize,
+    pub errors: usize,
+    pub first_error: Option<String>,
+    pub open_s: f64,
+    pub idle_s: f64,
+    pub before: ProcessSample,
+    pub idle: ProcessSample,
+    /// (RSS while idle - RSS before) / open connections, KiB.
+    pub rss_kib_per_connection: f64,
+    /// The server's CPU time while idle, as a share of one core.
+    pub idle_cpu_util: f64,
+    /// The server's CPU time while idle per connection and second, microseconds.
+    pub idle_cpu_us_per_connection_s: f64,
+}
+
+impl IdleReport {
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "idle connections to {} (server pid {})\n  open        {} of {} ({} errors{}), opened in {:.1}s\n",
+            self.url,
+            self.server_pid,
+            self.open,
+            self.connections,
+            self.errors,
+            self.first_error
+                .as_deref()
+                .map(|e| format!(", first: {e}"))
+                .unwrap_or_default(),
+            self.open_s,
+        );
+        out += &format!(
+            "  server RSS  {} KiB before, {} KiB idle: {:.2} KiB per connection\n",
+            self.before.rss_kib, self.idle.rss_kib, self.rss_kib_per_connection
+        );
+        out += &format!(
+            "  server CPU  {:.3}% of a core over {:.1}s idle ({:.3} us per connection-second)\n",
+            self.idle_cpu_util * 100.0,
+            self.idle_s,
+            self.idle_cpu_us_per_connection_s
+        );
+        out
+    }
+}
+
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let report = run_idle(args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(())
+}
+
+/// Opens the connections, measures, closes them, and returns the report.
+pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
+    let url = args.url.as_deref().context("a URL is required")?;
+    let (host, port, path) = crate::parse_url(url)?;
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .context("no address")?;
+    if args.concurrency == 0 || args.threads == 0 {
+        bail!("--concurrency and --threads must be at least 1");
+    }
+    if args.threads > args.concurrency {
+        bail!("--threads cannot exceed --concurrency (the connections to open)");
+    }
+    let pid = match args.server_pid {
+        Some(pid) => pid,
+        None => listening_pid(addr.port())?,
+    };
+    let sni = args.sni.clone().unwrap_or_else(|| host.clone());
+    let server_name = ServerName::try_from(sni).context("bad server name")?;
+    let host_header = if port == 443 {
+        host.clone()
+    } else if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let mut tls = crate::tls::client_config(&crate::tls::TlsOptions {
+        version: args.tls_version.clone(),
+        ciphers: args.cipher.clone(),
+        group: args.group.clone(),
+        alpn: args.alpn.clone(),
+        insecure: args.insecure,
+        cacert: args.cacert.clone(),
+        ech_config: args.ech_config.clone(),
+    })?;
+    crate::tls::offer_cert_compression(&mut tls, &args.cert_compression)?;
+    let target = Arc::new(Target {
+        addr,
+        server_name,
+        request: http::request(&path, &host_header, false),
+        connector: TlsConnector::from(Arc::new(tls)),
+        timeout: args.timeout,
+    });
+
+    let before = sample(pid)?;
+    let started = Instant::now();
+    // Every thread opens its share, then all wait here (holding their connections, their
+    // runtimes not polled: nothing moves) until the measurement is done.
+    let opened = Arc::new(Barrier::new(args.threads + 1));
+    let measured = Arc::new(Barrier::new(args.threads + 1));
+    let mut threads = Vec::new();
+    for t in 0..args.threads {
+        let count =
+            args.concurrency / args.threads + usize::from(t < args.concurrency % args.threads);
+        let (target, opened, measured) = (target.clone(), opened.clone(), measured.clone());
+        threads.push(std::thread::spawn(move || {
+            open_and_hold(target, count, &opened, &measured)
+        }));
+    }
+    opened.wait();
+    let open_s = started.elapsed().as_secs_f64();
+    // Let the server finish what the last responses started (closing nothing, logging).
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_from = sample(pid)?;
+    let idle_start = Instant::now();
+    std::thread::sleep(args.duration);
+    let idle = sample(pid)?;
+    let idle_s = idle_start.elapsed().as_secs_f64();
+    measured.wait();
+    let (mut open, mut errors, mut first_error) = (0, 0, None);
+    for thread in threads {
+        let outcome = thread.join().expect("client thread panicked");
+        open += outcome.open;
+        errors += outcome.errors;
+        first_error = first_error.or(outcome.first_error);
+    }
+    let cpu = idle.cpu_s - idle_from.cpu_s;
+    Ok(IdleReport {
+        url: url.to_string(),
+        server_pid: pid,
+        connections: args.concurrency,
+        open,
+        errors,
+        first_error,
+        open_s,
+        idle_s,
+        before,
+        idle,
+        rss_kib_per_connection: if open > 0 {
+            (idle.rss_kib as f64 - before.rss_kib as f64) / open as f64
+        } else {
+            0.0
+        },
+        idle_cpu_util: cpu / idle_s.max(1e-9),
+        idle_cpu_us_per_connection_s: if open > 0 {
+            cpu * 1e6 / idle_s.max(1e-9) / open as f64
+        } else {
+            0.0
+        },
+    })
+}
+
+struct Target {
+    addr: SocketAddr,
+    server_name: ServerName<'static>,
+    request: Vec<u8>,
+    connector: TlsConnector,
+    timeout: Duration,
+}
+
+#[derive(Default)]
+struct Outcome {
+    open: usize,
+    errors: usize,
+    first_error: Option<String>,
+}
+
+/// Opens `count` connections on a runtime of this thread, holds them until the
+/// measurement is done, then closes them.
+fn open_and_hold(
+    target: Arc<Target>,
+    count: usize,
+    opened: &Barrier,
+    measured: &Barrier,
+) -> Outcome {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let local = tokio::task::LocalSet::new();
+    let (held, mut outcome) = local.block_on(&rt, async move {
+        let mut held = Vec::with_capacity(count);
+        let mut outcome = Outcome::default();
+        let mut pending = tokio::task::JoinSet::new();
+        let mut started = 0;
+        loop {
+            // A few at a time: the server's accept queue is not what is measured.
+            while started < count && pending.len() < OPENING_AT_ONCE {
+                pending.spawn_local(open_one(target.clone()));
+                started += 1;
+            }
+            match pending.join_next().await {
+                None => break,
+                Some(Ok(Ok(conn))) => held.push(conn),
+                Some(Ok(Err(err))) => {
+                    outcome.errors += 1;
+                    outcome.first_error.get_or_insert(err);
+                }
+                Some(Err(err)) => std::panic::resume_unwind(err.into_panic()),
+            }
+        }
+        (held, outcome)
+    });
+    outcome.open = held.len();
+    opened.wait();
+    measured.wait();
+    drop(held);
+    outcome
+}
+
+/// One connection: handshake, one keep-alive request, its whole response.
+async fn open_one(target: Arc<Target>) -> Result<TlsStream<TcpStream>, String> {
+    let work = async {
+        let tcp = TcpStream::connect(target.addr)
+            .await
+            .map_err(|e| format!("connect: {}", e.kind()))?;
+        let _ = tcp.set_nodelay(true);
+        let mut conn = target
+            .connector
+            .connect(target.server_name.clone(), tcp)
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        conn.write_all(&target.request)
+            .await
+            .map_err(|e| format!("write: {}", e.kind()))?;
+        let response = http::Reader::default()
+            .read_response(&mut conn)
+            .await
+            .map_err(|e| match e {
+                HttpError::Eof => "eof: closed before a complete response".to_string(),
+                HttpError::Read(e) => format!("read: {e}"),
+                HttpError::Parse(e) => format!("http: {e}"),
+            })?;
+        if !(200..300).contains(&response.status) {
+            return Err(format!("http status {}", response.status));
+        }
+        if response.close {
+            return Err("the server closed the connection after its response".to_string());
+        }
+        Ok(conn)
+    };
+    tokio::time::timeout(target.timeout, work)
+        .await
+        .unwrap_or_else(|_| Err("timeout".to_string()))
+}
+
+/// Resident memory and CPU time of process `pid`, from /proc.
+pub fn sample(pid: u32) -> anyhow::Result<ProcessSample> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no VmRSS in /proc/PID/status")?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // The command name, in parentheses, may hold spaces: fields are counted after it.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("unreadable /proc/PID/stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    // utime and stime: fields 14 and 15 of stat(5), 12 and 13 after the name.
+    let ticks: u64 = fields
+        .get(11..13)
+        .context("short /proc/PID/stat")?
+        .iter()
+        .map(|f| f.parse::<u64>().unwrap_or(0))
+        .sum();
+    // SAFETY: sysconf only reads a system constant.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok(ProcessSample {
+        rss_kib,
+        cpu_s: ticks as f64 / per_second,
+    })
+}
+
+/// The process listening on TCP `port` (on any address): the socket's inode from
+/// /proc/net/tcp{,6}, then the process holding a descriptor of it.
+pub fn listening_pid(port: u16) -> anyhow::Result<u32> {
+    const LISTEN: &str = "0A";
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f
+                .get(1)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && f.get(3) == Some(&LISTEN) {
+                if let Some(inode) = f.get(9) {
+                    inodes.push(format!("socket:[{inode}]"));
+                }
+            }
+        }
+    }
+    if inodes.is_empty() {
+        bail!("nothing listens on port {port}: give --server-pid");
+    }
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|link| inodes.iter().any(|i| link.as_os_str() == i.as_str()))
+        });
+        if holds {
+            found.push(pid);
+        }
+    }
+    match found.as_slice() {
+        [pid] => Ok(*pid),
+        [] => {
+            bail!("no process of ours holds the socket listening on port {port}: give --server-pid")
+        }
+        pids => {
+            bail!("processes {pids:?} hold the socket listening on port {port}: give --server-pid")
+        }
+    }
+}
