@@ -402,6 +402,83 @@ async fn a_name_requiring_client_certificates_is_not_reached_without_one() {
     .await;
 }
 
+/// A name that requires client certificates cannot get around the check that its backend
+/// is not also its listener's by spelling that backend otherwise: the check compares the
+/// addresses the backends resolve to. Refused by `serve --check`, at start and at reload,
+/// naming the lines of both lists; the served configuration stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_spelling_of_the_listener_backend_is_refused_at_start_and_at_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let app = RawBackend::bind().await;
+    let admin = RawBackend::bind().await;
+    let app_port = app.address.port();
+    let port = free_port();
+    let listener = |name_backend: &str| {
+        format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\n\
+             [[listener.server_name]]\nnames = [\"admin.test\"]\nclient_auth = \"required\"\n\
+             client_ca = \"ca.pem\"\nbackends = [\"{name_backend}\"]\n",
+            app.address
+        )
+    };
+    let lines = |text: &str| -> (usize, usize) {
+        let mut at = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("backends"))
+            .map(|(i, _)| i + 1);
+        (at.next().unwrap(), at.next().unwrap())
+    };
+    let spellings = [
+        format!("localhost:{app_port}"),
+        format!("127.1:{app_port}"),
+        format!("127.0.0.1:0{app_port}"),
+        format!("[::ffff:127.0.0.1]:{app_port}"),
+    ];
+    for spelling in &spellings {
+        let config = write_config(dir.path(), "", &[listener(spelling)]);
+        let (listener_line, name_line) = lines(&std::fs::read_to_string(&config).unwrap());
+        let stderr = check_refuses(&config);
+        assert!(
+            stderr.contains(&format!(
+                "tlsterm.toml:{name_line}: key `backends`: `{spelling}`"
+            )) && stderr.contains(&format!("of the listener (line {listener_line})")),
+            "{spelling}: {stderr}"
+        );
+        let start = std::process::Command::new(TLSTERM)
+            .args(["serve", "-c"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&start.stderr);
+        assert!(
+            !start.status.success() && stderr.contains(&format!("tlsterm.toml:{name_line}")),
+            "{spelling} at start: {stderr}"
+        );
+    }
+
+    let config = write_config(dir.path(), "", &[listener(&admin.address.to_string())]);
+    let server = Server::start(&config);
+    let good = std::fs::read_to_string(&config).unwrap();
+    for spelling in &spellings {
+        let bad = good.replace(&admin.address.to_string(), spelling);
+        std::fs::write(&config, &bad).unwrap();
+        let (listener_line, name_line) = lines(&bad);
+        let verdict = tokio::task::block_in_place(|| server.reload());
+        assert!(
+            verdict.contains("reload refused")
+                && verdict.contains(&format!("tlsterm.toml:{name_line}: key `backends`"))
+                && verdict.contains(&format!("(line {listener_line})")),
+            "{spelling}: {verdict}"
+        );
+    }
+    // Still the name's own backend, and still only with a certificate.
+    let out = s_client(port, &["-servername", "admin.test", "-ign_eof"], GET_CLOSE);
+    assert!(out.contains("alert"), "without a certificate: {out}");
+    to_api_backend_as_alice(port, &admin, dir.path(), &["-servername", "admin.test"]).await;
+}
+
 /// A CA, a leaf for localhost it signed, and a "good" OCSP response for the leaf made by
 /// `openssl ocsp` acting as the responder (valid 7 days). Returns the response's path.
 fn make_ocsp_pki(dir: &Path) -> std::path::PathBuf {

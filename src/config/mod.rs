@@ -38,7 +38,9 @@ pub use acme::{
 };
 pub use client_trust::{ClientAuth, CrlCheck, CrlFile};
 pub use engine::{EngineConfig, EngineKernel, EngineMode, KeyShares};
-pub use listener::{CertificateConfig, ListenerConfig, ProxyProtocol, UnknownSni, BUILTIN_BACKEND};
+pub use listener::{
+    BackendPolicies, CertificateConfig, ListenerConfig, ProxyProtocol, UnknownSni, BUILTIN_BACKEND,
+};
 pub use ocsp::OcspConfig;
 pub use process::{default_admin_address, AdminConfig, LogConfig, ProcessSettings};
 pub use server_name::{normal_name, ServerNameConfig};

@@ -370,6 +370,78 @@ fn a_backend_shared_by_two_names_of_different_client_policies_needs_proxy_v2() {
     }
 }
 
+/// The same check on the addresses the backends resolve to: another spelling of the
+/// listener's backend (a name, a shortened or zero-padded IPv4 address, an IPv4-mapped
+/// IPv6 one, another loopback address) is the same backend, and the error names the
+/// lines of both lists.
+#[test]
+fn a_backend_spelled_otherwise_is_compared_by_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "").unwrap();
+    let text = |name_backends: &str| {
+        format!("[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"127.0.0.1:9001\"]\n\n[[listener.server_name]]\nnames = [\"admin.test\"]\nclient_auth = \"required\"\nclient_ca = {ca:?}\nbackends = [{name_backends}]\n[[listener.server_name]]\nnames = [\"partner.test\"]\nclient_auth = \"optional\"\nclient_ca = {ca:?}\nbackends = [\"10.0.0.2:80\"]\n")
+    };
+    let resolve = |backend: &str| -> Vec<std::net::SocketAddr> {
+        match backend {
+            "localhost:9001" => vec![
+                "[::1]:9001".parse().unwrap(),
+                "127.0.0.1:9001".parse().unwrap(),
+            ],
+            "127.1:9001" | "127.0.0.1:09001" => vec!["127.0.0.1:9001".parse().unwrap()],
+            "other.test:80" => vec!["10.0.0.2:80".parse().unwrap()],
+            "own.test:9002" => vec!["127.0.0.1:9002".parse().unwrap()],
+            written => vec![written.parse().unwrap()],
+        }
+    };
+    for spelling in [
+        "localhost:9001",
+        "127.1:9001",
+        "127.0.0.1:09001",
+        "[::ffff:127.0.0.1]:9001",
+        "127.0.0.2:9001",
+        "[::1]:9001",
+        "0.0.0.0:9001",
+    ] {
+        let config = Config::parse(
+            "t.toml",
+            &text(&format!("\"own.test:9002\", \"{spelling}\"")),
+        )
+        .unwrap();
+        let err = config.listeners[0]
+            .check_backend_addresses(resolve)
+            .unwrap_err();
+        assert_eq!(err.line, Some(9), "{spelling}: {err}");
+        assert!(
+            err.message.contains(&format!("`{spelling}`"))
+                && err.message.contains("`127.0.0.1:9001`")
+                && err.message.contains("the listener (line 3)"),
+            "{spelling}: {err}"
+        );
+    }
+    // Two names of different policies: the second's line, and the first's.
+    let config = Config::parse("t.toml", &text("\"own.test:9002\"")).unwrap();
+    config.listeners[0]
+        .check_backend_addresses(resolve)
+        .unwrap();
+    let both = text("\"other.test:80\"");
+    let config = Config::parse("t.toml", &both).unwrap();
+    let err = config.listeners[0]
+        .check_backend_addresses(resolve)
+        .unwrap_err();
+    assert_eq!(err.line, Some(14), "{err}");
+    assert!(
+        err.message.contains("`10.0.0.2:80`") && err.message.contains("(line 9)"),
+        "{err}"
+    );
+    // With PROXY v2 the backend tells the policies apart: nothing to compare.
+    let v2 = text("\"localhost:9001\"").replace("\n\n", "\nproxy_protocol = \"v2\"\n");
+    let config = Config::parse("t.toml", &v2).unwrap();
+    config.listeners[0]
+        .check_backend_addresses(resolve)
+        .unwrap();
+}
+
 #[test]
 fn a_server_name_in_two_blocks_names_the_second() {
     let base = "[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n[[listener.server_name]]\nnames = [\"a.test\", \"*.b.test\"]\nalpn = [\"h2\"]\n";

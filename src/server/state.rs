@@ -2,6 +2,7 @@
 //! the embedded pair, ACME), its TLS contexts and its backend pools. Built whole for
 //! every listener, so that a broken reload changes nothing.
 
+use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -195,9 +196,31 @@ pub fn build_states(
                 sessions,
                 &config.session,
             )?;
+            // Each backend resolved once: the pools connect to these addresses, and the
+            // check that no backend serves two client-certificate policies compares them.
+            let mut resolved: HashMap<&str, Vec<SocketAddr>> = HashMap::new();
+            let per_name = listener
+                .server_names
+                .iter()
+                .filter_map(|n| n.backends.as_ref());
+            for backend in std::iter::once(&listener.backends)
+                .chain(per_name)
+                .flat_map(|backends| backends.get_ref())
+            {
+                if !resolved.contains_key(backend.as_str()) {
+                    let addresses = resolve_backends(std::slice::from_ref(backend), builtin)?;
+                    resolved.insert(backend, addresses);
+                }
+            }
+            listener
+                .check_backend_addresses(|backend| resolved[backend].clone())
+                .with_context(|| format!("listener {}", listener.address()))?;
             let pool = |backends: &[String]| -> anyhow::Result<Arc<BackendPool>> {
                 Ok(Arc::new(BackendPool::new(
-                    resolve_backends(backends, builtin)?,
+                    backends
+                        .iter()
+                        .flat_map(|backend| resolved[backend.as_str()].iter().copied())
+                        .collect(),
                     listener.connect_timeout,
                     listener.backend_retry,
                 )))
