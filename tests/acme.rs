@@ -40,14 +40,11 @@ fn fleet_member(
     let own = dir.join(name);
     std::fs::create_dir(&own).unwrap();
     std::fs::copy(dir.join("fleet.key"), own.join("fleet.key")).unwrap();
-    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
-    let config = acme_config(
-        &own,
-        pebble,
-        port,
-        "fleet_key_file = \"fleet.key\"",
-        &session,
+    let session = format!(
+        "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"",
+        redis.url()
     );
+    let config = acme_config(&own, pebble, port, "", &session);
     (Server::start(&config), admin_address(&config).unwrap())
 }
 
@@ -262,7 +259,7 @@ fn a_fleet_sharing_redis_orders_once() {
     let (port_a, port_b) = (free_port(), free_port());
     // The CA validates on A's port; if B wins the lock, A answers with B's challenge.
     let pebble = Pebble::start(dir.path(), port_a, free_port(), 3600);
-    std::fs::write(dir.path().join("fleet.key"), "11".repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"11".repeat(32)]);
     // Both processes are up before either may order: the test holds the lock meanwhile.
     let mut connection = redis.connection().unwrap();
     let lock = format!("tlsterm:acme:lock:{NAME}_ecdsa-p256");
@@ -329,7 +326,7 @@ fn a_fleet_picks_up_each_renewal_ordered_by_one_of_its_members() {
     let redis = Redis::start();
     let port = free_port();
     let pebble = Pebble::start(dir.path(), port, free_port(), 6);
-    std::fs::write(dir.path().join("fleet.key"), "22".repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"22".repeat(32)]);
     // Both listen on the port the CA validates on (SO_REUSEPORT): either may be asked.
     let servers: Vec<(Server, std::net::SocketAddr)> = ["a", "b"]
         .into_iter()
@@ -412,7 +409,7 @@ fn fleet_of_one(key_byte: &str) -> (tempfile::TempDir, Redis, Pebble, Server, u1
     let redis = Redis::start();
     let port = free_port();
     let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
-    std::fs::write(dir.path().join("fleet.key"), key_byte.repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&key_byte.repeat(32)]);
     let (server, _) = fleet_member(dir.path(), "a", &pebble, port, &redis);
     server.log.wait_for("ACME certificate installed", 0);
     (dir, redis, pebble, server, port)
@@ -468,14 +465,11 @@ fn a_fleet_certificate_that_gains_a_name_is_ordered_again() {
     let own = dir.path().join("b");
     std::fs::create_dir(&own).unwrap();
     std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
-    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
-    let config = acme_config(
-        &own,
-        &pebble,
-        port,
-        "fleet_key_file = \"fleet.key\"",
-        &session,
+    let session = format!(
+        "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"",
+        redis.url()
     );
+    let config = acme_config(&own, &pebble, port, "", &session);
     set_acme_names(&config, &format!("\"{NAME}\", \"more.example\""));
     let admin = admin_address(&config).unwrap();
     let second = Server::start(&config);
@@ -497,19 +491,13 @@ fn a_fleet_member_orders_alone_while_redis_is_down() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
-    std::fs::write(dir.path().join("fleet.key"), "44".repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"44".repeat(32)]);
     // Nothing listens there.
     let session = format!(
-        "[session]\nredis_url = \"redis://127.0.0.1:{}\"",
+        "[session]\nredis_url = \"redis://127.0.0.1:{}\"\nfleet_key_file = \"fleet.key\"",
         free_port()
     );
-    let config = acme_config(
-        dir.path(),
-        &pebble,
-        port,
-        "fleet_key_file = \"fleet.key\"",
-        &session,
-    );
+    let config = acme_config(dir.path(), &pebble, port, "", &session);
     let server = Server::start(&config);
     server.log.wait_for("ordering without the fleet lock", 0);
     server.log.wait_for("ACME certificate installed", 0);
@@ -554,6 +542,113 @@ fn http01_is_answered_on_the_plain_http_listener_which_redirects_the_rest() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
 }
 
+/// Redis is not trusted with challenge answers: an answer written there without the
+/// fleet key (a TLS-ALPN-01 digest, an HTTP-01 key authorization), with which whoever can
+/// write to Redis would get certificates for the fleet's names from the CA, is not served
+/// but counted; one sealed with the fleet key (the entry's Redis key, which holds the name
+/// or the token, as associated data) is.
+#[test]
+fn challenge_answers_in_redis_are_served_only_when_sealed_with_the_fleet_key() {
+    use tlsterm::seal::FleetKey;
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let pebble = Pebble::start(dir.path(), free_port(), free_port(), 3600);
+    let key_line = "77".repeat(32);
+    write_fleet_key(&dir.path().join("fleet.key"), &[&key_line]);
+    let fleet_key = FleetKey::parse(&key_line).unwrap();
+    // The test holds the order lock: the members never order, they only answer.
+    let mut connection = redis.connection().unwrap();
+    let set = |connection: &mut redis::Connection, key: &str, value: &[u8]| {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(120_000)
+            .query(connection)
+            .unwrap();
+    };
+    set(
+        &mut connection,
+        &format!("tlsterm:acme:lock:{NAME}_ecdsa-p256"),
+        b"test",
+    );
+    let member = |name: &str, port: u16, extra: &str| {
+        let own = dir.path().join(name);
+        std::fs::create_dir(&own).unwrap();
+        std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
+        let session = format!(
+            "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"",
+            redis.url()
+        );
+        let config = acme_config(&own, &pebble, port, extra, &session);
+        (Server::start(&config), admin_address(&config).unwrap())
+    };
+    let refused = |admin, entry: &str| {
+        metric(
+            admin,
+            "tlsterm_fleet_entries_refused_total",
+            &format!("entry=\"{entry}\""),
+        )
+    };
+
+    // TLS-ALPN-01.
+    let port = free_port();
+    let (_alpn, admin) = member("alpn", port, "");
+    let entry = format!("tlsterm:acme:challenge:{NAME}");
+    set(&mut connection, &entry, &[0x41; 32]);
+    let validate = || s_client(port, &["-servername", NAME, "-alpn", "acme-tls/1"], "");
+    let out = validate();
+    assert!(!out.contains("BEGIN CERTIFICATE"), "{out}");
+    assert_eq!(refused(admin, "acme_challenge"), 1.0);
+    // Sealed for another name: refused too.
+    let elsewhere = fleet_key
+        .seal(b"tlsterm:acme:challenge:b.example", &[0x42; 32])
+        .unwrap();
+    set(&mut connection, &entry, &elsewhere);
+    assert!(!validate().contains("BEGIN CERTIFICATE"));
+    assert_eq!(refused(admin, "acme_challenge"), 2.0);
+    let sealed = fleet_key.seal(entry.as_bytes(), &[0x42; 32]).unwrap();
+    set(&mut connection, &entry, &sealed);
+    let out = validate();
+    assert!(out.contains("BEGIN CERTIFICATE"), "{out}");
+    assert_eq!(refused(admin, "acme_challenge"), 2.0);
+
+    // HTTP-01.
+    let http_port = free_port();
+    let extra = format!("challenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\"");
+    let (http, admin) = member("http", free_port(), &extra);
+    http.log.wait_for("plain-HTTP listener", 0);
+    let fetch = |token: &str| {
+        raw_http(
+            ([127, 0, 0, 1], http_port).into(),
+            &format!("GET /.well-known/acme-challenge/{token} HTTP/1.1\r\nHost: {NAME}\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    let answer = serde_json::to_vec(&(NAME, "forged.thumbprint")).unwrap();
+    set(&mut connection, "tlsterm:acme:http01:forged", &answer);
+    assert_eq!(fetch("forged").0, 404);
+    assert_eq!(refused(admin, "acme_http01"), 1.0);
+    let entry = "tlsterm:acme:http01:sealed";
+    let answer = serde_json::to_vec(&(NAME, "sealed.thumbprint")).unwrap();
+    set(
+        &mut connection,
+        entry,
+        &fleet_key.seal(entry.as_bytes(), &answer).unwrap(),
+    );
+    assert_eq!(fetch("sealed"), (200, "sealed.thumbprint".to_string()));
+    // The same sealed answer moved to another token: refused.
+    let moved = redis::cmd("GET")
+        .arg(entry)
+        .query::<Vec<u8>>(&mut connection);
+    set(
+        &mut connection,
+        "tlsterm:acme:http01:moved",
+        &moved.unwrap(),
+    );
+    assert_eq!(fetch("moved").0, 404);
+    assert_eq!(refused(admin, "acme_http01"), 2.0);
+}
+
 /// HTTP-01 in a fleet: the CA's request may reach a member other than the one that
 /// ordered (a load balancer in front of the fleet), and that member answers it from Redis.
 #[test]
@@ -562,15 +657,16 @@ fn http01_is_answered_by_another_member_of_the_fleet() {
     let redis = Redis::start();
     let (ordering_port, answering_port, ca_http_port) = (free_port(), free_port(), free_port());
     let pebble = Pebble::start(dir.path(), free_port(), ca_http_port, 3600);
-    std::fs::write(dir.path().join("fleet.key"), "66".repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"66".repeat(32)]);
     let member = |name: &str, port: u16, http_port: u16, key_types: &str| {
         let own = dir.path().join(name);
         std::fs::create_dir(&own).unwrap();
         std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
-        let session = format!("[session]\nredis_url = \"{}\"", redis.url());
-        let extra = format!(
-            "fleet_key_file = \"fleet.key\"\nchallenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\""
+        let session = format!(
+            "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"",
+            redis.url()
         );
+        let extra = format!("challenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\"");
         let config = acme_config(&own, &pebble, port, &extra, &session);
         set_acme_names(
             &config,

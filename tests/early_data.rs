@@ -434,10 +434,12 @@ async fn a_client_hello_refused_for_its_share_is_claimed_for_the_fleet() {
 fn fleet_with_redis() -> (Redis, tempfile::TempDir, String) {
     let redis = Redis::start();
     let keys = tempfile::tempdir().unwrap();
+    let fleet_key = fleet_key_file(keys.path(), "fleet.key");
     let session = format!(
-        "{}\nredis_url = {:?}",
+        "{}\nredis_url = {:?}\nfleet_key_file = {:?}",
         shared_ticket_keys(keys.path()),
-        redis.url()
+        redis.url(),
+        fleet_key.display().to_string()
     );
     (redis, keys, session)
 }

@@ -26,7 +26,7 @@ use std::time::SystemTime;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::config::{read_fleet_key, AcmeCertificate, AcmeConfig, Config};
+use crate::config::{AcmeCertificate, AcmeConfig, Config};
 use crate::tls::CertifiedKey;
 use fleet::Fleet;
 use store::{Facts, Material, Storage};
@@ -118,10 +118,11 @@ impl Acme {
             .ca
             .as_ref()
             .is_none_or(|r| r.config != *acme || r.redis != redis);
-        let fleet = match (&redis, &acme.fleet_key_file) {
+        let fleet = match (&redis, &config.session.fleet_key_file) {
             (Some((url, ca)), Some(key)) => {
                 let client = crate::session::redis::client(url, ca.as_deref())?;
-                Some(Arc::new(Fleet::new(client, read_fleet_key(key.get_ref())?)))
+                let key = crate::seal::FleetKey::load(key.get_ref())?;
+                Some(Arc::new(Fleet::new(client, Arc::new(key))))
             }
             _ => None,
         };
@@ -211,6 +212,13 @@ impl Acme {
             restart,
             mut loaded,
         } = plan;
+        let fleet_of = |ca: Option<&CaSetup>| ca.and_then(|ca| ca.fleet.clone());
+        if let (false, Some(current), Some(new)) =
+            (restart, fleet_of(self.ca.as_ref()), fleet_of(ca.as_ref()))
+        {
+            // A rotated fleet key applies at once, without restarting the orders.
+            current.set_key(new.key());
+        }
         if restart {
             for (_, task) in self.tasks.drain() {
                 task.abort();

@@ -236,6 +236,52 @@ fn acme_names_without_acme_section_name_their_line() {
     assert!(err.contains("fleet_key_file"), "{err}");
 }
 
+/// The fleet key: needed with Redis (the error names `[session]`), refused with its line
+/// and key when group or others may read it, or when it holds no key; `[acme]
+/// fleet_key_file` says where it went.
+#[test]
+fn the_fleet_key_file_is_checked_and_names_its_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("fleet.key");
+    std::fs::write(&key, "ab".repeat(32)).unwrap();
+    let listener = "\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    let redis = "workers = 1\n\n[session]\nredis_url = \"redis://127.0.0.1/\"\n";
+    let err = Config::parse("t.toml", &format!("{redis}{listener}")).unwrap_err();
+    assert_eq!(err.line, Some(3), "{err}");
+    assert!(
+        err.message.contains("key `fleet_key_file` is needed"),
+        "{err}"
+    );
+
+    let with_key = format!("{redis}fleet_key_file = {key:?}\n{listener}");
+    for mode in [0o644, 0o640, 0o606] {
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+        let err = Config::parse("t.toml", &with_key).unwrap_err();
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(
+            err.message.starts_with("key `fleet_key_file`")
+                && err.message.contains(&format!("mode {mode:04o}")),
+            "{err}"
+        );
+    }
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = Config::parse("t.toml", &with_key).unwrap();
+    assert_eq!(config.session.fleet_key_file.unwrap().get_ref(), &key);
+    std::fs::write(&key, "# rotated out\n").unwrap();
+    let err = Config::parse("t.toml", &with_key).unwrap_err();
+    assert_eq!(err.line, Some(5), "{err}");
+    assert!(err.message.contains("no key"), "{err}");
+
+    let acme = format!("[acme]\ndirectory = \"https://ca.example/dir\"\nstorage = \"s\"\nfleet_key_file = {key:?}\n{listener}");
+    let err = Config::parse("t.toml", &acme).unwrap_err();
+    assert_eq!(err.line, Some(4), "{err}");
+    assert!(
+        err.message.contains("moved to `[session] fleet_key_file`"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_ticket_rotation_too_long_for_shared_keys_names_its_line() {
     let text = "workers = 1\n\n[session]\nticket_rotation = \"100000000000000000s\"\nredis_ticket_keys = true\nredis_url = \"redis://127.0.0.1/\"\n\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
