@@ -262,7 +262,7 @@ fn a_fleet_sharing_redis_orders_once() {
     write_fleet_key(&dir.path().join("fleet.key"), &[&"11".repeat(32)]);
     // Both processes are up before either may order: the test holds the lock meanwhile.
     let mut connection = redis.connection().unwrap();
-    let lock = format!("tlsterm:acme:lock:{NAME}_ecdsa-p256");
+    let lock = format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256");
     let _: () = redis::cmd("SET")
         .arg(&lock)
         .arg("test")
@@ -313,7 +313,7 @@ fn a_fleet_sharing_redis_orders_once() {
     assert_eq!(serials[0], serials[1], "both serve the same certificate");
     // Redis holds the certificate and key sealed, not in the clear.
     let sealed: Vec<u8> = redis::cmd("GET")
-        .arg(format!("tlsterm:acme:cert:{NAME}_ecdsa-p256"))
+        .arg(format!("tlsterm:session:acme:cert:{NAME}_ecdsa-p256"))
         .query(&mut connection)
         .unwrap();
     assert!(!sealed.is_empty());
@@ -394,7 +394,7 @@ fn a_fleet_member_looks_up_challenge_answers_only_for_its_own_names() {
     // Its own name, with no challenge pending anywhere (the answer its order shared is
     // gone): asked, one GET that finds nothing, over the connection the member has.
     let _: () = redis::cmd("DEL")
-        .arg(format!("tlsterm:acme:challenge:{NAME}"))
+        .arg(format!("tlsterm:session:acme:challenge:{NAME}"))
         .query(&mut connection)
         .unwrap();
     validate(NAME);
@@ -452,7 +452,7 @@ fn a_fleet_certificate_that_gains_a_name_is_ordered_again() {
     // It lets go of the order lock right after installing; stopped before that, it would
     // keep the second member waiting for the lock to expire.
     let mut connection = redis.connection().unwrap();
-    let lock = format!("tlsterm:acme:lock:{NAME}_ecdsa-p256");
+    let lock = format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256");
     wait_until("the order lock released", || {
         let held: bool = redis::cmd("EXISTS")
             .arg(&lock)
@@ -542,6 +542,46 @@ fn http01_is_answered_on_the_plain_http_listener_which_redirects_the_rest() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
 }
 
+/// Two fleets sharing one Redis, each with its own `[session] redis_prefix`, do not
+/// share ACME locks, answers or certificates: a member of the second orders while the
+/// first fleet's lock for the same certificate is held, and keeps its certificate under
+/// its own prefix.
+#[test]
+fn fleets_with_their_own_redis_prefix_do_not_share_acme_locks() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"88".repeat(32)]);
+    let mut connection = redis.connection().unwrap();
+    // The first fleet (default prefix) holds the lock and never lets go.
+    let _: () = redis::cmd("SET")
+        .arg(format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256"))
+        .arg("first fleet")
+        .arg("PX")
+        .arg(120_000)
+        .query(&mut connection)
+        .unwrap();
+    let session = format!(
+        "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"\nredis_prefix = \"second:\"",
+        redis.url()
+    );
+    let config = acme_config(dir.path(), &pebble, port, "", &session);
+    let server = Server::start(&config);
+    server.log.wait_for("ACME certificate installed", 0);
+    let exists = |key: String| {
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query::<i64>(&mut redis.connection().unwrap())
+            .unwrap()
+            == 1
+    };
+    assert!(exists(format!("second:acme:cert:{NAME}_ecdsa-p256")));
+    assert!(!exists(format!(
+        "tlsterm:session:acme:cert:{NAME}_ecdsa-p256"
+    )));
+}
+
 /// Redis is not trusted with challenge answers: an answer written there without the
 /// fleet key (a TLS-ALPN-01 digest, an HTTP-01 key authorization), with which whoever can
 /// write to Redis would get certificates for the fleet's names from the CA, is not served
@@ -569,7 +609,7 @@ fn challenge_answers_in_redis_are_served_only_when_sealed_with_the_fleet_key() {
     };
     set(
         &mut connection,
-        &format!("tlsterm:acme:lock:{NAME}_ecdsa-p256"),
+        &format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256"),
         b"test",
     );
     let member = |name: &str, port: u16, extra: &str| {
@@ -594,7 +634,7 @@ fn challenge_answers_in_redis_are_served_only_when_sealed_with_the_fleet_key() {
     // TLS-ALPN-01.
     let port = free_port();
     let (_alpn, admin) = member("alpn", port, "");
-    let entry = format!("tlsterm:acme:challenge:{NAME}");
+    let entry = format!("tlsterm:session:acme:challenge:{NAME}");
     set(&mut connection, &entry, &[0x41; 32]);
     let validate = || s_client(port, &["-servername", NAME, "-alpn", "acme-tls/1"], "");
     let out = validate();
@@ -602,7 +642,7 @@ fn challenge_answers_in_redis_are_served_only_when_sealed_with_the_fleet_key() {
     assert_eq!(refused(admin, "acme_challenge"), 1.0);
     // Sealed for another name: refused too.
     let elsewhere = fleet_key
-        .seal(b"tlsterm:acme:challenge:b.example", &[0x42; 32])
+        .seal(b"tlsterm:session:acme:challenge:b.example", &[0x42; 32])
         .unwrap();
     set(&mut connection, &entry, &elsewhere);
     assert!(!validate().contains("BEGIN CERTIFICATE"));
@@ -625,10 +665,14 @@ fn challenge_answers_in_redis_are_served_only_when_sealed_with_the_fleet_key() {
         )
     };
     let answer = serde_json::to_vec(&(NAME, "forged.thumbprint")).unwrap();
-    set(&mut connection, "tlsterm:acme:http01:forged", &answer);
+    set(
+        &mut connection,
+        "tlsterm:session:acme:http01:forged",
+        &answer,
+    );
     assert_eq!(fetch("forged").0, 404);
     assert_eq!(refused(admin, "acme_http01"), 1.0);
-    let entry = "tlsterm:acme:http01:sealed";
+    let entry = "tlsterm:session:acme:http01:sealed";
     let answer = serde_json::to_vec(&(NAME, "sealed.thumbprint")).unwrap();
     set(
         &mut connection,
@@ -642,7 +686,7 @@ fn challenge_answers_in_redis_are_served_only_when_sealed_with_the_fleet_key() {
         .query::<Vec<u8>>(&mut connection);
     set(
         &mut connection,
-        "tlsterm:acme:http01:moved",
+        "tlsterm:session:acme:http01:moved",
         &moved.unwrap(),
     );
     assert_eq!(fetch("moved").0, 404);
@@ -678,7 +722,7 @@ fn http01_is_answered_by_another_member_of_the_fleet() {
     // holds: it never orders, but it serves the port the CA's requests arrive on.
     let mut connection = redis.connection().unwrap();
     let _: () = redis::cmd("SET")
-        .arg(format!("tlsterm:acme:lock:{NAME}_rsa-2048"))
+        .arg(format!("tlsterm:session:acme:lock:{NAME}_rsa-2048"))
         .arg("test")
         .arg("PX")
         .arg(120_000)

@@ -18,10 +18,11 @@ use super::store::Material;
 use crate::config::AcmeCertificate;
 use crate::seal::{Entry, FleetKey};
 
-const PREFIX: &str = "tlsterm:acme:";
-
 pub struct Fleet {
     client: redis::Client,
+    /// `<[session] redis_prefix>acme:`: two fleets sharing a Redis, each with its own
+    /// prefix, take their own locks and share their own answers.
+    prefix: String,
     /// One connection for all requests (made at the first, remade after failures): a
     /// validation connection's lookup must not cost Redis a new connection each time.
     connection: Mutex<Option<ConnectionManager>>,
@@ -35,9 +36,10 @@ pub struct Fleet {
 const UNLOCK: &str = r#"if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) else return 0 end"#;
 
 impl Fleet {
-    pub fn new(client: redis::Client, key: Arc<FleetKey>) -> Fleet {
+    pub fn new(client: redis::Client, redis_prefix: &str, key: Arc<FleetKey>) -> Fleet {
         Fleet {
             client,
+            prefix: format!("{redis_prefix}acme:"),
             connection: Mutex::new(None),
             key: ArcSwap::new(key),
             timeout: Duration::from_secs(5),
@@ -85,7 +87,7 @@ impl Fleet {
         let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
         let mut command = redis::cmd("SET");
         command
-            .arg(format!("{PREFIX}lock:{}", cert.id()))
+            .arg(format!("{}lock:{}", self.prefix, cert.id()))
             .arg(&token)
             .arg("NX")
             .arg("PX")
@@ -99,7 +101,7 @@ impl Fleet {
         command
             .arg(UNLOCK)
             .arg(1)
-            .arg(format!("{PREFIX}lock:{}", cert.id()))
+            .arg(format!("{}lock:{}", self.prefix, cert.id()))
             .arg(token);
         let _: i64 = self.run(&command).await?;
         Ok(())
@@ -108,7 +110,7 @@ impl Fleet {
     /// Whether some process holds the order lock for `cert`.
     pub async fn locked(&self, cert: &AcmeCertificate) -> anyhow::Result<bool> {
         let mut command = redis::cmd("EXISTS");
-        command.arg(format!("{PREFIX}lock:{}", cert.id()));
+        command.arg(format!("{}lock:{}", self.prefix, cert.id()));
         Ok(self.run::<i64>(&command).await? == 1)
     }
 
@@ -119,7 +121,7 @@ impl Fleet {
         digest: &[u8; 32],
         ttl: Duration,
     ) -> anyhow::Result<()> {
-        let entry = format!("{PREFIX}challenge:{name}");
+        let entry = format!("{}challenge:{name}", self.prefix);
         let sealed = self.key.load().seal(entry.as_bytes(), &digest[..])?;
         let mut command = redis::cmd("SET");
         command
@@ -134,7 +136,7 @@ impl Fleet {
     /// The answer another process published for `name`; one that does not open with the
     /// fleet key is ignored (and counted).
     pub async fn challenge(&self, name: &str) -> anyhow::Result<Option<[u8; 32]>> {
-        let entry = format!("{PREFIX}challenge:{name}");
+        let entry = format!("{}challenge:{name}", self.prefix);
         let mut command = redis::cmd("GET");
         command.arg(&entry);
         let found: Option<Vec<u8>> = self.run(&command).await?;
@@ -157,7 +159,7 @@ impl Fleet {
         key_authorization: &str,
         ttl: Duration,
     ) -> anyhow::Result<()> {
-        let entry = format!("{PREFIX}http01:{token}");
+        let entry = format!("{}http01:{token}", self.prefix);
         let plain = Zeroizing::new(serde_json::to_vec(&(name, key_authorization))?);
         let sealed = self.key.load().seal(entry.as_bytes(), &plain)?;
         let mut command = redis::cmd("SET");
@@ -174,7 +176,7 @@ impl Fleet {
     /// (the name is sealed with it, and the token is in the associated data); one that
     /// does not open with the fleet key is ignored (and counted).
     pub async fn http01(&self, token: &str) -> anyhow::Result<Option<(String, String)>> {
-        let entry = format!("{PREFIX}http01:{token}");
+        let entry = format!("{}http01:{token}", self.prefix);
         let mut command = redis::cmd("GET");
         command.arg(&entry);
         let found: Option<Vec<u8>> = self.run(&command).await?;
@@ -190,7 +192,7 @@ impl Fleet {
     /// The certificate the fleet holds for `cert`, if any.
     pub async fn get(&self, cert: &AcmeCertificate) -> anyhow::Result<Option<Material>> {
         let mut command = redis::cmd("GET");
-        command.arg(format!("{PREFIX}cert:{}", cert.id()));
+        command.arg(format!("{}cert:{}", self.prefix, cert.id()));
         let Some(sealed): Option<Vec<u8>> = self.run(&command).await? else {
             return Ok(None);
         };
@@ -207,7 +209,7 @@ impl Fleet {
         let sealed = self.seal(cert, material)?;
         let mut command = redis::cmd("SET");
         command
-            .arg(format!("{PREFIX}cert:{}", cert.id()))
+            .arg(format!("{}cert:{}", self.prefix, cert.id()))
             .arg(sealed)
             .arg("PX")
             .arg(expires_in.as_millis().max(1) as u64);
@@ -224,12 +226,12 @@ impl Fleet {
         plain.extend_from_slice(&u32::try_from(chain.len())?.to_be_bytes());
         plain.extend_from_slice(chain);
         plain.extend_from_slice(key);
-        let entry = format!("{PREFIX}cert:{}", cert.id());
+        let entry = format!("{}cert:{}", self.prefix, cert.id());
         self.key.load().seal(entry.as_bytes(), &plain)
     }
 
     fn open(&self, cert: &AcmeCertificate, sealed: &[u8]) -> anyhow::Result<Material> {
-        let entry = format!("{PREFIX}cert:{}", cert.id());
+        let entry = format!("{}cert:{}", self.prefix, cert.id());
         let plain = self
             .key
             .load()
@@ -257,7 +259,7 @@ mod tests {
     fn sealed_material_opens_only_with_the_key_and_for_its_certificate() {
         let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
         let key = |byte| Arc::new(FleetKey::from_keys(vec![Zeroizing::new([byte; 32])]));
-        let fleet = Fleet::new(client.clone(), key(7));
+        let fleet = Fleet::new(client.clone(), "tlsterm:session:", key(7));
         let cert = AcmeCertificate {
             names: vec!["a.example".into()],
             key_type: AcmeKeyType::EcdsaP256,
@@ -275,7 +277,7 @@ mod tests {
             fleet.open(&cert, &sealed).unwrap().key_pem.as_str(),
             "SECRET KEY"
         );
-        let other = Fleet::new(client, key(8));
+        let other = Fleet::new(client, "tlsterm:session:", key(8));
         assert!(other.open(&cert, &sealed).is_err());
         let rsa = AcmeCertificate {
             key_type: AcmeKeyType::Rsa2048,

@@ -63,7 +63,8 @@ pub struct Acme {
 /// The CA and what the tasks share, for one `[acme]` configuration.
 struct CaSetup {
     config: AcmeConfig,
-    redis: Option<(String, Option<PathBuf>)>,
+    /// `[session]`'s `redis_url`, `redis_ca_file` and `redis_prefix`.
+    redis: Option<(String, Option<PathBuf>, String)>,
     storage: Arc<Storage>,
     fleet: Option<Arc<Fleet>>,
     account: Arc<tokio::sync::Mutex<Option<instant_acme::Account>>>,
@@ -109,20 +110,23 @@ impl Acme {
                 loaded: HashMap::new(),
             });
         };
-        let redis = config
-            .session
-            .redis_url
-            .clone()
-            .map(|url| (url, config.session.redis_ca_file.clone()));
+        let redis = config.session.redis_url.clone().map(|url| {
+            let session = &config.session;
+            (
+                url,
+                session.redis_ca_file.clone(),
+                session.redis_prefix.clone(),
+            )
+        });
         let restart = self
             .ca
             .as_ref()
             .is_none_or(|r| r.config != *acme || r.redis != redis);
         let fleet = match (&redis, &config.session.fleet_key_file) {
-            (Some((url, ca)), Some(key)) => {
+            (Some((url, ca, prefix)), Some(key)) => {
                 let client = crate::session::redis::client(url, ca.as_deref())?;
                 let key = crate::seal::FleetKey::load(key.get_ref())?;
-                Some(Arc::new(Fleet::new(client, Arc::new(key))))
+                Some(Arc::new(Fleet::new(client, prefix, Arc::new(key))))
             }
             _ => None,
         };

@@ -197,7 +197,13 @@ impl AcmeConfig {
     /// Resolves its files against the configuration's directory and checks them.
     pub(super) fn validate(&mut self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
         let url = self.directory.get_ref();
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
+        // Orders and the certificates issued travel between tlsterm and the CA: over TLS
+        // only, so that nobody on the way can answer in the CA's place. Compared without
+        // case, as URL schemes are.
+        let https = url
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
+        if !https || url.len() == 8 {
             return Err(map.error(
                 &self.directory,
                 "key `acme.directory`: must be an https:// URL",

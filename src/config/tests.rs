@@ -282,6 +282,27 @@ fn the_fleet_key_file_is_checked_and_names_its_line() {
     );
 }
 
+/// The ACME directory must be https:// (its error always said so).
+#[test]
+fn an_acme_directory_that_is_not_https_names_its_line() {
+    let listener = "\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    for directory in [
+        "http://ca.example/dir",
+        "ftp://ca.example/",
+        "https://",
+        "ca.example",
+    ] {
+        let text = format!("[acme]\nstorage = \"s\"\ndirectory = \"{directory}\"\n{listener}");
+        let err = Config::parse("t.toml", &text).unwrap_err();
+        assert_eq!(err.line, Some(3), "{directory}: {err}");
+        assert!(err.message.contains("must be an https:// URL"), "{err}");
+    }
+    for directory in ["https://ca.example/dir", "HTTPS://ca.example/dir"] {
+        let text = format!("[acme]\nstorage = \"s\"\ndirectory = \"{directory}\"\n{listener}");
+        Config::parse("t.toml", &text).unwrap();
+    }
+}
+
 #[test]
 fn a_ticket_rotation_too_long_for_shared_keys_names_its_line() {
     let text = "workers = 1\n\n[session]\nticket_rotation = \"100000000000000000s\"\nredis_ticket_keys = true\nredis_url = \"redis://127.0.0.1/\"\n\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
