@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use zeroize::Zeroizing;
 
 use super::metrics;
 use crate::config::{Config, ListenerConfig, BUILTIN_BACKEND};
@@ -46,13 +47,11 @@ pub(super) fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec
             let read = |path: &PathBuf| {
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
             };
-            let mut certified = CertifiedKey::from_pem(
-                &read(c.cert.get_ref())?,
-                &read(c.key.get_ref())?,
-                &c.names,
-                c.default,
-            )
-            .with_context(|| format!("certificate {}", c.cert.get_ref().display()))?;
+            // The key's PEM is wiped once parsed, at start and at every reload alike.
+            let key_pem = Zeroizing::new(read(c.key.get_ref())?);
+            let mut certified =
+                CertifiedKey::from_pem(&read(c.cert.get_ref())?, &key_pem, &c.names, c.default)
+                    .with_context(|| format!("certificate {}", c.cert.get_ref().display()))?;
             certified.ocsp = c
                 .ocsp
                 .as_ref()
