@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use zeroize::Zeroizing;
 
 use super::metrics;
-use crate::config::{Config, ListenerConfig, BUILTIN_BACKEND};
+use crate::config::{normal_name, Config, ListenerConfig, BUILTIN_BACKEND};
 use crate::proxy::pool::BackendPool;
 use crate::session::Sessions;
 use crate::tls::{CertifiedKey, ServerTls};
@@ -32,6 +32,24 @@ pub struct ListenerState {
 impl ListenerState {
     pub fn pool_for(&self, sni: Option<&str>) -> &BackendPool {
         &self.pools[self.tls.profile_index(sni)]
+    }
+
+    /// The client-certificate policy a connection with this SNI is verified under, as
+    /// PROXY v2 names it: the first name of the `[[listener.server_name]]` with a policy of
+    /// its own, or "" for the listener's.
+    pub fn client_policy(&self, sni: Option<&str>) -> String {
+        let index = self.tls.profile_index(sni);
+        let Some(block) = index.checked_sub(1).map(|i| &self.config.server_names[i]) else {
+            return String::new();
+        };
+        match block.has_own_client_policy() {
+            true => block
+                .names
+                .get_ref()
+                .first()
+                .map_or_else(String::new, |n| normal_name(n)),
+            false => String::new(),
+        }
     }
 }
 
