@@ -69,8 +69,43 @@ fn claim_command(key: &str, ttl: Duration) -> redis::Cmd {
 
 /// A lookup in flight: the serialized session, if Redis has one that opens.
 pub type PendingGet = JoinHandle<RedisReply<Option<Vec<u8>>>>;
-/// A claim in flight: whether this process was first.
-pub type PendingClaim = JoinHandle<RedisReply<bool>>;
+/// A claim in flight.
+pub type PendingClaim = JoinHandle<RedisReply<Claim>>;
+
+/// What a 0-RTT claim came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The first claim of this key across every process sharing this Redis.
+    First,
+    /// Claimed before.
+    Taken,
+    /// Redis lost its claims less than a window ago (flushed, or restarted without
+    /// persistence): a ClientHello accepted before may have been forgotten.
+    StateLost,
+}
+
+/// Claims `KEYS[1]` (SET NX for `ARGV[1]` ms) and reports, on Redis's own clock, how long
+/// ago the claims began to be kept: `KEYS[2]` holds that time, written when missing.
+/// Redis that lost its claims (FLUSHALL, a restart without persistence) lost that marker
+/// with them, so a process that finds it younger than a window knows that a ClientHello
+/// accepted before may be claimed nowhere any more. Replies `{claimed, age in ms,
+/// whether the marker was written now}`.
+const CLAIM: &str = r#"
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local since = redis.call("GET", KEYS[2])
+local written = 0
+if not since then
+  redis.call("SET", KEYS[2], now)
+  since = now
+  written = 1
+end
+local claimed = redis.call("SET", KEYS[1], 1, "NX", "PX", ARGV[1])
+return {claimed and 1 or 0, now - tonumber(since), written}
+"#;
+
+/// The key holding when this Redis began keeping 0-RTT claims (see [`CLAIM`]).
+const CLAIMS_SINCE: &str = "0rtt_claims_since";
 
 pub struct RedisStore {
     client: redis::Client,
@@ -196,19 +231,32 @@ impl RedisStore {
         }))
     }
 
-    /// Claims `key` for `ttl` unless it exists (SET NX): `Done(true)` for the first claim
-    /// across every process sharing this Redis, `Done(false)` if it was claimed before.
+    /// Claims `key` for `ttl` (the replay window) unless it exists (SET NX): the first
+    /// claim across every process sharing this Redis, or one made before; or, whatever
+    /// the claim, [`Claim::StateLost`] while Redis has kept claims for less than `ttl`.
     pub fn claim(&self, key: String, ttl: Duration) -> Result<PendingClaim, RedisReply<()>> {
         let guard = self.admit().ok_or(RedisReply::Overload)?;
         let key = format!("{}{key}", self.prefix);
+        let since = format!("{}{CLAIMS_SINCE}", self.prefix);
         let mut connection = self.connection.clone();
         let (timeout, health) = (self.timeout, self.health.clone());
+        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
         Ok(self.handle.spawn(async move {
             let _guard = guard;
-            let command = claim_command(&key, ttl);
-            let request = command.query_async::<Option<String>>(&mut connection);
+            let mut command = redis::cmd("EVAL");
+            command.arg(CLAIM).arg(2).arg(&key).arg(&since).arg(millis);
+            let request = command.query_async::<(i64, i64, i64)>(&mut connection);
             let answer = health.answer("claim", timeout, request).await;
-            answer.map(|set| set.is_some())
+            answer.map(|(claimed, age, written)| {
+                if written == 1 {
+                    tracing::warn!(window = ?ttl, "Redis kept no 0-RTT claims (a new Redis, or one flushed or restarted without persistence): 0-RTT is refused across the fleet for one replay window, since a ClientHello accepted before may be claimed nowhere any more");
+                }
+                match (u64::try_from(age).map_or(true, |age| age < millis), claimed) {
+                    (true, _) => Claim::StateLost,
+                    (false, 1) => Claim::First,
+                    (false, _) => Claim::Taken,
+                }
+            })
         }))
     }
 
