@@ -401,6 +401,50 @@ fn a_fleet_member_looks_up_challenge_answers_only_for_its_own_names() {
     assert_eq!(stats(&mut connection), (connections, misses + 1));
 }
 
+/// A flood of validation ClientHellos for a name the fleet orders, without an answer
+/// anywhere, costs Redis a few lookups, not one per ClientHello: those arriving together
+/// share a lookup, and a name is looked up at most every 250 ms. Each is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_validation_client_hellos_shares_fleet_lookups() {
+    let (_dir, redis, _pebble, _server, port) = tokio::task::block_in_place(|| fleet_of_one("99"));
+    let admin = admin_address(&_dir.path().join("a").join("tlsterm.toml")).unwrap();
+    let mut connection = redis.connection().unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("tlsterm:session:acme:challenge:{NAME}"))
+        .query(&mut connection)
+        .unwrap();
+    let misses = redis_stat(&mut connection, "keyspace_misses");
+    const HELLOS: usize = 200;
+    let started = std::time::Instant::now();
+    let hellos: Vec<_> = (0..HELLOS)
+        .map(|_| {
+            tokio::spawn(async move {
+                tls_connect(port, NAME, SslVersion::TLS1_3, &["acme-tls/1"]).await
+            })
+        })
+        .collect();
+    for hello in hellos {
+        assert!(hello.await.unwrap().is_err(), "no answer: refused");
+    }
+    let lookups = redis_stat(&mut connection, "keyspace_misses") - misses;
+    // One at once, then one per interval while ClientHellos keep coming.
+    let most = 2 + (started.elapsed().as_millis() / 250) as u64;
+    assert!(
+        (1..=most).contains(&lookups),
+        "{lookups} lookups for {HELLOS} ClientHellos in {:?}",
+        started.elapsed()
+    );
+    let counted = |result: &str| {
+        metric(
+            admin,
+            "tlsterm_acme_fleet_challenge_lookups_total",
+            &format!("result=\"{result}\""),
+        )
+    };
+    assert_eq!(counted("none"), HELLOS as f64);
+    assert_eq!(counted("answered") + counted("refused"), 0.0);
+}
+
 /// A fresh Pebble and redis-server, and a fleet of one member ("a", fleet key bytes
 /// `key_byte` repeated) whose certificate is installed: its directory, Redis, Pebble, the
 /// member and its port.
