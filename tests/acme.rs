@@ -445,6 +445,75 @@ async fn a_flood_of_validation_client_hellos_shares_fleet_lookups() {
     assert_eq!(counted("answered") + counted("refused"), 0.0);
 }
 
+/// The plain-HTTP listener holds at most 8 connections per client address, and one that
+/// sends no request within 3 s gives its slot back: idle connections from one address do
+/// not keep another's request (the CA's fetch) waiting in the accept queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_one_address_do_not_delay_the_http_listener() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let pebble = Pebble::start(dir.path(), free_port(), free_port(), 3600);
+    let http_port = free_port();
+    let extra = format!("challenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\"");
+    let config = acme_config(dir.path(), &pebble, free_port(), &extra, "");
+    let admin = admin_address(&config).unwrap();
+    let server = Server::start(&config);
+    server.log.wait_for("plain-HTTP listener", 0);
+    let address: std::net::SocketAddr = ([127, 0, 0, 1], http_port).into();
+
+    let started = std::time::Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(address).await.unwrap());
+    }
+    let refused = || {
+        metric(
+            admin,
+            "tlsterm_acme_http_connections_refused_total",
+            "reason=\"per_address\"",
+        )
+    };
+    tokio::task::block_in_place(|| wait_until("idle connections refused", || refused() >= 250.0));
+
+    // Another address is answered at once.
+    let asked = std::time::Instant::now();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(address).await.unwrap();
+    other
+        .write_all(b"GET / HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(DEADLINE, other.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 301"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(2),
+        "answered after {:?}",
+        asked.elapsed()
+    );
+    // Every idle connection ends: at once beyond the 8, after the header timeout for those.
+    for mut connection in idle {
+        let mut rest = Vec::new();
+        tokio::time::timeout(DEADLINE, connection.read_to_end(&mut rest))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(9),
+        "idle connections held for {:?}",
+        started.elapsed()
+    );
+}
+
 /// A fresh Pebble and redis-server, and a fleet of one member ("a", fleet key bytes
 /// `key_byte` repeated) whose certificate is installed: its directory, Redis, Pebble, the
 /// member and its port.
