@@ -40,14 +40,11 @@ fn fleet_member(
     let own = dir.join(name);
     std::fs::create_dir(&own).unwrap();
     std::fs::copy(dir.join("fleet.key"), own.join("fleet.key")).unwrap();
-    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
-    let config = acme_config(
-        &own,
-        pebble,
-        port,
-        "fleet_key_file = \"fleet.key\"",
-        &session,
+    let session = format!(
+        "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"",
+        redis.url()
     );
+    let config = acme_config(&own, pebble, port, "", &session);
     (Server::start(&config), admin_address(&config).unwrap())
 }
 
@@ -262,10 +259,10 @@ fn a_fleet_sharing_redis_orders_once() {
     let (port_a, port_b) = (free_port(), free_port());
     // The CA validates on A's port; if B wins the lock, A answers with B's challenge.
     let pebble = Pebble::start(dir.path(), port_a, free_port(), 3600);
-    std::fs::write(dir.path().join("fleet.key"), "11".repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"11".repeat(32)]);
     // Both processes are up before either may order: the test holds the lock meanwhile.
     let mut connection = redis.connection().unwrap();
-    let lock = format!("tlsterm:acme:lock:{NAME}_ecdsa-p256");
+    let lock = format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256");
     let _: () = redis::cmd("SET")
         .arg(&lock)
         .arg("test")
@@ -316,7 +313,7 @@ fn a_fleet_sharing_redis_orders_once() {
     assert_eq!(serials[0], serials[1], "both serve the same certificate");
     // Redis holds the certificate and key sealed, not in the clear.
     let sealed: Vec<u8> = redis::cmd("GET")
-        .arg(format!("tlsterm:acme:cert:{NAME}_ecdsa-p256"))
+        .arg(format!("tlsterm:session:acme:cert:{NAME}_ecdsa-p256"))
         .query(&mut connection)
         .unwrap();
     assert!(!sealed.is_empty());
@@ -329,7 +326,7 @@ fn a_fleet_picks_up_each_renewal_ordered_by_one_of_its_members() {
     let redis = Redis::start();
     let port = free_port();
     let pebble = Pebble::start(dir.path(), port, free_port(), 6);
-    std::fs::write(dir.path().join("fleet.key"), "22".repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"22".repeat(32)]);
     // Both listen on the port the CA validates on (SO_REUSEPORT): either may be asked.
     let servers: Vec<(Server, std::net::SocketAddr)> = ["a", "b"]
         .into_iter()
@@ -397,11 +394,124 @@ fn a_fleet_member_looks_up_challenge_answers_only_for_its_own_names() {
     // Its own name, with no challenge pending anywhere (the answer its order shared is
     // gone): asked, one GET that finds nothing, over the connection the member has.
     let _: () = redis::cmd("DEL")
-        .arg(format!("tlsterm:acme:challenge:{NAME}"))
+        .arg(format!("tlsterm:session:acme:challenge:{NAME}"))
         .query(&mut connection)
         .unwrap();
     validate(NAME);
     assert_eq!(stats(&mut connection), (connections, misses + 1));
+}
+
+/// A flood of validation ClientHellos for a name the fleet orders, without an answer
+/// anywhere, costs Redis a few lookups, not one per ClientHello: those arriving together
+/// share a lookup, and a name is looked up at most every 250 ms. Each is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_validation_client_hellos_shares_fleet_lookups() {
+    let (_dir, redis, _pebble, _server, port) = tokio::task::block_in_place(|| fleet_of_one("99"));
+    let admin = admin_address(&_dir.path().join("a").join("tlsterm.toml")).unwrap();
+    let mut connection = redis.connection().unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("tlsterm:session:acme:challenge:{NAME}"))
+        .query(&mut connection)
+        .unwrap();
+    let misses = redis_stat(&mut connection, "keyspace_misses");
+    const HELLOS: usize = 200;
+    let started = std::time::Instant::now();
+    let hellos: Vec<_> = (0..HELLOS)
+        .map(|_| {
+            tokio::spawn(async move {
+                tls_connect(port, NAME, SslVersion::TLS1_3, &["acme-tls/1"]).await
+            })
+        })
+        .collect();
+    for hello in hellos {
+        assert!(hello.await.unwrap().is_err(), "no answer: refused");
+    }
+    let lookups = redis_stat(&mut connection, "keyspace_misses") - misses;
+    // One at once, then one per interval while ClientHellos keep coming.
+    let most = 2 + (started.elapsed().as_millis() / 250) as u64;
+    assert!(
+        (1..=most).contains(&lookups),
+        "{lookups} lookups for {HELLOS} ClientHellos in {:?}",
+        started.elapsed()
+    );
+    let counted = |result: &str| {
+        metric(
+            admin,
+            "tlsterm_acme_fleet_challenge_lookups_total",
+            &format!("result=\"{result}\""),
+        )
+    };
+    assert_eq!(counted("none"), HELLOS as f64);
+    assert_eq!(counted("answered") + counted("refused"), 0.0);
+}
+
+/// The plain-HTTP listener holds at most 8 connections per client address, and one that
+/// sends no request within 3 s gives its slot back: idle connections from one address do
+/// not keep another's request (the CA's fetch) waiting in the accept queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_one_address_do_not_delay_the_http_listener() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let pebble = Pebble::start(dir.path(), free_port(), free_port(), 3600);
+    let http_port = free_port();
+    let extra = format!("challenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\"");
+    let config = acme_config(dir.path(), &pebble, free_port(), &extra, "");
+    let admin = admin_address(&config).unwrap();
+    let server = Server::start(&config);
+    server.log.wait_for("plain-HTTP listener", 0);
+    let address: std::net::SocketAddr = ([127, 0, 0, 1], http_port).into();
+
+    let started = std::time::Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(address).await.unwrap());
+    }
+    let refused = || {
+        metric(
+            admin,
+            "tlsterm_acme_http_connections_refused_total",
+            "reason=\"per_address\"",
+        )
+    };
+    tokio::task::block_in_place(|| wait_until("idle connections refused", || refused() >= 250.0));
+
+    // Another address is answered at once.
+    let asked = std::time::Instant::now();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(address).await.unwrap();
+    other
+        .write_all(b"GET / HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(DEADLINE, other.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 301"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(2),
+        "answered after {:?}",
+        asked.elapsed()
+    );
+    // Every idle connection ends: at once beyond the 8, after the header timeout for those.
+    for mut connection in idle {
+        let mut rest = Vec::new();
+        tokio::time::timeout(DEADLINE, connection.read_to_end(&mut rest))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(9),
+        "idle connections held for {:?}",
+        started.elapsed()
+    );
 }
 
 /// A fresh Pebble and redis-server, and a fleet of one member ("a", fleet key bytes
@@ -412,7 +522,7 @@ fn fleet_of_one(key_byte: &str) -> (tempfile::TempDir, Redis, Pebble, Server, u1
     let redis = Redis::start();
     let port = free_port();
     let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
-    std::fs::write(dir.path().join("fleet.key"), key_byte.repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&key_byte.repeat(32)]);
     let (server, _) = fleet_member(dir.path(), "a", &pebble, port, &redis);
     server.log.wait_for("ACME certificate installed", 0);
     (dir, redis, pebble, server, port)
@@ -455,7 +565,7 @@ fn a_fleet_certificate_that_gains_a_name_is_ordered_again() {
     // It lets go of the order lock right after installing; stopped before that, it would
     // keep the second member waiting for the lock to expire.
     let mut connection = redis.connection().unwrap();
-    let lock = format!("tlsterm:acme:lock:{NAME}_ecdsa-p256");
+    let lock = format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256");
     wait_until("the order lock released", || {
         let held: bool = redis::cmd("EXISTS")
             .arg(&lock)
@@ -468,14 +578,11 @@ fn a_fleet_certificate_that_gains_a_name_is_ordered_again() {
     let own = dir.path().join("b");
     std::fs::create_dir(&own).unwrap();
     std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
-    let session = format!("[session]\nredis_url = \"{}\"", redis.url());
-    let config = acme_config(
-        &own,
-        &pebble,
-        port,
-        "fleet_key_file = \"fleet.key\"",
-        &session,
+    let session = format!(
+        "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"",
+        redis.url()
     );
+    let config = acme_config(&own, &pebble, port, "", &session);
     set_acme_names(&config, &format!("\"{NAME}\", \"more.example\""));
     let admin = admin_address(&config).unwrap();
     let second = Server::start(&config);
@@ -497,19 +604,13 @@ fn a_fleet_member_orders_alone_while_redis_is_down() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
-    std::fs::write(dir.path().join("fleet.key"), "44".repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"44".repeat(32)]);
     // Nothing listens there.
     let session = format!(
-        "[session]\nredis_url = \"redis://127.0.0.1:{}\"",
+        "[session]\nredis_url = \"redis://127.0.0.1:{}\"\nfleet_key_file = \"fleet.key\"",
         free_port()
     );
-    let config = acme_config(
-        dir.path(),
-        &pebble,
-        port,
-        "fleet_key_file = \"fleet.key\"",
-        &session,
-    );
+    let config = acme_config(dir.path(), &pebble, port, "", &session);
     let server = Server::start(&config);
     server.log.wait_for("ordering without the fleet lock", 0);
     server.log.wait_for("ACME certificate installed", 0);
@@ -554,6 +655,157 @@ fn http01_is_answered_on_the_plain_http_listener_which_redirects_the_rest() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
 }
 
+/// Two fleets sharing one Redis, each with its own `[session] redis_prefix`, do not
+/// share ACME locks, answers or certificates: a member of the second orders while the
+/// first fleet's lock for the same certificate is held, and keeps its certificate under
+/// its own prefix.
+#[test]
+fn fleets_with_their_own_redis_prefix_do_not_share_acme_locks() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let port = free_port();
+    let pebble = Pebble::start(dir.path(), port, free_port(), 3600);
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"88".repeat(32)]);
+    let mut connection = redis.connection().unwrap();
+    // The first fleet (default prefix) holds the lock and never lets go.
+    let _: () = redis::cmd("SET")
+        .arg(format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256"))
+        .arg("first fleet")
+        .arg("PX")
+        .arg(120_000)
+        .query(&mut connection)
+        .unwrap();
+    let session = format!(
+        "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"\nredis_prefix = \"second:\"",
+        redis.url()
+    );
+    let config = acme_config(dir.path(), &pebble, port, "", &session);
+    let server = Server::start(&config);
+    server.log.wait_for("ACME certificate installed", 0);
+    let exists = |key: String| {
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query::<i64>(&mut redis.connection().unwrap())
+            .unwrap()
+            == 1
+    };
+    assert!(exists(format!("second:acme:cert:{NAME}_ecdsa-p256")));
+    assert!(!exists(format!(
+        "tlsterm:session:acme:cert:{NAME}_ecdsa-p256"
+    )));
+}
+
+/// Redis is not trusted with challenge answers: an answer written there without the
+/// fleet key (a TLS-ALPN-01 digest, an HTTP-01 key authorization), with which whoever can
+/// write to Redis would get certificates for the fleet's names from the CA, is not served
+/// but counted; one sealed with the fleet key (the entry's Redis key, which holds the name
+/// or the token, as associated data) is.
+#[test]
+fn challenge_answers_in_redis_are_served_only_when_sealed_with_the_fleet_key() {
+    use tlsterm::seal::FleetKey;
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start();
+    let pebble = Pebble::start(dir.path(), free_port(), free_port(), 3600);
+    let key_line = "77".repeat(32);
+    write_fleet_key(&dir.path().join("fleet.key"), &[&key_line]);
+    let fleet_key = FleetKey::parse(&key_line).unwrap();
+    // The test holds the order lock: the members never order, they only answer.
+    let mut connection = redis.connection().unwrap();
+    let set = |connection: &mut redis::Connection, key: &str, value: &[u8]| {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(120_000)
+            .query(connection)
+            .unwrap();
+    };
+    set(
+        &mut connection,
+        &format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256"),
+        b"test",
+    );
+    let member = |name: &str, port: u16, extra: &str| {
+        let own = dir.path().join(name);
+        std::fs::create_dir(&own).unwrap();
+        std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
+        let session = format!(
+            "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"",
+            redis.url()
+        );
+        let config = acme_config(&own, &pebble, port, extra, &session);
+        (Server::start(&config), admin_address(&config).unwrap())
+    };
+    let refused = |admin, entry: &str| {
+        metric(
+            admin,
+            "tlsterm_fleet_entries_refused_total",
+            &format!("entry=\"{entry}\""),
+        )
+    };
+
+    // TLS-ALPN-01.
+    let port = free_port();
+    let (_alpn, admin) = member("alpn", port, "");
+    let entry = format!("tlsterm:session:acme:challenge:{NAME}");
+    set(&mut connection, &entry, &[0x41; 32]);
+    let validate = || s_client(port, &["-servername", NAME, "-alpn", "acme-tls/1"], "");
+    let out = validate();
+    assert!(!out.contains("BEGIN CERTIFICATE"), "{out}");
+    assert_eq!(refused(admin, "acme_challenge"), 1.0);
+    // Sealed for another name: refused too.
+    let elsewhere = fleet_key
+        .seal(b"tlsterm:session:acme:challenge:b.example", &[0x42; 32])
+        .unwrap();
+    set(&mut connection, &entry, &elsewhere);
+    assert!(!validate().contains("BEGIN CERTIFICATE"));
+    assert_eq!(refused(admin, "acme_challenge"), 2.0);
+    let sealed = fleet_key.seal(entry.as_bytes(), &[0x42; 32]).unwrap();
+    set(&mut connection, &entry, &sealed);
+    let out = validate();
+    assert!(out.contains("BEGIN CERTIFICATE"), "{out}");
+    assert_eq!(refused(admin, "acme_challenge"), 2.0);
+
+    // HTTP-01.
+    let http_port = free_port();
+    let extra = format!("challenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\"");
+    let (http, admin) = member("http", free_port(), &extra);
+    http.log.wait_for("plain-HTTP listener", 0);
+    let fetch = |token: &str| {
+        raw_http(
+            ([127, 0, 0, 1], http_port).into(),
+            &format!("GET /.well-known/acme-challenge/{token} HTTP/1.1\r\nHost: {NAME}\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    let answer = serde_json::to_vec(&(NAME, "forged.thumbprint")).unwrap();
+    set(
+        &mut connection,
+        "tlsterm:session:acme:http01:forged",
+        &answer,
+    );
+    assert_eq!(fetch("forged").0, 404);
+    assert_eq!(refused(admin, "acme_http01"), 1.0);
+    let entry = "tlsterm:session:acme:http01:sealed";
+    let answer = serde_json::to_vec(&(NAME, "sealed.thumbprint")).unwrap();
+    set(
+        &mut connection,
+        entry,
+        &fleet_key.seal(entry.as_bytes(), &answer).unwrap(),
+    );
+    assert_eq!(fetch("sealed"), (200, "sealed.thumbprint".to_string()));
+    // The same sealed answer moved to another token: refused.
+    let moved = redis::cmd("GET")
+        .arg(entry)
+        .query::<Vec<u8>>(&mut connection);
+    set(
+        &mut connection,
+        "tlsterm:session:acme:http01:moved",
+        &moved.unwrap(),
+    );
+    assert_eq!(fetch("moved").0, 404);
+    assert_eq!(refused(admin, "acme_http01"), 2.0);
+}
+
 /// HTTP-01 in a fleet: the CA's request may reach a member other than the one that
 /// ordered (a load balancer in front of the fleet), and that member answers it from Redis.
 #[test]
@@ -562,15 +814,16 @@ fn http01_is_answered_by_another_member_of_the_fleet() {
     let redis = Redis::start();
     let (ordering_port, answering_port, ca_http_port) = (free_port(), free_port(), free_port());
     let pebble = Pebble::start(dir.path(), free_port(), ca_http_port, 3600);
-    std::fs::write(dir.path().join("fleet.key"), "66".repeat(32)).unwrap();
+    write_fleet_key(&dir.path().join("fleet.key"), &[&"66".repeat(32)]);
     let member = |name: &str, port: u16, http_port: u16, key_types: &str| {
         let own = dir.path().join(name);
         std::fs::create_dir(&own).unwrap();
         std::fs::copy(dir.path().join("fleet.key"), own.join("fleet.key")).unwrap();
-        let session = format!("[session]\nredis_url = \"{}\"", redis.url());
-        let extra = format!(
-            "fleet_key_file = \"fleet.key\"\nchallenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\""
+        let session = format!(
+            "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"",
+            redis.url()
         );
+        let extra = format!("challenge = \"http-01\"\nhttp_address = \"127.0.0.1:{http_port}\"");
         let config = acme_config(&own, &pebble, port, &extra, &session);
         set_acme_names(
             &config,
@@ -582,7 +835,7 @@ fn http01_is_answered_by_another_member_of_the_fleet() {
     // holds: it never orders, but it serves the port the CA's requests arrive on.
     let mut connection = redis.connection().unwrap();
     let _: () = redis::cmd("SET")
-        .arg(format!("tlsterm:acme:lock:{NAME}_rsa-2048"))
+        .arg(format!("tlsterm:session:acme:lock:{NAME}_rsa-2048"))
         .arg("test")
         .arg("PX")
         .arg(120_000)

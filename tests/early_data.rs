@@ -383,6 +383,40 @@ async fn a_replay_to_another_process_is_refused_through_redis() {
     assert_eq!(metric(b.admin, claims, "op=\"claim\",result=\"ok\""), 1.0);
 }
 
+/// A Redis that loses its claims (FLUSHALL here; a restart without persistence alike)
+/// within a replay window does not let another process accept again a ClientHello
+/// accepted before: 0-RTT is refused across the fleet for one window after, and said so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_after_redis_lost_its_claims_is_refused() {
+    let (redis, _keys, session) = fleet_with_redis();
+    let (backend, mut seen) = recording_backend().await;
+    let a = Setup::start(backend, &session, "true");
+    let b = Setup::start(backend, &session, "true");
+
+    let ticket = a.save_session(&mut seen).await;
+    let recorded = a.early_request_recorded(&ticket).await;
+    assert!(next_request(&mut seen).await.early_tlv);
+    let mut connection = redis.connection().unwrap();
+    redis::cmd("FLUSHALL").query::<()>(&mut connection).unwrap();
+
+    b.replay(&recorded).await;
+    let lost = "result=\"replay_state_lost\"";
+    assert_eq!(metric(b.admin, EARLY_DATA, lost), 1.0);
+    assert_eq!(metric(b.admin, EARLY_DATA, "result=\"accepted\""), 0.0);
+    assert!(b.server.log.contains("Redis kept no 0-RTT claims"));
+    // Another process too, for as long as the window lasts.
+    let since: i64 = redis::cmd("GET")
+        .arg(CLAIMS_SINCE)
+        .query(&mut connection)
+        .unwrap();
+    assert!(since > 0);
+    let request = a.file("request.txt");
+    let early = ["-sess_in", &ticket, "-early_data", &request];
+    let out = client(a.port, &early, GET_CLOSE).await;
+    assert!(out.contains("Early data was rejected"), "{out}");
+    assert_eq!(metric(a.admin, EARLY_DATA, lost), 1.0);
+}
+
 /// A ClientHello refused 0-RTT by one process (its client network had used its share of
 /// the memory) is still claimed in Redis: a copy replayed to another process is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,15 +463,28 @@ async fn a_client_hello_refused_for_its_share_is_claimed_for_the_fleet() {
     assert_eq!(metric(b.admin, EARLY_DATA, "result=\"accepted\""), 0.0);
 }
 
+/// Where a Redis says since when it keeps 0-RTT claims (milliseconds of its clock).
+const CLAIMS_SINCE: &str = "tlsterm:session:0rtt_claims_since";
+
 /// What a fleet of processes shares: a Redis, a ticket key file, and the `[session]`
 /// lines that point at both. Redis runs, and the key file exists, while the first two live.
+/// Its Redis has kept 0-RTT claims for long (as one in service would), so the fleet's
+/// first window does not refuse 0-RTT.
 fn fleet_with_redis() -> (Redis, tempfile::TempDir, String) {
     let redis = Redis::start();
+    let mut connection = redis.connection().unwrap();
+    redis::cmd("SET")
+        .arg(CLAIMS_SINCE)
+        .arg(0)
+        .query::<()>(&mut connection)
+        .unwrap();
     let keys = tempfile::tempdir().unwrap();
+    let fleet_key = fleet_key_file(keys.path(), "fleet.key");
     let session = format!(
-        "{}\nredis_url = {:?}",
+        "{}\nredis_url = {:?}\nfleet_key_file = {:?}",
         shared_ticket_keys(keys.path()),
-        redis.url()
+        redis.url(),
+        fleet_key.display().to_string()
     );
     (redis, keys, session)
 }

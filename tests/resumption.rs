@@ -111,17 +111,22 @@ struct Setup {
     dir: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    /// The fleet key of every process of the test that uses Redis (unless its `[session]`
+    /// names another).
+    fleet_key: PathBuf,
 }
 
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     // ECDSA: cheap full handshakes, so tests that make hundreds of them stay quick.
     let (cert, key) = make_cert(dir.path(), "ecdsa", "localhost", KeyType::EcdsaP256);
+    let fleet_key = fleet_key_file(dir.path(), "fleet.key");
     Setup {
         dir: dir.path().to_path_buf(),
         _dir: dir,
         cert,
         key,
+        fleet_key,
     }
 }
 
@@ -134,6 +139,13 @@ struct Instance {
 impl Setup {
     /// Writes `<name>.toml` (one listener, the given `[session]` body) and starts it.
     fn config(&self, name: &str, port: u16, admin: u16, session: &str) -> PathBuf {
+        let mut session = session.to_string();
+        if session.contains("redis_url") && !session.contains("fleet_key_file") {
+            session += &format!(
+                "\nfleet_key_file = {:?}",
+                self.fleet_key.display().to_string()
+            );
+        }
         let text = format!(
             "workers = 2\n[admin]\naddress = \"127.0.0.1:{admin}\"\n[session]\n{session}\n\n\
              [[listener]]\naddress = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
@@ -309,11 +321,6 @@ async fn ticket_keys_shared_through_redis() {
     let redis = Redis::start();
     let session = shared_keys_session(&redis.url(), "");
     let a = s.start_sharing_keys("a", &session);
-    // The keys cross the network in clear: said at start.
-    assert!(a
-        .server
-        .log
-        .contains("redis_ticket_keys over plain redis://"));
     let b = s.start_sharing_keys("b", &session);
     for version in [SslVersion::TLS1_3, SslVersion::TLS1_2] {
         let client = Client::new(version);
@@ -365,7 +372,6 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     let trusting = "redis_ca_file = \"redis-ca/ca.pem\"";
     let session = shared_keys_session(&redis.url(), trusting);
     let a = s.start_sharing_keys("a", &session);
-    assert!(!a.server.log.contains("over plain redis://"));
     let b = s.start_sharing_keys("b", &session);
     let client = Client::new(SslVersion::TLS1_3);
     let ticket = client.fresh(a.port).await;
@@ -530,6 +536,161 @@ async fn two_processes_share_session_ids_through_redis() {
     // Sessions survive a reload (new TLS contexts, same cache).
     assert!(a.server.reload().contains("reloaded"));
     assert!(client.resumes(a.port, &from_a).await);
+}
+
+impl Redis {
+    fn get(&self, key: &str) -> Vec<u8> {
+        let mut c = self.connection().unwrap();
+        redis::cmd("GET").arg(key).query(&mut c).unwrap()
+    }
+
+    fn set(&self, key: &str, value: &[u8]) {
+        let mut c = self.connection().unwrap();
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(60_000)
+            .query::<()>(&mut c)
+            .unwrap();
+    }
+}
+
+fn session_key(session: &SslSessionRef) -> String {
+    format!("tlsterm:session:{}", hex(session.id()))
+}
+
+const REFUSED: &str = "tlsterm_fleet_entries_refused_total";
+
+/// Redis is not trusted with sessions: what a process stores there is sealed with the
+/// fleet key (no master secret in the clear), a process with the same key resumes it,
+/// one with another key cannot, and an entry altered, forged (a session written in the
+/// clear, with a master secret the writer knows) or moved to another session ID is not
+/// used but counted. A rotated key file (the new key first, the old one after) still
+/// opens what the old key sealed.
+#[tokio::test]
+async fn sessions_in_redis_are_sealed_with_the_fleet_key() {
+    let redis = Redis::start();
+    let s = setup();
+    let session = format!("tickets = false\nredis_url = {:?}", redis.url());
+    let a = s.start("a", &session);
+    let b = s.start("b", &session);
+    let other_key = fleet_key_file(&s.dir, "other.key");
+    let other = format!(
+        "{session}\nfleet_key_file = {:?}",
+        other_key.display().to_string()
+    );
+    let c = s.start("c", &other);
+    let client = Client::new(SslVersion::TLS1_2);
+    let refused = |i: &Instance| i.metric(REFUSED, "entry=\"session\"");
+
+    let from_a = client.fresh(a.port).await;
+    redis.wait_for_session(&from_a);
+    let mut master = vec![0u8; from_a.master_key_len()];
+    from_a.master_key(&mut master);
+    let stored = redis.get(&session_key(&from_a));
+    assert!(
+        !stored.windows(master.len()).any(|w| w == master),
+        "the master secret is not in Redis in the clear"
+    );
+    assert!(client.resumes(b.port, &from_a).await, "the same fleet key");
+    assert!(!client.resumes(c.port, &from_a).await, "another fleet key");
+    assert_eq!(refused(&c), 1.0);
+    assert_eq!(refused(&b), 0.0);
+
+    // Altered: one byte of the sealed entry.
+    let altered = client.fresh(a.port).await;
+    redis.wait_for_session(&altered);
+    let mut entry = redis.get(&session_key(&altered));
+    *entry.last_mut().unwrap() ^= 1;
+    redis.set(&session_key(&altered), &entry);
+    assert!(!client.resumes(b.port, &altered).await);
+    assert_eq!(refused(&b), 1.0);
+
+    // Forged: the session written in the clear by someone who knows its master secret.
+    let forged = client.fresh(a.port).await;
+    redis.wait_for_session(&forged);
+    redis.set(&session_key(&forged), &forged.to_der().unwrap());
+    assert!(!client.resumes(b.port, &forged).await);
+    assert_eq!(refused(&b), 2.0);
+
+    // Moved: another session's sealed entry under this session's ID.
+    let (first, second) = (client.fresh(a.port).await, client.fresh(a.port).await);
+    redis.wait_for_session(&first);
+    redis.wait_for_session(&second);
+    redis.set(&session_key(&second), &redis.get(&session_key(&first)));
+    assert!(!client.resumes(b.port, &second).await);
+    assert_eq!(refused(&b), 3.0);
+    assert_eq!(b.metric("tlsterm_handshake_failures_total", ""), 0.0);
+
+    // Rotation on A: a new key seals, the old one (B's) still opens.
+    let old = std::fs::read_to_string(&s.fleet_key).unwrap();
+    write_fleet_key(&s.fleet_key, &[&fleet_key_line(), old.trim()]);
+    assert!(a.server.reload().contains("reloaded"));
+    let from_b = client.fresh(b.port).await;
+    redis.wait_for_session(&from_b);
+    assert!(client.resumes(a.port, &from_b).await, "the old key opens");
+    let from_a = client.fresh(a.port).await;
+    redis.wait_for_session(&from_a);
+    let d = s.start("d", &session);
+    assert!(client.resumes(d.port, &from_a).await, "the new key seals");
+}
+
+/// Ticket keys shared through Redis are sealed with the fleet key: Redis holds no key in
+/// the clear, a process with another fleet key (or one reading keys a writer put there
+/// in the clear) uses none of them and counts them, and makes tickets under keys of its
+/// own.
+#[tokio::test]
+async fn shared_ticket_keys_are_sealed_with_the_fleet_key() {
+    let s = setup();
+    let redis = Redis::start();
+    let session = shared_keys_session(&redis.url(), "");
+    let a = s.start_sharing_keys("a", &session);
+    let b = s.start_sharing_keys("b", &session);
+    let client = Client::new(SslVersion::TLS1_3);
+    let ticket = client.fresh(a.port).await;
+    assert!(client.resumes(b.port, &ticket).await, "the same fleet key");
+    let name = ticket_key_name(&ticket).unwrap();
+    let mut c = redis.connection().unwrap();
+    let entries: Vec<String> = redis::cmd("KEYS")
+        .arg("tlsterm:session:*ticket_key*")
+        .query(&mut c)
+        .unwrap();
+    assert!(!entries.is_empty());
+    for entry in &entries {
+        let value = redis.get(entry);
+        assert!(
+            !value.windows(name.len()).any(|w| w == name),
+            "{entry} holds the key in the clear"
+        );
+    }
+
+    let not_installed = "shared session ticket keys not installed";
+    let other_key = fleet_key_file(&s.dir, "other.key");
+    let other = format!(
+        "{session}\nfleet_key_file = {:?}",
+        other_key.display().to_string()
+    );
+    let outsider = s.start("outsider", &other);
+    outsider.server.log.wait_for(not_installed, 0);
+    assert!(!client.resumes(outsider.port, &ticket).await);
+    assert!(outsider.metric(REFUSED, "entry=\"ticket_key\"") >= 1.0);
+
+    // A writer replaces every entry with a key of its own, in the clear.
+    let planted = [0x5a_u8; 80];
+    for entry in &entries {
+        redis.set(entry, &planted);
+    }
+    let late = s.start("late", &session);
+    late.server.log.wait_for(not_installed, 0);
+    assert!(late.metric(REFUSED, "entry=\"ticket_key\"") >= 1.0);
+    let own = client.fresh(late.port).await;
+    assert_ne!(
+        ticket_key_name(&own).unwrap(),
+        planted[..16],
+        "the planted key is not used"
+    );
+    assert!(!late.server.log.contains(SHARED_KEYS));
 }
 
 /// Redis killed while clients keep connecting: no handshake fails; resumption through Redis

@@ -8,8 +8,8 @@ use std::process::Command;
 
 use common::*;
 use tlsterm::proxy::proxy_protocol::{
-    self, PP2_SUBTYPE_SSL_CN, PP2_TYPE_TLSTERM_CLIENT_SAN, PP2_TYPE_TLSTERM_CLIENT_SHA256,
-    PP2_TYPE_TLSTERM_CLIENT_SUBJECT,
+    self, PP2_SUBTYPE_SSL_CN, PP2_TYPE_AUTHORITY, PP2_TYPE_TLSTERM_CLIENT_POLICY,
+    PP2_TYPE_TLSTERM_CLIENT_SAN, PP2_TYPE_TLSTERM_CLIENT_SHA256, PP2_TYPE_TLSTERM_CLIENT_SUBJECT,
 };
 use tokio::io::AsyncReadExt;
 
@@ -400,6 +400,150 @@ async fn a_name_requiring_client_certificates_is_not_reached_without_one() {
         &["-servername", "api.test."],
     )
     .await;
+}
+
+/// A name that requires client certificates cannot get around the check that its backend
+/// is not also its listener's by spelling that backend otherwise: the check compares the
+/// addresses the backends resolve to. Refused by `serve --check`, at start and at reload,
+/// naming the lines of both lists; the served configuration stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_spelling_of_the_listener_backend_is_refused_at_start_and_at_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let app = RawBackend::bind().await;
+    let admin = RawBackend::bind().await;
+    let app_port = app.address.port();
+    let port = free_port();
+    let listener = |name_backend: &str| {
+        format!(
+            "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\n\
+             [[listener.server_name]]\nnames = [\"admin.test\"]\nclient_auth = \"required\"\n\
+             client_ca = \"ca.pem\"\nbackends = [\"{name_backend}\"]\n",
+            app.address
+        )
+    };
+    let lines = |text: &str| -> (usize, usize) {
+        let mut at = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("backends"))
+            .map(|(i, _)| i + 1);
+        (at.next().unwrap(), at.next().unwrap())
+    };
+    let spellings = [
+        format!("localhost:{app_port}"),
+        format!("127.1:{app_port}"),
+        format!("127.0.0.1:0{app_port}"),
+        format!("[::ffff:127.0.0.1]:{app_port}"),
+    ];
+    for spelling in &spellings {
+        let config = write_config(dir.path(), "", &[listener(spelling)]);
+        let (listener_line, name_line) = lines(&std::fs::read_to_string(&config).unwrap());
+        let stderr = check_refuses(&config);
+        assert!(
+            stderr.contains(&format!(
+                "tlsterm.toml:{name_line}: key `backends`: `{spelling}`"
+            )) && stderr.contains(&format!("of the listener (line {listener_line})")),
+            "{spelling}: {stderr}"
+        );
+        let start = std::process::Command::new(TLSTERM)
+            .args(["serve", "-c"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&start.stderr);
+        assert!(
+            !start.status.success() && stderr.contains(&format!("tlsterm.toml:{name_line}")),
+            "{spelling} at start: {stderr}"
+        );
+    }
+
+    let config = write_config(dir.path(), "", &[listener(&admin.address.to_string())]);
+    let server = Server::start(&config);
+    let good = std::fs::read_to_string(&config).unwrap();
+    for spelling in &spellings {
+        let bad = good.replace(&admin.address.to_string(), spelling);
+        std::fs::write(&config, &bad).unwrap();
+        let (listener_line, name_line) = lines(&bad);
+        let verdict = tokio::task::block_in_place(|| server.reload());
+        assert!(
+            verdict.contains("reload refused")
+                && verdict.contains(&format!("tlsterm.toml:{name_line}: key `backends`"))
+                && verdict.contains(&format!("(line {listener_line})")),
+            "{spelling}: {verdict}"
+        );
+    }
+    // Still the name's own backend, and still only with a certificate.
+    let out = s_client(port, &["-servername", "admin.test", "-ign_eof"], GET_CLOSE);
+    assert!(out.contains("alert"), "without a certificate: {out}");
+    to_api_backend_as_alice(port, &admin, dir.path(), &["-servername", "admin.test"]).await;
+}
+
+/// With PROXY v2 a backend may serve the listener's client-certificate policy and a
+/// name's stricter one, and then tells them apart by what the header says. An SNI that is
+/// not a host name (`admin.test..`, a trailing space), which would get the listener's
+/// policy while the backend reads the protected name in it, is refused; the AUTHORITY TLV
+/// carries the name as it selected the policy (lower case, no trailing dot); and the
+/// client-policy TLV (0xE5) names the policy that verified the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_is_told_the_name_and_the_policy_that_verified_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    make_client_pki(dir.path());
+    let backend = RawBackend::bind().await;
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"{}\"]\nproxy_protocol = \"v2\"\n\
+         [[listener.server_name]]\nnames = [\"Admin.test\", \"admin2.test\"]\n\
+         client_auth = \"required\"\nclient_ca = \"ca.pem\"\nbackends = [\"{}\"]\n",
+        backend.address, backend.address
+    );
+    let _server = Server::start(&write_config(dir.path(), "", &[listener]));
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    let alice = |sni: &str| -> Vec<String> {
+        [
+            "-servername",
+            sni,
+            "-cert",
+            &p("alice.pem"),
+            "-key",
+            &p("alice.key"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    for sni in ["admin.test..", "ADMIN.test..", "admin.test ", "admin..test"] {
+        let args = alice(sni);
+        let out = tokio::task::block_in_place(|| {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            s_client(port, &args, GET_CLOSE)
+        });
+        assert!(out.contains("alert"), "{sni:?} is refused: {out}");
+    }
+    // The first connection the backend sees is this one: none of the above reached it.
+    let (header, out) = header_for(&backend, port, alice("ADMIN.Test.")).await;
+    assert!(
+        out.contains("Verify return code: ") || out.contains("CONNECTED"),
+        "{out}"
+    );
+    assert_eq!(header.tlv(PP2_TYPE_AUTHORITY), Some(&b"admin.test"[..]));
+    assert_eq!(
+        header.tlv(PP2_TYPE_TLSTERM_CLIENT_POLICY),
+        Some(&b"admin.test"[..])
+    );
+    assert!(header.tlv(PP2_TYPE_TLSTERM_CLIENT_SHA256).is_some());
+    // Another name, and none: the listener's policy, named by an empty value.
+    let (header, _) = header_for(
+        &backend,
+        port,
+        vec!["-servername".into(), "other.test".into()],
+    )
+    .await;
+    assert_eq!(header.tlv(PP2_TYPE_AUTHORITY), Some(&b"other.test"[..]));
+    assert_eq!(header.tlv(PP2_TYPE_TLSTERM_CLIENT_POLICY), Some(&b""[..]));
+    let (header, _) = header_for(&backend, port, vec!["-noservername".into()]).await;
+    assert_eq!(header.tlv(PP2_TYPE_AUTHORITY), None);
+    assert_eq!(header.tlv(PP2_TYPE_TLSTERM_CLIENT_POLICY), Some(&b""[..]));
 }
 
 /// A CA, a leaf for localhost it signed, and a "good" OCSP response for the leaf made by

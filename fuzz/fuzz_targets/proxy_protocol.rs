@@ -96,6 +96,7 @@ fuzz_target!(|input: Input| {
             }),
         early_data: input.early_data,
         resumed: input.resumed,
+        client_policy: input.sni.as_deref().map(|s| bounded_str(s, 255)),
     };
 
     // 2. v1 round trip.

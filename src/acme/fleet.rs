@@ -1,29 +1,33 @@
 //! A fleet orders once: processes that share `[session] redis_url` take a lock in Redis
-//! before ordering a certificate, and share the result there, encrypted (AES-256-GCM with
-//! the `[acme] fleet_key_file` key; Redis is not a secret store), so the others install it
-//! instead of ordering their own.
+//! before ordering a certificate, and share the result there, so the others install it
+//! instead of ordering their own. Redis may be read and written by others: certificates
+//! and challenge answers are sealed with the fleet key (`crate::seal`, the entry's Redis
+//! key as associated data), and one that does not open is ignored. Otherwise whoever can
+//! write to Redis could make a member answer the CA's challenge with their own key
+//! authorization, and so obtain certificates for the fleet's names.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use boring::symm::{decrypt_aead, encrypt_aead, Cipher};
+use arc_swap::ArcSwap;
 use redis::aio::ConnectionManager;
 use zeroize::Zeroizing;
 
 use super::store::Material;
 use crate::config::AcmeCertificate;
-
-const NONCE: usize = 12;
-const TAG: usize = 16;
-const PREFIX: &str = "tlsterm:acme:";
+use crate::seal::{Entry, FleetKey};
 
 pub struct Fleet {
     client: redis::Client,
+    /// `<[session] redis_prefix>acme:`: two fleets sharing a Redis, each with its own
+    /// prefix, take their own locks and share their own answers.
+    prefix: String,
     /// One connection for all requests (made at the first, remade after failures): a
     /// validation connection's lookup must not cost Redis a new connection each time.
     connection: Mutex<Option<ConnectionManager>>,
-    key: Zeroizing<[u8; 32]>,
+    /// Replaced on reload (a rotated key file applies without restarting the orders).
+    key: ArcSwap<FleetKey>,
     /// Bounds every request: a Redis that does not answer fails the attempt (retried later).
     timeout: Duration,
 }
@@ -32,13 +36,23 @@ pub struct Fleet {
 const UNLOCK: &str = r#"if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) else return 0 end"#;
 
 impl Fleet {
-    pub fn new(client: redis::Client, key: Zeroizing<[u8; 32]>) -> Fleet {
+    pub fn new(client: redis::Client, redis_prefix: &str, key: Arc<FleetKey>) -> Fleet {
         Fleet {
             client,
+            prefix: format!("{redis_prefix}acme:"),
             connection: Mutex::new(None),
-            key,
+            key: ArcSwap::new(key),
             timeout: Duration::from_secs(5),
         }
+    }
+
+    pub fn key(&self) -> Arc<FleetKey> {
+        self.key.load_full()
+    }
+
+    /// Seals and opens with `key` from now on (a reload re-read the key file).
+    pub fn set_key(&self, key: Arc<FleetKey>) {
+        self.key.store(key);
     }
 
     /// The shared connection; its I/O runs on the runtime of the first caller (the ACME
@@ -73,7 +87,7 @@ impl Fleet {
         let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
         let mut command = redis::cmd("SET");
         command
-            .arg(format!("{PREFIX}lock:{}", cert.id()))
+            .arg(format!("{}lock:{}", self.prefix, cert.id()))
             .arg(&token)
             .arg("NX")
             .arg("PX")
@@ -87,7 +101,7 @@ impl Fleet {
         command
             .arg(UNLOCK)
             .arg(1)
-            .arg(format!("{PREFIX}lock:{}", cert.id()))
+            .arg(format!("{}lock:{}", self.prefix, cert.id()))
             .arg(token);
         let _: i64 = self.run(&command).await?;
         Ok(())
@@ -96,7 +110,7 @@ impl Fleet {
     /// Whether some process holds the order lock for `cert`.
     pub async fn locked(&self, cert: &AcmeCertificate) -> anyhow::Result<bool> {
         let mut command = redis::cmd("EXISTS");
-        command.arg(format!("{PREFIX}lock:{}", cert.id()));
+        command.arg(format!("{}lock:{}", self.prefix, cert.id()));
         Ok(self.run::<i64>(&command).await? == 1)
     }
 
@@ -107,26 +121,37 @@ impl Fleet {
         digest: &[u8; 32],
         ttl: Duration,
     ) -> anyhow::Result<()> {
+        let entry = format!("{}challenge:{name}", self.prefix);
+        let sealed = self.key.load().seal(entry.as_bytes(), &digest[..])?;
         let mut command = redis::cmd("SET");
         command
-            .arg(format!("{PREFIX}challenge:{name}"))
-            .arg(&digest[..])
+            .arg(&entry)
+            .arg(sealed)
             .arg("PX")
             .arg(ttl.as_millis() as u64);
         let _: () = self.run(&command).await?;
         Ok(())
     }
 
-    /// The answer another process published for `name`.
+    /// The answer another process published for `name`; one that does not open with the
+    /// fleet key is ignored (and counted).
     pub async fn challenge(&self, name: &str) -> anyhow::Result<Option<[u8; 32]>> {
+        let entry = format!("{}challenge:{name}", self.prefix);
         let mut command = redis::cmd("GET");
-        command.arg(format!("{PREFIX}challenge:{name}"));
+        command.arg(&entry);
         let found: Option<Vec<u8>> = self.run(&command).await?;
-        Ok(found.and_then(|digest| digest.try_into().ok()))
+        Ok(found.and_then(|sealed| {
+            let digest = self
+                .key
+                .load()
+                .open(Entry::AcmeChallenge, entry.as_bytes(), &sealed)?;
+            <[u8; 32]>::try_from(digest.as_slice()).ok()
+        }))
     }
 
     /// Tells the fleet the HTTP-01 answer to `name`'s challenge `token` (the CA may reach
-    /// any process). Not sealed: it is what the CA is served, in the clear.
+    /// any process). Sealed although the CA is served it in the clear: what matters is
+    /// that nobody else can publish an answer for the fleet to serve.
     pub async fn publish_http01(
         &self,
         name: &str,
@@ -134,28 +159,40 @@ impl Fleet {
         key_authorization: &str,
         ttl: Duration,
     ) -> anyhow::Result<()> {
+        let entry = format!("{}http01:{token}", self.prefix);
+        let plain = Zeroizing::new(serde_json::to_vec(&(name, key_authorization))?);
+        let sealed = self.key.load().seal(entry.as_bytes(), &plain)?;
         let mut command = redis::cmd("SET");
         command
-            .arg(format!("{PREFIX}http01:{token}"))
-            .arg(serde_json::to_vec(&(name, key_authorization))?)
+            .arg(&entry)
+            .arg(sealed)
             .arg("PX")
             .arg(ttl.as_millis() as u64);
         let _: () = self.run(&command).await?;
         Ok(())
     }
 
-    /// The name and key authorization another process published for the HTTP-01 `token`.
+    /// The name and key authorization another process published for the HTTP-01 `token`
+    /// (the name is sealed with it, and the token is in the associated data); one that
+    /// does not open with the fleet key is ignored (and counted).
     pub async fn http01(&self, token: &str) -> anyhow::Result<Option<(String, String)>> {
+        let entry = format!("{}http01:{token}", self.prefix);
         let mut command = redis::cmd("GET");
-        command.arg(format!("{PREFIX}http01:{token}"));
+        command.arg(&entry);
         let found: Option<Vec<u8>> = self.run(&command).await?;
-        Ok(found.and_then(|answer| serde_json::from_slice(&answer).ok()))
+        Ok(found.and_then(|sealed| {
+            let answer = self
+                .key
+                .load()
+                .open(Entry::AcmeHttp01, entry.as_bytes(), &sealed)?;
+            serde_json::from_slice(&answer).ok()
+        }))
     }
 
     /// The certificate the fleet holds for `cert`, if any.
     pub async fn get(&self, cert: &AcmeCertificate) -> anyhow::Result<Option<Material>> {
         let mut command = redis::cmd("GET");
-        command.arg(format!("{PREFIX}cert:{}", cert.id()));
+        command.arg(format!("{}cert:{}", self.prefix, cert.id()));
         let Some(sealed): Option<Vec<u8>> = self.run(&command).await? else {
             return Ok(None);
         };
@@ -172,7 +209,7 @@ impl Fleet {
         let sealed = self.seal(cert, material)?;
         let mut command = redis::cmd("SET");
         command
-            .arg(format!("{PREFIX}cert:{}", cert.id()))
+            .arg(format!("{}cert:{}", self.prefix, cert.id()))
             .arg(sealed)
             .arg("PX")
             .arg(expires_in.as_millis().max(1) as u64);
@@ -180,51 +217,36 @@ impl Fleet {
         Ok(())
     }
 
+    /// The material as `chain length (4 bytes) ‖ chain ‖ key`, in one buffer sized up
+    /// front and wiped when dropped: nothing of the key is left in a buffer that grew or
+    /// in a parser's scratch space.
     fn seal(&self, cert: &AcmeCertificate, material: &Material) -> anyhow::Result<Vec<u8>> {
-        let plain = Zeroizing::new(serde_json::to_vec(&(
-            material.chain_pem.as_str(),
-            material.key_pem.as_str(),
-        ))?);
-        let mut nonce = [0u8; NONCE];
-        boring::rand::rand_bytes(&mut nonce)?;
-        let mut tag = [0u8; TAG];
-        let aad = cert.id();
-        let sealed = encrypt_aead(
-            Cipher::aes_256_gcm(),
-            self.key.as_slice(),
-            Some(&nonce),
-            aad.as_bytes(),
-            &plain,
-            &mut tag,
-        )?;
-        Ok([&nonce[..], &tag[..], &sealed[..]].concat())
+        let (chain, key) = (material.chain_pem.as_bytes(), material.key_pem.as_bytes());
+        let mut plain = Zeroizing::new(Vec::with_capacity(4 + chain.len() + key.len()));
+        plain.extend_from_slice(&u32::try_from(chain.len())?.to_be_bytes());
+        plain.extend_from_slice(chain);
+        plain.extend_from_slice(key);
+        let entry = format!("{}cert:{}", self.prefix, cert.id());
+        self.key.load().seal(entry.as_bytes(), &plain)
     }
 
     fn open(&self, cert: &AcmeCertificate, sealed: &[u8]) -> anyhow::Result<Material> {
-        anyhow::ensure!(
-            sealed.len() > NONCE + TAG,
-            "shared certificate is truncated"
-        );
-        let (nonce, rest) = sealed.split_at(NONCE);
-        let (tag, data) = rest.split_at(TAG);
-        let plain = Zeroizing::new(
-            decrypt_aead(
-                Cipher::aes_256_gcm(),
-                self.key.as_slice(),
-                Some(nonce),
-                cert.id().as_bytes(),
-                data,
-                tag,
-            )
-            .context(
-                "shared certificate does not decrypt: is fleet_key_file the same everywhere?",
-            )?,
-        );
-        let (chain_pem, key_pem): (String, String) = serde_json::from_slice(&plain)?;
-        Ok(Material {
-            chain_pem,
-            key_pem: Zeroizing::new(key_pem),
-        })
+        let entry = format!("{}cert:{}", self.prefix, cert.id());
+        let plain = self
+            .key
+            .load()
+            .open(Entry::AcmeCertificate, entry.as_bytes(), sealed)
+            .context("the fleet's certificate does not open with the fleet key: is fleet_key_file the same everywhere?")?;
+        let (length, rest) = plain
+            .split_first_chunk::<4>()
+            .context("the fleet's certificate is truncated")?;
+        let length = u32::from_be_bytes(*length) as usize;
+        anyhow::ensure!(length <= rest.len(), "the fleet's certificate is truncated");
+        let (chain, key) = rest.split_at(length);
+        let chain_pem = String::from_utf8(chain.to_vec())?;
+        let key_pem =
+            Zeroizing::new(String::from_utf8(key.to_vec()).context("the fleet's key is not text")?);
+        Ok(Material { chain_pem, key_pem })
     }
 }
 
@@ -236,7 +258,8 @@ mod tests {
     #[test]
     fn sealed_material_opens_only_with_the_key_and_for_its_certificate() {
         let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-        let fleet = Fleet::new(client.clone(), Zeroizing::new([7u8; 32]));
+        let key = |byte| Arc::new(FleetKey::from_keys(vec![Zeroizing::new([byte; 32])]));
+        let fleet = Fleet::new(client.clone(), "tlsterm:session:", key(7));
         let cert = AcmeCertificate {
             names: vec!["a.example".into()],
             key_type: AcmeKeyType::EcdsaP256,
@@ -254,7 +277,7 @@ mod tests {
             fleet.open(&cert, &sealed).unwrap().key_pem.as_str(),
             "SECRET KEY"
         );
-        let other = Fleet::new(client, Zeroizing::new([8u8; 32]));
+        let other = Fleet::new(client, "tlsterm:session:", key(8));
         assert!(other.open(&cert, &sealed).is_err());
         let rsa = AcmeCertificate {
             key_type: AcmeKeyType::Rsa2048,

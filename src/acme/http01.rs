@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock, RwLock};
 use std::time::Duration;
 
@@ -20,10 +20,61 @@ use crate::tls::acme_challenge;
 const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
 /// Connections served at once; more wait in the kernel's accept queue.
 const MAX_CONNECTIONS: usize = 256;
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections one client address (an IPv4 address, an IPv6 /64) may hold at once; more
+/// are closed when accepted. The CA fetches a token with one or two, and without this one
+/// address could hold every slot and keep the CA's fetch waiting in the accept queue.
+const MAX_PER_ADDRESS: usize = 8;
+/// A request's headers must arrive within this, idle keep-alive included: the CA sends
+/// its short request at once, and a connection that sends nothing gives its slot back.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(3);
 /// The longest one connection may hold a slot, whatever it does: a client that sends
 /// requests and never reads the answers would otherwise keep it for good.
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Open connections by client network (see [`MAX_PER_ADDRESS`]).
+static PER_ADDRESS: LazyLock<std::sync::Mutex<HashMap<IpAddr, usize>>> =
+    LazyLock::new(Default::default);
+
+/// The network a client address counts for: IPv4 as it is (an IPv4-mapped IPv6 address
+/// too), IPv6 by its /64, which one host usually holds whole.
+fn client_network(address: IpAddr) -> IpAddr {
+    match address.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mut octets = v6.octets();
+            octets[8..].fill(0);
+            IpAddr::V6(octets.into())
+        }
+        v4 => v4,
+    }
+}
+
+/// One open connection of a client network, counted until dropped.
+struct AddressSlot(IpAddr);
+
+impl AddressSlot {
+    fn take(client: IpAddr) -> Option<AddressSlot> {
+        let network = client_network(client);
+        let mut open = PER_ADDRESS.lock().expect("per-address connections");
+        let count = open.entry(network).or_default();
+        if *count >= MAX_PER_ADDRESS {
+            return None;
+        }
+        *count += 1;
+        Some(AddressSlot(network))
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = PER_ADDRESS.lock().expect("per-address connections");
+        if let Some(count) = open.get_mut(&self.0) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.0);
+            }
+        }
+    }
+}
 
 /// Pending challenges: token → (name, key authorization).
 static PENDING: LazyLock<RwLock<HashMap<String, (String, String)>>> =
@@ -129,14 +180,19 @@ pub fn start(address: SocketAddr) -> anyhow::Result<()> {
             let Ok(permit) = slots.clone().acquire_owned().await else {
                 return;
             };
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
+            let (stream, client) = match listener.accept().await {
+                Ok(accepted) => accepted,
                 Err(_) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             };
+            let Some(address_slot) = AddressSlot::take(client.ip()) else {
+                super::metrics::http_refused("per_address");
+                continue;
+            };
             tokio::spawn(async move {
+                let _address_slot = address_slot;
                 let service = hyper::service::service_fn(|request| async move {
                     Ok::<_, Infallible>(respond(&request).await)
                 });

@@ -15,6 +15,7 @@ struct Series {
     orders: IntCounterVec,
     installed: IntCounterVec,
     next_renewal: IntGaugeVec,
+    http_refused: IntCounterVec,
 }
 
 static SERIES: LazyLock<Series> = LazyLock::new(|| {
@@ -41,11 +42,22 @@ static SERIES: LazyLock<Series> = LazyLock::new(|| {
             r
         )
         .expect("metric"),
+        http_refused: register_int_counter_vec_with_registry!(
+            "acme_http_connections_refused_total",
+            "Connections to the plain-HTTP listener (acme.http_address) closed at once, by reason: per_address (the client's address had as many open as it may)",
+            &["reason"],
+            r
+        )
+        .expect("metric"),
     }
 });
 
 pub fn order(result: &str) {
     SERIES.orders.with_label_values(&[result]).inc();
+}
+
+pub fn http_refused(reason: &str) {
+    SERIES.http_refused.with_label_values(&[reason]).inc();
 }
 
 pub fn installed(source: &str) {

@@ -26,7 +26,7 @@ use std::time::SystemTime;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::config::{read_fleet_key, AcmeCertificate, AcmeConfig, Config};
+use crate::config::{AcmeCertificate, AcmeConfig, Config};
 use crate::tls::CertifiedKey;
 use fleet::Fleet;
 use store::{Facts, Material, Storage};
@@ -63,7 +63,8 @@ pub struct Acme {
 /// The CA and what the tasks share, for one `[acme]` configuration.
 struct CaSetup {
     config: AcmeConfig,
-    redis: Option<(String, Option<PathBuf>)>,
+    /// `[session]`'s `redis_url`, `redis_ca_file` and `redis_prefix`.
+    redis: Option<(String, Option<PathBuf>, String)>,
     storage: Arc<Storage>,
     fleet: Option<Arc<Fleet>>,
     account: Arc<tokio::sync::Mutex<Option<instant_acme::Account>>>,
@@ -109,19 +110,23 @@ impl Acme {
                 loaded: HashMap::new(),
             });
         };
-        let redis = config
-            .session
-            .redis_url
-            .clone()
-            .map(|url| (url, config.session.redis_ca_file.clone()));
+        let redis = config.session.redis_url.clone().map(|url| {
+            let session = &config.session;
+            (
+                url,
+                session.redis_ca_file.clone(),
+                session.redis_prefix.clone(),
+            )
+        });
         let restart = self
             .ca
             .as_ref()
             .is_none_or(|r| r.config != *acme || r.redis != redis);
-        let fleet = match (&redis, &acme.fleet_key_file) {
-            (Some((url, ca)), Some(key)) => {
+        let fleet = match (&redis, &config.session.fleet_key_file) {
+            (Some((url, ca, prefix)), Some(key)) => {
                 let client = crate::session::redis::client(url, ca.as_deref())?;
-                Some(Arc::new(Fleet::new(client, read_fleet_key(key.get_ref())?)))
+                let key = crate::seal::FleetKey::load(key.get_ref())?;
+                Some(Arc::new(Fleet::new(client, prefix, Arc::new(key))))
             }
             _ => None,
         };
@@ -211,6 +216,13 @@ impl Acme {
             restart,
             mut loaded,
         } = plan;
+        let fleet_of = |ca: Option<&CaSetup>| ca.and_then(|ca| ca.fleet.clone());
+        if let (false, Some(current), Some(new)) =
+            (restart, fleet_of(self.ca.as_ref()), fleet_of(ca.as_ref()))
+        {
+            // A rotated fleet key applies at once, without restarting the orders.
+            current.set_key(new.key());
+        }
         if restart {
             for (_, task) in self.tasks.drain() {
                 task.abort();

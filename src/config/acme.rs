@@ -35,9 +35,8 @@ pub struct AcmeConfig {
     /// External account binding, for CAs that require one (key id and the file holding
     /// the base64url HMAC key the CA gave).
     pub external_account: Option<ExternalAccount>,
-    /// With `[session] redis_url`: a file holding 32 random bytes as 64 hex digits, the
-    /// key that encrypts certificates and keys shared through Redis (Redis is not a secret
-    /// store). Every process of a fleet needs the same file.
+    /// No longer here: the fleet key is `[session] fleet_key_file`, which seals everything
+    /// the fleet shares through Redis. Kept so that a configuration naming it is told so.
     pub fleet_key_file: Option<Spanned<PathBuf>>,
     /// The first wait after a failed order; it doubles per failure up to `retry_max`.
     #[serde(default = "default_retry_min", with = "humantime_serde")]
@@ -196,18 +195,28 @@ impl AcmeNames {
 
 impl AcmeConfig {
     /// Resolves its files against the configuration's directory and checks them.
-    pub(super) fn validate(&mut self, map: &SourceMap<'_>, redis: bool) -> Result<(), ConfigError> {
+    pub(super) fn validate(&mut self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
         let url = self.directory.get_ref();
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
+        // Orders and the certificates issued travel between tlsterm and the CA: over TLS
+        // only, so that nobody on the way can answer in the CA's place. Compared without
+        // case, as URL schemes are.
+        let https = url
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
+        if !https || url.len() == 8 {
             return Err(map.error(
                 &self.directory,
                 "key `acme.directory`: must be an https:// URL",
             ));
         }
         *self.storage.get_mut() = map.resolve(self.storage.get_ref());
-        for file in [self.ca_file.as_mut(), self.fleet_key_file.as_mut()]
+        if let Some(file) = &self.fleet_key_file {
+            return Err(map.error(file, "key `acme.fleet_key_file`: moved to `[session] fleet_key_file`, which seals everything the fleet shares through Redis (sessions and ticket keys too): move the line there, and make the file mode 0600"));
+        }
+        for file in self
+            .ca_file
+            .as_mut()
             .into_iter()
-            .flatten()
             .chain(self.external_account.as_mut().map(|e| &mut e.hmac_key_file))
         {
             let resolved = map.resolve(file.get_ref());
@@ -219,14 +228,6 @@ impl AcmeConfig {
             }
             *file.get_mut() = resolved;
         }
-        if let Some(file) = &self.fleet_key_file {
-            if let Err(err) = read_fleet_key(file.get_ref()) {
-                return Err(map.error(file, format!("key `acme.fleet_key_file`: {err}")));
-            }
-        }
-        if redis && self.fleet_key_file.is_none() {
-            return Err(map.plain("key `acme.fleet_key_file`: needed with `[session] redis_url` (certificates and keys shared through Redis are encrypted with it)"));
-        }
         if self.challenge == ChallengeKind::Http01 && self.http_address.is_none() {
             return Err(map.plain("key `acme.challenge`: \"http-01\" needs `acme.http_address`"));
         }
@@ -237,21 +238,6 @@ impl AcmeConfig {
         }
         Ok(())
     }
-}
-
-/// Reads a fleet key file: 64 hex digits (surrounding whitespace allowed).
-pub fn read_fleet_key(path: &std::path::Path) -> anyhow::Result<zeroize::Zeroizing<[u8; 32]>> {
-    let text = zeroize::Zeroizing::new(std::fs::read_to_string(path)?);
-    let hex = text.trim();
-    anyhow::ensure!(
-        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
-        "must hold 32 bytes as 64 hex digits (`openssl rand -hex 32`)"
-    );
-    let mut key = zeroize::Zeroizing::new([0u8; 32]);
-    for (i, byte) in key.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)?;
-    }
-    Ok(key)
 }
 
 #[cfg(test)]

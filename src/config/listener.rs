@@ -2,7 +2,7 @@
 //! and the checks that tie them together (errors name the key and line).
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -130,6 +130,10 @@ pub struct ListenerConfig {
     /// `acme` and its server names').
     #[serde(skip)]
     pub acme_certificates: Vec<AcmeCertificate>,
+    /// Filled at validation without PROXY v2: the backends of each client-certificate
+    /// policy, compared again by address when the backends are resolved.
+    #[serde(skip)]
+    pub backend_policies: Option<BackendPolicies>,
 }
 
 impl ListenerConfig {
@@ -250,12 +254,12 @@ impl ListenerConfig {
                     .map(|crl| crl.path.get_ref().clone()),
                 Some(self.client_crl_check),
             ));
-            check_backends_per_policy(
+            self.backend_policies = Some(check_backends_per_policy(
                 map,
                 &self.server_names,
                 (&self.backends, self.client_auth),
                 &listener_policy,
-            )?;
+            )?);
         }
         let mut acme_certificates = match &self.acme {
             Some(acme) => acme.resolve(map, None, has_acme)?,
@@ -422,43 +426,156 @@ fn check_distinct_names(
     Ok(())
 }
 
+/// One `backends` list of a listener and the client-certificate policy its connections
+/// get: the listener's own (first) or a `[[listener.server_name]]`'s. Kept from validation
+/// so that the check can be made again on the addresses the names resolve to.
+#[derive(Debug, Clone)]
+struct PolicyBackends {
+    /// How messages name it: "the listener" or "[[listener.server_name]] [\"admin.test\"]".
+    owner: String,
+    line: Option<usize>,
+    backends: Vec<String>,
+    policy: ClientPolicy,
+    /// A server name whose policy differs from its listener's (never the listener's own).
+    differs_from_listener: bool,
+}
+
+/// Every `backends` list of a listener without PROXY v2 that serves a client-certificate
+/// policy, for [`ListenerConfig::check_backend_addresses`].
+#[derive(Debug, Clone)]
+pub struct BackendPolicies {
+    file: String,
+    /// The listener's first, then its server names that have backends of their own.
+    entries: Vec<PolicyBackends>,
+}
+
+impl ListenerConfig {
+    /// The check that no backend serves two client-certificate policies (see
+    /// `check_backends_per_policy`), on addresses rather than spellings: `localhost:9001`,
+    /// `127.1:9001`, `127.0.0.1:09001` and `[::ffff:127.0.0.1]:9001` are all the backend
+    /// `127.0.0.1:9001`, and a client that may reach it under the weaker policy gets past
+    /// the stricter one. `addresses` gives what a backend of the list resolves to (what
+    /// the backend pools connect to). The error names the lines of both lists.
+    pub fn check_backend_addresses(
+        &self,
+        addresses: impl Fn(&str) -> Vec<SocketAddr>,
+    ) -> Result<(), ConfigError> {
+        let Some(policies) = &self.backend_policies else {
+            return Ok(());
+        };
+        let shared = |ours: &[String], theirs: &[String]| {
+            let theirs: Vec<(&String, SocketAddr)> = theirs
+                .iter()
+                .flat_map(|b| addresses(b).into_iter().map(move |address| (b, address)))
+                .collect();
+            ours.iter().find_map(|backend| {
+                addresses(backend).into_iter().find_map(|address| {
+                    theirs
+                        .iter()
+                        .find(|(_, other)| same_backend(*other) == same_backend(address))
+                        .map(|(other, other_address)| {
+                            format!("`{backend}` ({address}) is the same backend as `{other}` ({other_address}) of {{owner}}")
+                        })
+                })
+            })
+        };
+        find_shared_backend(&policies.entries, shared).map_err(|(line, message)| ConfigError {
+            file: policies.file.clone(),
+            line,
+            message,
+        })
+    }
+}
+
+/// Where a connection to `address` ends up, for comparing backends: an IPv4-mapped IPv6
+/// address is its IPv4 address, and every loopback or unspecified address (`None`) is
+/// this host, since a backend listening on `0.0.0.0` or `::` is reached through any of
+/// them.
+fn same_backend(address: SocketAddr) -> (Option<IpAddr>, u16) {
+    let ip = address.ip().to_canonical();
+    let host = (!(ip.is_loopback() || ip.is_unspecified())).then_some(ip);
+    (host, address.port())
+}
+
+/// The first server name whose backends are also those of a list serving another
+/// client-certificate policy: its line and the message. `shared(ours, theirs)` says which
+/// backend of `ours` is one of `theirs`, as a sentence in which `{owner}` stands for the
+/// other list's owner.
+fn find_shared_backend(
+    entries: &[PolicyBackends],
+    shared: impl Fn(&[String], &[String]) -> Option<String>,
+) -> Result<(), (Option<usize>, String)> {
+    let Some((listener, names)) = entries.split_first() else {
+        return Ok(());
+    };
+    let at = |line: Option<usize>| line.map_or(String::new(), |line| format!(" (line {line})"));
+    for (index, entry) in names.iter().enumerate() {
+        if entry.differs_from_listener {
+            if let Some(sentence) = shared(&entry.backends, &listener.backends) {
+                let sentence =
+                    sentence.replace("{owner}", &format!("the listener{}", at(listener.line)));
+                return Err((entry.line, format!("key `backends`: {sentence}, and this name's client-certificate policy differs from the listener's: a client sending another name, or none, would reach it under the listener's policy. Give this name backends of its own, or set the listener's proxy_protocol = \"v2\" so that the backend sees each connection's name and client certificate")));
+            }
+        }
+        for earlier in &names[..index] {
+            if earlier.policy == entry.policy {
+                continue;
+            }
+            if let Some(sentence) = shared(&entry.backends, &earlier.backends) {
+                let sentence =
+                    sentence.replace("{owner}", &format!("{}{}", earlier.owner, at(earlier.line)));
+                return Err((entry.line, format!("key `backends`: {sentence}, whose client-certificate policy differs: a client could reach it under the weaker one. Give each its own backends, or set the listener's proxy_protocol = \"v2\" so that the backend sees each connection's name and client certificate")));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A backend must not serve two client-certificate policies (a server name's and its
 /// listener's, or two server names') unless PROXY v2 tells it each connection's name and
 /// certificate: a client could reach it through the weaker one by sending that name (or
 /// none, for the listener's), and the other in `Host`. Called without PROXY v2 only.
+/// Compares the backends as written; state building compares the addresses they resolve
+/// to again ([`ListenerConfig::check_backend_addresses`]), with the lists this returns.
 fn check_backends_per_policy(
     map: &SourceMap<'_>,
     server_names: &[ServerNameConfig],
     (listener_backends, listener_auth): (&Spanned<Vec<String>>, ClientAuth),
     listener_policy: &ClientPolicy,
-) -> Result<(), ConfigError> {
-    let with_backends: Vec<(&ServerNameConfig, ClientPolicy)> = server_names
-        .iter()
-        .filter(|block| block.backends.is_some())
-        .map(|block| (block, block.client_policy(listener_policy)))
-        .collect();
-    for (index, (block, policy)) in with_backends.iter().enumerate() {
-        let backends = block.backends.as_ref().expect("filtered");
-        let shared_with =
-            |others: &[String]| backends.get_ref().iter().find(|b| others.contains(b));
-        let shared = shared_with(listener_backends.get_ref());
-        if let Some(shared) = shared.filter(|_| block.client_policy_differs(listener_auth)) {
-            return Err(map.error(
-                backends,
-                format!("key `backends`: `{shared}` is the listener's too, and this name's client-certificate policy differs from the listener's: a client sending another name, or none, would reach it under the listener's policy. Give this name backends of its own, or set the listener's proxy_protocol = \"v2\" so that the backend sees each connection's name and client certificate"),
-            ));
-        }
-        for (earlier, earlier_policy) in &with_backends[..index] {
-            let shared = shared_with(earlier.backends.as_ref().expect("filtered").get_ref());
-            if let Some(shared) = shared.filter(|_| policy != earlier_policy) {
-                return Err(map.error(
-                    backends,
-                    format!("key `backends`: `{shared}` is also the backend of {:?}, whose client-certificate policy differs: a client could reach it under the weaker one. Give each its own backends, or set the listener's proxy_protocol = \"v2\" so that the backend sees each connection's name and client certificate", earlier.names.get_ref()),
-                ));
-            }
-        }
+) -> Result<BackendPolicies, ConfigError> {
+    let mut entries = vec![PolicyBackends {
+        owner: "the listener".into(),
+        line: map.line(listener_backends),
+        backends: listener_backends.get_ref().clone(),
+        policy: listener_policy.clone(),
+        differs_from_listener: false,
+    }];
+    for block in server_names {
+        let Some(backends) = &block.backends else {
+            continue;
+        };
+        entries.push(PolicyBackends {
+            owner: format!("[[listener.server_name]] {:?}", block.names.get_ref()),
+            line: map.line(backends),
+            backends: backends.get_ref().clone(),
+            policy: block.client_policy(listener_policy),
+            differs_from_listener: block.client_policy_differs(listener_auth),
+        });
     }
-    Ok(())
+    let same_spelling = |ours: &[String], theirs: &[String]| {
+        ours.iter()
+            .find(|backend| theirs.contains(backend))
+            .map(|backend| format!("`{backend}` is also a backend of {{owner}}"))
+    };
+    find_shared_backend(&entries, same_spelling).map_err(|(line, message)| ConfigError {
+        file: map.file().to_string(),
+        line,
+        message,
+    })?;
+    Ok(BackendPolicies {
+        file: map.file().to_string(),
+        entries,
+    })
 }
 
 pub(super) fn check_backends(

@@ -33,12 +33,13 @@ mod tests;
 mod tls_names;
 
 pub use acme::{
-    read_fleet_key, AcmeCertificate, AcmeConfig, AcmeKeyType, AcmeNames, ChallengeKind,
-    ExternalAccount,
+    AcmeCertificate, AcmeConfig, AcmeKeyType, AcmeNames, ChallengeKind, ExternalAccount,
 };
 pub use client_trust::{ClientAuth, CrlCheck, CrlFile};
 pub use engine::{EngineConfig, EngineKernel, EngineMode, KeyShares};
-pub use listener::{CertificateConfig, ListenerConfig, ProxyProtocol, UnknownSni, BUILTIN_BACKEND};
+pub use listener::{
+    BackendPolicies, CertificateConfig, ListenerConfig, ProxyProtocol, UnknownSni, BUILTIN_BACKEND,
+};
 pub use ocsp::OcspConfig;
 pub use process::{default_admin_address, AdminConfig, LogConfig, ProcessSettings};
 pub use server_name::{normal_name, ServerNameConfig};
@@ -148,8 +149,19 @@ impl Config {
             *path = map.resolve(path);
         }
         let redis = self.session.redis_url.is_some();
+        if let Some(file) = &mut self.session.fleet_key_file {
+            *file.get_mut() = map.resolve(file.get_ref());
+            if let Err(err) = crate::seal::FleetKey::load(file.get_ref()) {
+                return Err(map.error(file, format!("key `fleet_key_file`: {err:#}")));
+            }
+        } else if redis {
+            return Err(map.table_error(
+                "session",
+                "key `fleet_key_file` is needed with `redis_url`: what the fleet shares through Redis (sessions, ticket keys, ACME answers and certificates) is sealed with it, since whoever can read or write Redis must not be able to use or forge them. Make one with `(umask 077; openssl rand -hex 32 > fleet.key)`, the same on every process",
+            ));
+        }
         if let Some(acme) = &mut self.acme {
-            acme.validate(map, redis)?;
+            acme.validate(map)?;
         }
         self.engine.validate(map)?;
         self.ocsp.validate(map)?;

@@ -86,6 +86,14 @@ impl ServerNameConfig {
         ))
     }
 
+    /// Whether it sets any client-certificate setting of its own.
+    pub fn has_own_client_policy(&self) -> bool {
+        self.client_auth.is_some()
+            || self.client_ca.is_some()
+            || self.client_crl.is_some()
+            || self.client_crl_check.is_some()
+    }
+
     /// Whether its connections are checked for client certificates otherwise than the
     /// listener's (`listener_auth`): another `client_auth`, or its own CA or CRL settings
     /// while certificates are asked for.

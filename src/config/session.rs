@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use toml::Spanned;
 
 /// With `redis_ticket_keys`, how many epochs of keys a ticket can outlive its own by.
 const MAX_SHARED_EPOCHS: u32 = 1000;
@@ -47,6 +48,13 @@ pub struct SessionConfig {
     pub redis_timeout: Duration,
     /// Prefix of the Redis keys (followed by the session ID in hex).
     pub redis_prefix: String,
+    /// Needed with `redis_url`: the fleet key, which seals what the fleet shares through
+    /// Redis (sessions, ticket keys, ACME answers and certificates), so that whoever can
+    /// read or write Redis can neither use nor forge them. One key per line (64 hex
+    /// digits, `openssl rand -hex 32`): the first seals, all open (rotation). Mode 0600:
+    /// refused if group or others may access it. Every process of a fleet needs the same
+    /// keys. Re-read on reload.
+    pub fleet_key_file: Option<Spanned<PathBuf>>,
     /// Share the ticket keys of the fleet through Redis (`redis_url`): one key per
     /// `ticket_rotation` epoch of the wall clock, created by the first process that needs
     /// it, kept for `ticket_grace` after its epoch. Instead of `ticket_key_file`.
@@ -75,6 +83,7 @@ impl Default for SessionConfig {
             redis_ca_file: None,
             redis_timeout: Duration::from_millis(20),
             redis_prefix: "tlsterm:session:".into(),
+            fleet_key_file: None,
             redis_ticket_keys: false,
             early_data_replay_entries: 100_000,
             early_data_replay_client_share: 0.01,

@@ -38,14 +38,23 @@ impl<'a> SourceMap<'a> {
     }
 
     pub fn error<T>(&self, span: &Spanned<T>, message: impl Into<String>) -> ConfigError {
-        let range = span.span();
-        // Defaults carry an empty span at 0: they have no line.
-        let line = (range.end > 0).then(|| self.text[..range.start].matches('\n').count() + 1);
         ConfigError {
             file: self.file.to_string(),
-            line,
+            line: self.line(span),
             message: message.into(),
         }
+    }
+
+    /// The line a value was written on.
+    pub fn line<T>(&self, span: &Spanned<T>) -> Option<usize> {
+        let range = span.span();
+        // Defaults carry an empty span at 0: they have no line.
+        (range.end > 0).then(|| self.text[..range.start].matches('\n').count() + 1)
+    }
+
+    /// The configuration's name in messages.
+    pub fn file(&self) -> &str {
+        self.file
     }
 
     /// An error about a `[table]` as a whole: it names the table's header line.

@@ -236,6 +236,73 @@ fn acme_names_without_acme_section_name_their_line() {
     assert!(err.contains("fleet_key_file"), "{err}");
 }
 
+/// The fleet key: needed with Redis (the error names `[session]`), refused with its line
+/// and key when group or others may read it, or when it holds no key; `[acme]
+/// fleet_key_file` says where it went.
+#[test]
+fn the_fleet_key_file_is_checked_and_names_its_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("fleet.key");
+    std::fs::write(&key, "ab".repeat(32)).unwrap();
+    let listener = "\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    let redis = "workers = 1\n\n[session]\nredis_url = \"redis://127.0.0.1/\"\n";
+    let err = Config::parse("t.toml", &format!("{redis}{listener}")).unwrap_err();
+    assert_eq!(err.line, Some(3), "{err}");
+    assert!(
+        err.message.contains("key `fleet_key_file` is needed"),
+        "{err}"
+    );
+
+    let with_key = format!("{redis}fleet_key_file = {key:?}\n{listener}");
+    for mode in [0o644, 0o640, 0o606] {
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+        let err = Config::parse("t.toml", &with_key).unwrap_err();
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(
+            err.message.starts_with("key `fleet_key_file`")
+                && err.message.contains(&format!("mode {mode:04o}")),
+            "{err}"
+        );
+    }
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = Config::parse("t.toml", &with_key).unwrap();
+    assert_eq!(config.session.fleet_key_file.unwrap().get_ref(), &key);
+    std::fs::write(&key, "# rotated out\n").unwrap();
+    let err = Config::parse("t.toml", &with_key).unwrap_err();
+    assert_eq!(err.line, Some(5), "{err}");
+    assert!(err.message.contains("no key"), "{err}");
+
+    let acme = format!("[acme]\ndirectory = \"https://ca.example/dir\"\nstorage = \"s\"\nfleet_key_file = {key:?}\n{listener}");
+    let err = Config::parse("t.toml", &acme).unwrap_err();
+    assert_eq!(err.line, Some(4), "{err}");
+    assert!(
+        err.message.contains("moved to `[session] fleet_key_file`"),
+        "{err}"
+    );
+}
+
+/// The ACME directory must be https:// (its error always said so).
+#[test]
+fn an_acme_directory_that_is_not_https_names_its_line() {
+    let listener = "\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
+    for directory in [
+        "http://ca.example/dir",
+        "ftp://ca.example/",
+        "https://",
+        "ca.example",
+    ] {
+        let text = format!("[acme]\nstorage = \"s\"\ndirectory = \"{directory}\"\n{listener}");
+        let err = Config::parse("t.toml", &text).unwrap_err();
+        assert_eq!(err.line, Some(3), "{directory}: {err}");
+        assert!(err.message.contains("must be an https:// URL"), "{err}");
+    }
+    for directory in ["https://ca.example/dir", "HTTPS://ca.example/dir"] {
+        let text = format!("[acme]\nstorage = \"s\"\ndirectory = \"{directory}\"\n{listener}");
+        Config::parse("t.toml", &text).unwrap();
+    }
+}
+
 #[test]
 fn a_ticket_rotation_too_long_for_shared_keys_names_its_line() {
     let text = "workers = 1\n\n[session]\nticket_rotation = \"100000000000000000s\"\nredis_ticket_keys = true\nredis_url = \"redis://127.0.0.1/\"\n\n[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n";
@@ -368,6 +435,78 @@ fn a_backend_shared_by_two_names_of_different_client_policies_needs_proxy_v2() {
     ] {
         Config::parse("t.toml", &accepted).unwrap();
     }
+}
+
+/// The same check on the addresses the backends resolve to: another spelling of the
+/// listener's backend (a name, a shortened or zero-padded IPv4 address, an IPv4-mapped
+/// IPv6 one, another loopback address) is the same backend, and the error names the
+/// lines of both lists.
+#[test]
+fn a_backend_spelled_otherwise_is_compared_by_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "").unwrap();
+    let text = |name_backends: &str| {
+        format!("[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"127.0.0.1:9001\"]\n\n[[listener.server_name]]\nnames = [\"admin.test\"]\nclient_auth = \"required\"\nclient_ca = {ca:?}\nbackends = [{name_backends}]\n[[listener.server_name]]\nnames = [\"partner.test\"]\nclient_auth = \"optional\"\nclient_ca = {ca:?}\nbackends = [\"10.0.0.2:80\"]\n")
+    };
+    let resolve = |backend: &str| -> Vec<std::net::SocketAddr> {
+        match backend {
+            "localhost:9001" => vec![
+                "[::1]:9001".parse().unwrap(),
+                "127.0.0.1:9001".parse().unwrap(),
+            ],
+            "127.1:9001" | "127.0.0.1:09001" => vec!["127.0.0.1:9001".parse().unwrap()],
+            "other.test:80" => vec!["10.0.0.2:80".parse().unwrap()],
+            "own.test:9002" => vec!["127.0.0.1:9002".parse().unwrap()],
+            written => vec![written.parse().unwrap()],
+        }
+    };
+    for spelling in [
+        "localhost:9001",
+        "127.1:9001",
+        "127.0.0.1:09001",
+        "[::ffff:127.0.0.1]:9001",
+        "127.0.0.2:9001",
+        "[::1]:9001",
+        "0.0.0.0:9001",
+    ] {
+        let config = Config::parse(
+            "t.toml",
+            &text(&format!("\"own.test:9002\", \"{spelling}\"")),
+        )
+        .unwrap();
+        let err = config.listeners[0]
+            .check_backend_addresses(resolve)
+            .unwrap_err();
+        assert_eq!(err.line, Some(9), "{spelling}: {err}");
+        assert!(
+            err.message.contains(&format!("`{spelling}`"))
+                && err.message.contains("`127.0.0.1:9001`")
+                && err.message.contains("the listener (line 3)"),
+            "{spelling}: {err}"
+        );
+    }
+    // Two names of different policies: the second's line, and the first's.
+    let config = Config::parse("t.toml", &text("\"own.test:9002\"")).unwrap();
+    config.listeners[0]
+        .check_backend_addresses(resolve)
+        .unwrap();
+    let both = text("\"other.test:80\"");
+    let config = Config::parse("t.toml", &both).unwrap();
+    let err = config.listeners[0]
+        .check_backend_addresses(resolve)
+        .unwrap_err();
+    assert_eq!(err.line, Some(14), "{err}");
+    assert!(
+        err.message.contains("`10.0.0.2:80`") && err.message.contains("(line 9)"),
+        "{err}"
+    );
+    // With PROXY v2 the backend tells the policies apart: nothing to compare.
+    let v2 = text("\"localhost:9001\"").replace("\n\n", "\nproxy_protocol = \"v2\"\n");
+    let config = Config::parse("t.toml", &v2).unwrap();
+    config.listeners[0]
+        .check_backend_addresses(resolve)
+        .unwrap();
 }
 
 #[test]

@@ -38,6 +38,12 @@ pub const PP2_TYPE_TLSTERM_CLIENT_INCOMPLETE: u8 = 0xE4;
 /// bytes reached tlsterm before the handshake completed and may be a replay (RFC 8470
 /// tells an HTTP backend what not to do with such a request).
 pub const PP2_TYPE_TLSTERM_EARLY_DATA: u8 = 0xE3;
+/// Which client-certificate policy the connection was verified under: the first name of
+/// the `[[listener.server_name]]` whose own policy applied (lower case, as in the
+/// configuration), or empty for the listener's. With a backend shared by several
+/// policies (allowed with PROXY v2 only), this, not the AUTHORITY TLV, says how much the
+/// client certificate was checked.
+pub const PP2_TYPE_TLSTERM_CLIENT_POLICY: u8 = 0xE5;
 
 /// A client certificate that BoringSSL verified against `client_ca`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +58,8 @@ pub struct ClientIdentity {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsDetails {
     pub alpn: Option<Vec<u8>>,
+    /// The AUTHORITY TLV: the name as it selected the connection's settings (lower case,
+    /// without a trailing dot).
     pub sni: Option<String>,
     pub version: String,
     pub cipher: String,
@@ -62,6 +70,8 @@ pub struct TlsDetails {
     /// The session was resumed: a client certificate, if any, was presented on the
     /// connection that made the session, not on this one.
     pub resumed: bool,
+    /// [`PP2_TYPE_TLSTERM_CLIENT_POLICY`]; not sent when `None`.
+    pub client_policy: Option<String>,
 }
 
 #[cfg(test)]

@@ -212,7 +212,10 @@ async fn open_backend(
     let header = match state.config.proxy_protocol {
         ProxyProtocol::None => return Ok(backend),
         ProxyProtocol::V1 => proxy_protocol::encode_v1(client, local),
-        ProxyProtocol::V2 => proxy_protocol::encode_v2(client, local, &negotiated.tls_details()),
+        ProxyProtocol::V2 => {
+            let policy = state.client_policy(negotiated.sni.as_deref());
+            proxy_protocol::encode_v2(client, local, &negotiated.tls_details(policy))
+        }
     };
     backend
         .write_all(&header)

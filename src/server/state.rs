@@ -2,14 +2,16 @@
 //! the embedded pair, ACME), its TLS contexts and its backend pools. Built whole for
 //! every listener, so that a broken reload changes nothing.
 
+use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use zeroize::Zeroizing;
 
 use super::metrics;
-use crate::config::{Config, ListenerConfig, BUILTIN_BACKEND};
+use crate::config::{normal_name, Config, ListenerConfig, BUILTIN_BACKEND};
 use crate::proxy::pool::{BackendAddress, BackendPool};
 use crate::session::Sessions;
 use crate::tls::{CertifiedKey, ServerTls};
@@ -31,6 +33,24 @@ impl ListenerState {
     pub fn pool_for(&self, sni: Option<&str>) -> &BackendPool {
         &self.pools[self.tls.profile_index(sni)]
     }
+
+    /// The client-certificate policy a connection with this SNI is verified under, as
+    /// PROXY v2 names it: the first name of the `[[listener.server_name]]` with a policy of
+    /// its own, or "" for the listener's.
+    pub fn client_policy(&self, sni: Option<&str>) -> String {
+        let index = self.tls.profile_index(sni);
+        let Some(block) = index.checked_sub(1).map(|i| &self.config.server_names[i]) else {
+            return String::new();
+        };
+        match block.has_own_client_policy() {
+            true => block
+                .names
+                .get_ref()
+                .first()
+                .map_or_else(String::new, |n| normal_name(n)),
+            false => String::new(),
+        }
+    }
 }
 
 pub(super) fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec<CertifiedKey>> {
@@ -45,13 +65,11 @@ pub(super) fn load_certificates(listener: &ListenerConfig) -> anyhow::Result<Vec
             let read = |path: &PathBuf| {
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
             };
-            let mut certified = CertifiedKey::from_pem(
-                &read(c.cert.get_ref())?,
-                &read(c.key.get_ref())?,
-                &c.names,
-                c.default,
-            )
-            .with_context(|| format!("certificate {}", c.cert.get_ref().display()))?;
+            // The key's PEM is wiped once parsed, at start and at every reload alike.
+            let key_pem = Zeroizing::new(read(c.key.get_ref())?);
+            let mut certified =
+                CertifiedKey::from_pem(&read(c.cert.get_ref())?, &key_pem, &c.names, c.default)
+                    .with_context(|| format!("certificate {}", c.cert.get_ref().display()))?;
             certified.ocsp = c
                 .ocsp
                 .as_ref()
@@ -205,9 +223,31 @@ pub fn build_states(
                 sessions,
                 &config.session,
             )?;
+            // Each backend resolved once: the pools connect to these addresses, and the
+            // check that no backend serves two client-certificate policies compares them.
+            let mut resolved: HashMap<&str, Vec<SocketAddr>> = HashMap::new();
+            let per_name = listener
+                .server_names
+                .iter()
+                .filter_map(|n| n.backends.as_ref());
+            for backend in std::iter::once(&listener.backends)
+                .chain(per_name)
+                .flat_map(|backends| backends.get_ref())
+            {
+                if !resolved.contains_key(backend.as_str()) {
+                    let addresses = resolve_backends(std::slice::from_ref(backend), builtin)?;
+                    resolved.insert(backend, addresses);
+                }
+            }
+            listener
+                .check_backend_addresses(|backend| resolved[backend].clone())
+                .with_context(|| format!("listener {}", listener.address()))?;
             let pool = |backends: &[String]| -> anyhow::Result<Arc<BackendPool>> {
                 Ok(Arc::new(BackendPool::new(
-                    resolve_backends(backends, builtin)?,
+                    backends
+                        .iter()
+                        .flat_map(|backend| resolved[backend.as_str()].iter().copied())
+                        .collect(),
                     listener.connect_timeout,
                     listener.backend_retry,
                 )))

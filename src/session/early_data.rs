@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::handle::Sessions;
 use super::metrics::METRICS;
-use super::redis::{RedisReply, RedisStore};
+use super::redis::{Claim, RedisReply, RedisStore};
 use super::replay::Verdict;
 use super::{redis, replay, ticket_key};
 
@@ -88,8 +88,9 @@ impl EarlyDataCheck {
                     .with_label_values(&["claim", outcome.label()])
                     .inc();
                 match outcome {
-                    RedisReply::Done(true) => Verdict::Fresh,
-                    RedisReply::Done(false) => Verdict::Replayed,
+                    RedisReply::Done(Claim::First) => Verdict::Fresh,
+                    RedisReply::Done(Claim::Taken) => Verdict::Replayed,
+                    RedisReply::Done(Claim::StateLost) => Verdict::StateLost,
                     _ => {
                         claim_in_background(&redis, key);
                         Verdict::Unchecked

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
+use anyhow::Context as _;
 use arc_swap::ArcSwapOption;
 use boring::ssl::SslSessionRef;
 
@@ -15,6 +16,7 @@ use super::redis::{RedisReply, RedisStore};
 use super::replay::ReplayGuard;
 use super::tickets::{unix_now, KeySource, TicketKeys};
 use crate::config::SessionConfig;
+use crate::seal::FleetKey;
 
 // What `[session]` asks of the ticket keys, the session cache and Redis.
 
@@ -27,9 +29,25 @@ pub(super) fn key_source(config: &SessionConfig) -> KeySource {
     }
 }
 
-/// The Redis store `redis_url` names, if any (it connects on first use).
-pub(super) fn redis_store(config: &SessionConfig) -> anyhow::Result<Option<Arc<RedisStore>>> {
-    let Some(url) = &config.redis_url else {
+/// The fleet key `fleet_key_file` holds, read again (a reload applies a rotated file).
+pub(super) fn fleet_key(config: &SessionConfig) -> anyhow::Result<Option<Arc<FleetKey>>> {
+    let Some(file) = &config.fleet_key_file else {
+        anyhow::ensure!(
+            config.redis_url.is_none(),
+            "[session] redis_url needs fleet_key_file: what is shared through Redis is sealed with it"
+        );
+        return Ok(None);
+    };
+    let key = FleetKey::load(file.get_ref()).context("[session] fleet_key_file")?;
+    Ok(Some(Arc::new(key)))
+}
+
+/// The Redis store `redis_url` names, if any (it connects on first use), sealing with `key`.
+pub(super) fn redis_store(
+    config: &SessionConfig,
+    key: Option<Arc<FleetKey>>,
+) -> anyhow::Result<Option<Arc<RedisStore>>> {
+    let (Some(url), Some(key)) = (&config.redis_url, key) else {
         return Ok(None);
     };
     let store = RedisStore::new(
@@ -37,6 +55,7 @@ pub(super) fn redis_store(config: &SessionConfig) -> anyhow::Result<Option<Arc<R
         config.redis_ca_file.as_deref(),
         &config.redis_prefix,
         config.redis_timeout,
+        key,
     )?;
     Ok(Some(Arc::new(store)))
 }
@@ -81,7 +100,7 @@ impl Sessions {
         config.validate()?;
         let tickets = Arc::new(TicketKeys::new(key_source(config), Instant::now())?);
         let (entries, bytes) = cache_bounds(config);
-        let redis = redis_store(config)?;
+        let redis = redis_store(config, fleet_key(config)?)?;
         TICKET_KEYS.store(Some(tickets.clone()));
         LazyLock::force(&METRICS);
         let sessions = Sessions {
@@ -129,9 +148,6 @@ impl Sessions {
         let (Some(redis), true) = (self.inner.redis.load_full(), config.redis_ticket_keys) else {
             return;
         };
-        if !redis.uses_tls() {
-            tracing::warn!("redis_ticket_keys over plain redis://: the fleet's session ticket keys cross the network in clear, and whoever reads them can decrypt every ticket (and the sessions' secrets); use rediss://");
-        }
         let tickets = self.inner.tickets.clone();
         let (rotation, grace) = (config.ticket_rotation, config.ticket_grace);
         // Epoch and key name of the shared keys last installed.
@@ -212,15 +228,19 @@ impl Sessions {
                 redis_changed || sync(&current) != sync(config),
             )
         };
+        let key = fleet_key(config)?;
         let redis = match redis_changed {
-            true => Some(redis_store(config)?),
+            true => Some(redis_store(config, key.clone())?),
             false => None,
         };
         inner
             .tickets
             .reconfigure(key_source(config), Instant::now())?;
-        if let Some(redis) = redis {
-            inner.redis.store(redis);
+        match (redis, inner.redis.load_full(), key) {
+            (Some(redis), _, _) => inner.redis.store(redis),
+            // Same Redis: a rotated key file applies to it, the ticket key task included.
+            (None, Some(current), Some(key)) => current.set_key(key),
+            _ => {}
         }
         let (entries, bytes) = cache_bounds(config);
         {

@@ -13,16 +13,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use arc_swap::ArcSwap;
 use redis::aio::ConnectionManager;
 use tokio::runtime::Handle;
 use tokio::task::{AbortHandle, JoinHandle};
-use zeroize::Zeroize;
+use zeroize::Zeroizing;
 
 use super::redis_client::runtime;
 pub use super::redis_client::{client, connect, redacted};
 use super::ticket_key::{hex, TicketKey, KEY_FILE_ENTRY_LEN};
 use super::tickets::{shared_epochs, unix_now, SharedKey};
 use crate::config::redis_uses_tls;
+use crate::seal::{Entry, FleetKey};
 
 /// Operations in flight at once; beyond this, lookups miss and stores are dropped.
 const MAX_IN_FLIGHT: usize = 4096;
@@ -65,10 +67,45 @@ fn claim_command(key: &str, ttl: Duration) -> redis::Cmd {
     command
 }
 
-/// A lookup in flight: the serialized session, if Redis has it.
+/// A lookup in flight: the serialized session, if Redis has one that opens.
 pub type PendingGet = JoinHandle<RedisReply<Option<Vec<u8>>>>;
-/// A claim in flight: whether this process was first.
-pub type PendingClaim = JoinHandle<RedisReply<bool>>;
+/// A claim in flight.
+pub type PendingClaim = JoinHandle<RedisReply<Claim>>;
+
+/// What a 0-RTT claim came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The first claim of this key across every process sharing this Redis.
+    First,
+    /// Claimed before.
+    Taken,
+    /// Redis lost its claims less than a window ago (flushed, or restarted without
+    /// persistence): a ClientHello accepted before may have been forgotten.
+    StateLost,
+}
+
+/// Claims `KEYS[1]` (SET NX for `ARGV[1]` ms) and reports, on Redis's own clock, how long
+/// ago the claims began to be kept: `KEYS[2]` holds that time, written when missing.
+/// Redis that lost its claims (FLUSHALL, a restart without persistence) lost that marker
+/// with them, so a process that finds it younger than a window knows that a ClientHello
+/// accepted before may be claimed nowhere any more. Replies `{claimed, age in ms,
+/// whether the marker was written now}`.
+const CLAIM: &str = r#"
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local since = redis.call("GET", KEYS[2])
+local written = 0
+if not since then
+  redis.call("SET", KEYS[2], now)
+  since = now
+  written = 1
+end
+local claimed = redis.call("SET", KEYS[1], 1, "NX", "PX", ARGV[1])
+return {claimed and 1 or 0, now - tonumber(since), written}
+"#;
+
+/// The key holding when this Redis began keeping 0-RTT claims (see [`CLAIM`]).
+const CLAIMS_SINCE: &str = "0rtt_claims_since";
 
 pub struct RedisStore {
     client: redis::Client,
@@ -78,6 +115,9 @@ pub struct RedisStore {
     connection: ConnectionManager,
     in_flight: Arc<AtomicUsize>,
     health: Arc<Health>,
+    /// Seals what is stored and opens what is read; replaced by a reload that re-read
+    /// the key file, also in the ticket key task already running.
+    key: Arc<ArcSwap<FleetKey>>,
 }
 
 /// Whether the last request failed: the log says when Redis starts failing and when it
@@ -129,6 +169,7 @@ impl RedisStore {
         ca: Option<&Path>,
         prefix: &str,
         timeout: Duration,
+        key: Arc<FleetKey>,
     ) -> anyhow::Result<RedisStore> {
         let client = client(url, ca)?;
         let handle = runtime()?;
@@ -142,7 +183,13 @@ impl RedisStore {
             connection,
             in_flight: Arc::new(AtomicUsize::new(0)),
             health: Arc::default(),
+            key: Arc::new(ArcSwap::new(key)),
         })
+    }
+
+    /// Seals and opens with `key` from now on.
+    pub fn set_key(&self, key: Arc<FleetKey>) {
+        self.key.store(key);
     }
 
     /// Whether the connection is TLS (rediss://).
@@ -162,34 +209,54 @@ impl RedisStore {
         Some(InFlight(self.in_flight.clone()))
     }
 
-    /// Looks a session up; the answer comes within `redis_timeout`.
+    /// Looks a session up; the answer comes within `redis_timeout`. An entry that does
+    /// not open with the fleet key is a miss (and counted).
     pub fn get(&self, id: &[u8]) -> Result<PendingGet, RedisReply<()>> {
         let guard = self.admit().ok_or(RedisReply::Overload)?;
         let key = self.key(id);
         let mut connection = self.connection.clone();
-        let (timeout, health) = (self.timeout, self.health.clone());
+        let (timeout, health, fleet) = (self.timeout, self.health.clone(), self.key.clone());
         Ok(self.handle.spawn(async move {
             let _guard = guard;
             let mut command = redis::cmd("GET");
             command.arg(&key);
             let request = command.query_async::<Option<Vec<u8>>>(&mut connection);
-            health.answer("get", timeout, request).await
+            let answer = health.answer("get", timeout, request).await;
+            answer.map(|found| {
+                let sealed = found?;
+                let mut der = fleet.load().open(Entry::Session, key.as_bytes(), &sealed)?;
+                // Moved out, not copied: the caller keeps it in a buffer wiped on drop.
+                Some(std::mem::take(&mut *der))
+            })
         }))
     }
 
-    /// Claims `key` for `ttl` unless it exists (SET NX): `Done(true)` for the first claim
-    /// across every process sharing this Redis, `Done(false)` if it was claimed before.
+    /// Claims `key` for `ttl` (the replay window) unless it exists (SET NX): the first
+    /// claim across every process sharing this Redis, or one made before; or, whatever
+    /// the claim, [`Claim::StateLost`] while Redis has kept claims for less than `ttl`.
     pub fn claim(&self, key: String, ttl: Duration) -> Result<PendingClaim, RedisReply<()>> {
         let guard = self.admit().ok_or(RedisReply::Overload)?;
         let key = format!("{}{key}", self.prefix);
+        let since = format!("{}{CLAIMS_SINCE}", self.prefix);
         let mut connection = self.connection.clone();
         let (timeout, health) = (self.timeout, self.health.clone());
+        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
         Ok(self.handle.spawn(async move {
             let _guard = guard;
-            let command = claim_command(&key, ttl);
-            let request = command.query_async::<Option<String>>(&mut connection);
+            let mut command = redis::cmd("EVAL");
+            command.arg(CLAIM).arg(2).arg(&key).arg(&since).arg(millis);
+            let request = command.query_async::<(i64, i64, i64)>(&mut connection);
             let answer = health.answer("claim", timeout, request).await;
-            answer.map(|set| set.is_some())
+            answer.map(|(claimed, age, written)| {
+                if written == 1 {
+                    tracing::warn!(window = ?ttl, "Redis kept no 0-RTT claims (a new Redis, or one flushed or restarted without persistence): 0-RTT is refused across the fleet for one replay window, since a ClientHello accepted before may be claimed nowhere any more");
+                }
+                match (u64::try_from(age).map_or(true, |age| age < millis), claimed) {
+                    (true, _) => Claim::StateLost,
+                    (false, 1) => Claim::First,
+                    (false, _) => Claim::Taken,
+                }
+            })
         }))
     }
 
@@ -248,12 +315,18 @@ impl RedisStore {
         };
         let key = self.key(id);
         let mut connection = self.connection.clone();
-        let (timeout, health) = (self.timeout, self.health.clone());
+        let (timeout, health, fleet) = (self.timeout, self.health.clone(), self.key.clone());
         let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
         self.handle.spawn(async move {
             let _guard = guard;
+            // Sealed here, on the Redis thread, not on the worker that made the session.
+            let Ok(sealed) = fleet.load().seal(key.as_bytes(), &der[..]) else {
+                done(RedisReply::Error);
+                return;
+            };
+            drop(der);
             let mut command = redis::cmd("SET");
-            command.arg(&key).arg(&der[..]).arg("PX").arg(millis);
+            command.arg(&key).arg(sealed).arg("PX").arg(millis);
             let request = command.query_async::<()>(&mut connection);
             done(health.answer("set", timeout, request).await);
         });
@@ -269,7 +342,14 @@ impl RedisStore {
         grace: Duration,
         mut report: impl FnMut(RedisReply<Vec<SharedKey>>) + Send + 'static,
     ) -> AbortHandle {
-        let prefix = format!("{}ticket_key:{}:", self.prefix, rotation.as_secs().max(1));
+        // Not `ticket_key:`, where versions before sealing kept plain keys: those would not
+        // open, and SET NX would not replace them until they expire.
+        let prefix = format!(
+            "{}sealed_ticket_key:{}:",
+            self.prefix,
+            rotation.as_secs().max(1)
+        );
+        let fleet = self.key.clone();
         // Its own connection: handshakes' requests must fail after `redis_timeout`, this
         // one (off the handshake path, reading up to a thousand keys) may take longer.
         let timeout = self.timeout.max(Duration::from_secs(1));
@@ -300,16 +380,16 @@ impl RedisStore {
                     // The key lives until it no longer decrypts, plus a rotation of margin.
                     let expires = Duration::from_secs((epoch + 2) * r) + grace;
                     let ttl = expires.saturating_sub(wall_clock).as_millis().max(1) as u64;
-                    let mut fresh = [0u8; KEY_FILE_ENTRY_LEN];
-                    boring::rand::rand_bytes(&mut fresh).expect("the RNG works");
+                    let mut fresh = Zeroizing::new([0u8; KEY_FILE_ENTRY_LEN]);
+                    boring::rand::rand_bytes(&mut fresh[..]).expect("the RNG works");
+                    let name = format!("{prefix}{epoch}");
+                    let sealed = fleet
+                        .load()
+                        .seal(name.as_bytes(), &fresh[..])
+                        .expect("sealing with the fleet key works");
                     let mut set = redis::cmd("SET");
-                    set.arg(format!("{prefix}{epoch}"))
-                        .arg(&fresh[..])
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(ttl);
+                    set.arg(name).arg(sealed).arg("NX").arg("PX").arg(ttl);
                     pipe.add_command(set);
-                    fresh.zeroize();
                 }
                 let names: Vec<String> = epochs.clone().map(|e| format!("{prefix}{e}")).collect();
                 pipe.cmd("MGET").arg(names);
@@ -338,19 +418,26 @@ impl RedisStore {
                     read
                 });
                 let outcome = match read {
-                    Ok(Ok(mut values)) => {
+                    Ok(Ok(values)) => {
                         let mut keys = Vec::new();
+                        let fleet = fleet.load();
                         for (epoch, value) in epochs.zip(values.iter()) {
-                            let Some(value) = value else { continue };
-                            match <&[u8; KEY_FILE_ENTRY_LEN]>::try_from(value.as_slice()) {
+                            let Some(sealed) = value else { continue };
+                            let name = format!("{prefix}{epoch}");
+                            // One that does not open is counted and left: this epoch then
+                            // has no shared key, and each process uses its own.
+                            let Some(opened) = fleet.open(Entry::TicketKey, name.as_bytes(), sealed)
+                            else {
+                                continue;
+                            };
+                            match <&[u8; KEY_FILE_ENTRY_LEN]>::try_from(opened.as_slice()) {
                                 Ok(bytes) => keys.push(SharedKey {
                                     epoch,
                                     key: TicketKey::from_bytes(bytes),
                                 }),
-                                Err(_) => tracing::warn!(key = %format!("{prefix}{epoch}"), "Redis holds a ticket key that is not 80 bytes: ignored"),
+                                Err(_) => tracing::warn!(key = %name, "Redis holds a ticket key that is not 80 bytes: ignored"),
                             }
                         }
-                        values.iter_mut().flatten().for_each(|v| v.zeroize());
                         RedisReply::Done(keys)
                     }
                     Ok(Err(err)) => {

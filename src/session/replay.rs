@@ -62,6 +62,9 @@ pub enum Verdict {
     /// Fresh here, but this process started less than [`WINDOW`] ago and its tickets may
     /// predate it: the process before it may have seen the ClientHello.
     JustStarted,
+    /// Fresh here and in Redis, but Redis lost its claims less than [`WINDOW`] ago: another
+    /// process may have accepted the ClientHello before.
+    StateLost,
 }
 
 impl Verdict {
@@ -73,6 +76,7 @@ impl Verdict {
             Verdict::ClientQuota => "replay_client_quota",
             Verdict::Unchecked => "replay_check_failed",
             Verdict::JustStarted => "replay_window_after_start",
+            Verdict::StateLost => "replay_state_lost",
         }
     }
 }

@@ -12,6 +12,13 @@
 //! while the handshake waits, for the names this process orders certificates for only
 //! (`set_ordered_names`): any client may send such a ClientHello, with any name.
 //!
+//! Any client can send such a ClientHello, as often as it likes: the lookups of one name
+//! are shared (a ClientHello waits for the next lookup that starts after it arrived, and
+//! a name is looked up at most once per [`LOOKUP_INTERVAL`]), and at most
+//! [`MAX_WAITING`] ClientHellos wait for lookups at once; beyond that they are refused.
+//! No answer is remembered as missing: a ClientHello always gets the result of a lookup
+//! made after it arrived, so an answer another member just published is never hidden.
+//!
 //! A validation connection carries only the name, so one name has one answer at a time:
 //! the orders of this process that share a name take turns (the ACME side sees to it),
 //! and an order's `clear` removes its own answer only, never a later order's.
@@ -19,7 +26,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -68,6 +75,56 @@ static ORDERED: LazyLock<RwLock<HashSet<String>>> = LazyLock::new(RwLock::defaul
 
 /// How long an answer learnt from the fleet is kept.
 const FLEET_ANSWER_TTL: Duration = Duration::from_secs(120);
+
+/// The least time between two fleet lookups of one name: what one name can cost Redis.
+pub const LOOKUP_INTERVAL: Duration = Duration::from_millis(250);
+
+/// ClientHellos waiting for fleet lookups at once, all names together; more are refused.
+/// The lookups themselves are bounded by the sharing (one at a time per name, and only
+/// for names this process orders): this bounds what the waiting handshakes hold, high
+/// enough that a flood of them does not easily crowd out the CA's own.
+pub const MAX_WAITING: usize = 1024;
+
+/// One name's lookups: when the last one started. Held while a lookup runs, so that the
+/// ClientHellos arriving meanwhile share the next one.
+type NameLookups = Arc<tokio::sync::Mutex<Option<Instant>>>;
+
+static LOOKUPS: LazyLock<std::sync::Mutex<HashMap<String, NameLookups>>> =
+    LazyLock::new(Default::default);
+
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// What became of validation ClientHellos that asked the fleet.
+static LOOKUP_RESULTS: LazyLock<prometheus::IntCounterVec> = LazyLock::new(|| {
+    let counter = crate::metrics::counter_vec(
+        "acme_fleet_challenge_lookups_total",
+        "TLS-ALPN-01 ClientHellos for a name without an answer here, by what the fleet lookup gave: answered, none, or refused (too many waiting for lookups)",
+        &["result"],
+    );
+    for result in ["answered", "none", "refused"] {
+        counter.with_label_values(&[result]);
+    }
+    counter
+});
+
+/// A place among the ClientHellos waiting for a lookup, given back when dropped.
+struct Waiting;
+
+impl Waiting {
+    fn take() -> Option<Waiting> {
+        if WAITING.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
+            WAITING.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Waiting)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Finds the digest another process of the fleet answers with for a name.
 pub type FleetLookup =
@@ -147,12 +204,40 @@ pub fn fleet_answer(hello: &ClientHello<'_>) -> Option<impl Future<Output = ()> 
     if context_for(Some(&name)).is_some() {
         return None;
     }
+    let Some(waiting) = Waiting::take() else {
+        LOOKUP_RESULTS.with_label_values(&["refused"]).inc();
+        return None;
+    };
+    let arrived = Instant::now();
+    let lookups = LOOKUPS
+        .lock()
+        .expect("fleet lookups")
+        .entry(name.clone())
+        .or_default()
+        .clone();
     Some(async move {
-        if let Some(digest) = lookup(name.clone()).await {
-            if let Err(err) = learn(&name, &digest) {
-                tracing::warn!(name, error = %err, "cannot build the challenge certificate");
+        let _waiting = waiting;
+        let mut last = lookups.lock().await;
+        // A lookup that started after this ClientHello arrived has answered it already, and
+        // an answer learnt meanwhile needs none.
+        let answered = last.is_some_and(|started| started >= arrived);
+        if !answered && context_for(Some(&name)).is_none() {
+            if let Some(started) = *last {
+                tokio::time::sleep_until((started + LOOKUP_INTERVAL).into()).await;
+            }
+            *last = Some(Instant::now());
+            if let Some(digest) = lookup(name.clone()).await {
+                if let Err(err) = learn(&name, &digest) {
+                    tracing::warn!(name, error = %err, "cannot build the challenge certificate");
+                }
             }
         }
+        drop(last);
+        let result = match context_for(Some(&name)) {
+            Some(_) => "answered",
+            None => "none",
+        };
+        LOOKUP_RESULTS.with_label_values(&[result]).inc();
     })
 }
 

@@ -37,9 +37,62 @@ impl<T: Default> NameTable<T> {
     }
 }
 
+/// Whether an SNI value is a host name: dot-separated labels of letters, digits, `-` and
+/// `_` (1 to 63 bytes, no `-` at either end), 253 bytes at most, one trailing dot allowed.
+/// Where names have client-certificate policies of their own, anything else
+/// (`admin.test..`, a space, an empty label) is refused rather than given the listener's
+/// policy while a backend reads it as the protected name.
+pub(super) fn is_host_name(sni: &str) -> bool {
+    let name = sni.strip_suffix('.').unwrap_or(sni);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_names_and_what_is_not_one() {
+        for good in [
+            "admin.test",
+            "ADMIN.test.",
+            "a-b.c_d.test",
+            "localhost",
+            "x",
+        ] {
+            assert!(is_host_name(good), "{good}");
+        }
+        let long_label = format!("{}.test", "a".repeat(64));
+        let long_name = format!("{}a", "a.".repeat(127));
+        for bad in [
+            "admin.test..",
+            ".admin.test",
+            "admin..test",
+            "admin.test ",
+            " admin.test",
+            "admin test",
+            "-admin.test",
+            "admin-.test",
+            "*.admin.test",
+            "admin.test\0",
+            "",
+            ".",
+            long_label.as_str(),
+            long_name.as_str(),
+        ] {
+            assert!(!is_host_name(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     pub(super) fn a_trailing_dot_names_the_same_host() {

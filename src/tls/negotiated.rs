@@ -5,6 +5,7 @@ use boring::ssl::SslRef;
 
 use super::early_data::early_data_outcome;
 use super::ech::ech_outcome;
+use crate::config::normal_name;
 use crate::proxy::proxy_protocol::{ClientIdentity, TlsDetails};
 
 /// What a completed handshake negotiated: read from the connection once, then used by
@@ -108,17 +109,23 @@ impl Negotiated {
         }
     }
 
-    /// The TLS fields of a PROXY v2 header.
-    pub fn tls_details(&self) -> TlsDetails {
+    /// The TLS fields of a PROXY v2 header; `client_policy` names the client-certificate
+    /// policy the connection was verified under ([`PP2_TYPE_TLSTERM_CLIENT_POLICY`]).
+    ///
+    /// [`PP2_TYPE_TLSTERM_CLIENT_POLICY`]: crate::proxy::proxy_protocol::PP2_TYPE_TLSTERM_CLIENT_POLICY
+    pub fn tls_details(&self, client_policy: String) -> TlsDetails {
         TlsDetails {
             alpn: self.alpn.clone(),
-            sni: self.sni.clone(),
+            // The name as it selected the settings: `ADMIN.test.` is `admin.test`, so that
+            // a backend comparing it with its names sees what tlsterm saw.
+            sni: self.sni.as_deref().map(normal_name),
             version: self.version.to_string(),
             cipher: self.cipher.clone(),
             key_alg: None,
             client_cert: self.client_cert.clone(),
             early_data: self.early_data,
             resumed: self.resumed,
+            client_policy: Some(client_policy),
         }
     }
 }

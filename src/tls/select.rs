@@ -7,7 +7,7 @@ use boring::nid::Nid;
 use boring::ssl::{ClientHello, ExtensionType, NameType, SslContext};
 use boring::x509::X509;
 
-use super::names::NameTable;
+use super::names::{is_host_name, NameTable};
 use super::{ocsp, ocsp_fetch};
 use crate::config::UnknownSni;
 use crate::offload::KeyKind;
@@ -37,6 +37,9 @@ pub(super) struct CertSelector {
     pub(super) default: Vec<usize>,
     pub(super) tls13_enabled: bool,
     pub(super) unknown_sni: UnknownSni,
+    /// Refuse an SNI that is not a host name (`is_host_name`): set where a server name
+    /// has a client-certificate policy of its own.
+    pub(super) host_names_only: bool,
 }
 
 impl CertSelector {
@@ -45,6 +48,9 @@ impl CertSelector {
         let Some(sni) = sni else {
             return Some(&self.default);
         };
+        if self.host_names_only && !is_host_name(sni) {
+            return None;
+        }
         match (self.names.lookup(sni), self.unknown_sni) {
             (Some(found), _) => Some(found),
             (None, UnknownSni::Default) => Some(&self.default),

@@ -50,6 +50,10 @@ impl ServerTls {
             default: Vec::new(),
             tls13_enabled: listener.max_version >= TlsVersion::Tls13,
             unknown_sni: listener.unknown_sni,
+            host_names_only: listener
+                .server_names
+                .iter()
+                .any(|n| n.has_own_client_policy()),
         };
         let compression: Vec<CertCompression> = listener
             .cert_compression

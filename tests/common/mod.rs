@@ -555,6 +555,27 @@ pub fn key_line(tag: u8) -> String {
     boring::base64::encode_block(&bytes)
 }
 
+/// A random fleet key, as a line of a `fleet_key_file`.
+pub fn fleet_key_line() -> String {
+    let mut key = [0u8; 32];
+    boring::rand::rand_bytes(&mut key).unwrap();
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `lines` (keys, `fleet_key_line`) as a fleet key file of mode 0600 at `path`.
+pub fn write_fleet_key(path: &Path, lines: &[&str]) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// A fleet key file with one random key in `dir`, named `name`; returns its path.
+pub fn fleet_key_file(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    write_fleet_key(&path, &[&fleet_key_line()]);
+    path
+}
+
 /// A redis-server on a free loopback port, without persistence; killed when dropped.
 pub struct Redis {
     child: Child,

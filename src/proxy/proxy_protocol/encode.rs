@@ -121,6 +121,13 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr, tls: &TlsDetails) 
     if tls.early_data {
         push_tlv(&mut body, PP2_TYPE_TLSTERM_EARLY_DATA, &[1]);
     }
+    if let Some(policy) = &tls.client_policy {
+        push_tlv(
+            &mut body,
+            PP2_TYPE_TLSTERM_CLIENT_POLICY,
+            capped(policy.as_bytes()),
+        );
+    }
     // CERT_SESS: the session was established with a client certificate; CERT_CONN: it
     // was presented on this very connection (a full handshake), as HAProxy reports them.
     let client_bits = match (&tls.client_cert, tls.resumed) {

@@ -27,6 +27,7 @@ fn v2_round_trip_with_tlvs() {
         client_cert: None,
         early_data: true,
         resumed: false,
+        client_policy: Some("admin.test".into()),
     };
     let bytes = encode_v2(addr("10.0.0.1:1234"), addr("10.0.0.2:443"), &tls);
     assert_eq!(&bytes[..12], &V2_SIGNATURE);
@@ -38,6 +39,10 @@ fn v2_round_trip_with_tlvs() {
     assert_eq!(header.tlv(PP2_TYPE_ALPN), Some(&b"h2"[..]));
     assert_eq!(header.tlv(PP2_TYPE_AUTHORITY), Some(&b"example.com"[..]));
     assert_eq!(header.tlv(PP2_TYPE_TLSTERM_EARLY_DATA), Some(&[1u8][..]));
+    assert_eq!(
+        header.tlv(PP2_TYPE_TLSTERM_CLIENT_POLICY),
+        Some(&b"admin.test"[..])
+    );
     let ssl = header.ssl().unwrap();
     assert_eq!(ssl.client, PP2_CLIENT_SSL);
     assert_ne!(ssl.verify, 0);
@@ -61,6 +66,7 @@ fn oversized_client_certificate_fields_are_left_out_and_marked() {
         }),
         early_data: false,
         resumed: false,
+        client_policy: None,
     };
     let bytes = encode_v2(addr("[::1]:1"), addr("[::1]:2"), &tls);
     let (header, used) = decode(&bytes).unwrap();

@@ -28,7 +28,8 @@ fn setup_errors_do_not_show_the_password() {
         "redis://:s3cret@127.0.0.1:notaport/",
         "redis://:s3cret@[::1/",
     ] {
-        let err = RedisStore::new(url, None, "p:", Duration::from_millis(10))
+        let key = Arc::new(FleetKey::from_keys(vec![Zeroizing::new([1; 32])]));
+        let err = RedisStore::new(url, None, "p:", Duration::from_millis(10), key)
             .err()
             .expect("an invalid URL");
         let text = format!("{err:#} {err:?}");
