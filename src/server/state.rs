@@ -225,7 +225,7 @@ pub fn build_states(
             )?;
             // Each backend resolved once: the pools connect to these addresses, and the
             // check that no backend serves two client-certificate policies compares them.
-            let mut resolved: HashMap<&str, Vec<SocketAddr>> = HashMap::new();
+            let mut resolved: HashMap<&str, Vec<BackendAddress>> = HashMap::new();
             let per_name = listener
                 .server_names
                 .iter()
@@ -239,14 +239,25 @@ pub fn build_states(
                     resolved.insert(backend, addresses);
                 }
             }
+            // Unix-domain sockets take no part in the address comparison: their paths
+            // are compared as written by the configuration's own check.
+            let tcp = |backend: &str| -> Vec<SocketAddr> {
+                resolved[backend]
+                    .iter()
+                    .filter_map(|address| match address {
+                        BackendAddress::Tcp(address) => Some(*address),
+                        BackendAddress::Unix(_) => None,
+                    })
+                    .collect()
+            };
             listener
-                .check_backend_addresses(|backend| resolved[backend].clone())
+                .check_backend_addresses(tcp)
                 .with_context(|| format!("listener {}", listener.address()))?;
             let pool = |backends: &[String]| -> anyhow::Result<Arc<BackendPool>> {
                 Ok(Arc::new(BackendPool::new(
                     backends
                         .iter()
-                        .flat_map(|backend| resolved[backend.as_str()].iter().copied())
+                        .flat_map(|backend| resolved[backend.as_str()].iter().cloned())
                         .collect(),
                     listener.connect_timeout,
                     listener.backend_retry,
