@@ -272,26 +272,34 @@ impl WorkerQueue {
         self.flush_shares(cause);
     }
 
+    /// Up to `max` of the oldest operations of one kind, each one's wait reported.
+    fn take<T>(&self, queue: &RefCell<Vec<T>>, max: usize, queued_at: fn(&T) -> Instant) -> Vec<T> {
+        let batch: Vec<T> = {
+            let mut queue = queue.borrow_mut();
+            let take = queue.len().min(max);
+            queue.drain(..take).collect()
+        };
+        let now = Instant::now();
+        for op in &batch {
+            self.stats.queue_wait(now.duration_since(queued_at(op)));
+        }
+        batch
+    }
+
     fn signer<'a>(&'a self, engine: &'a EngineSigner) -> &'a dyn BatchSigner {
         self.signer.as_deref().unwrap_or(engine)
     }
 
     fn flush_shares(&self, cause: FlushCause) {
         let settings = self.settings.get();
-        let batch: Vec<QueuedShare> = {
-            let mut shares = self.shares.borrow_mut();
-            let take = shares.len().min(settings.x25519_kernel.lanes());
-            shares.drain(..take).collect()
-        };
+        let batch = self.take(&self.shares, settings.x25519_kernel.lanes(), |op| {
+            op.queued_at
+        });
         if batch.is_empty() {
             return;
         }
         let engine = EngineSigner::of(&settings);
         let signer = self.signer(&engine);
-        let start = Instant::now();
-        for op in &batch {
-            self.stats.queue_wait(start.duration_since(op.queued_at));
-        }
         let single = |op: &QueuedShare| {
             signer
                 .x25519_single(&op.peer)
@@ -328,20 +336,13 @@ impl WorkerQueue {
 
     fn flush_signatures(&self, cause: FlushCause) {
         let settings = self.settings.get();
-        let batch: Vec<QueuedOp> = {
-            let mut ops = self.ops.borrow_mut();
-            let take = ops.len().min(settings.batch_size);
-            ops.drain(..take).collect()
-        };
+        let batch = self.take(&self.ops, settings.batch_size, |op| op.queued_at);
         if batch.is_empty() {
             return;
         }
         let engine = EngineSigner::of(&settings);
         let signer = self.signer(&engine);
         let start = Instant::now();
-        for op in &batch {
-            self.stats.queue_wait(start.duration_since(op.queued_at));
-        }
         let ops: Vec<BatchOp<'_>> = batch
             .iter()
             .map(|op| BatchOp {

@@ -81,13 +81,7 @@ impl IdleReport {
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
-    let report = run_idle(args)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.text());
-    }
-    Ok(())
+    crate::print_report(&run_idle(args)?, IdleReport::text, args.json)
 }
 
 /// Opens the connections, measures, closes them, and returns the report.

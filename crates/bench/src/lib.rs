@@ -172,10 +172,19 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         _ => {}
     }
     let report = run_load(args)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    print_report(&report, Report::text, args.json)
+}
+
+/// Prints a report: as JSON with `--json`, else as `text` draws it.
+fn print_report<R: serde::Serialize>(
+    report: &R,
+    text: fn(&R) -> String,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
     } else {
-        print!("{}", report.text());
+        print!("{}", text(report));
     }
     Ok(())
 }
