@@ -127,15 +127,9 @@ fn valid_dns_name(name: &str) -> bool {
         && name.split('.').count() >= 2
         // An all-digit last label is an IP address, which these challenges cannot prove.
         && name.rsplit('.').next().is_some_and(|tld| tld.bytes().any(|b| b.is_ascii_alphabetic()))
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
+        && name
+            .split('.')
+            .all(|label| super::server_name::is_dns_label(label, b""))
 }
 
 impl AcmeNames {

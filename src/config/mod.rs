@@ -42,7 +42,7 @@ pub use listener::{
 };
 pub use ocsp::OcspConfig;
 pub use process::{default_admin_address, AdminConfig, LogConfig, ProcessSettings};
-pub use server_name::{normal_name, ServerNameConfig};
+pub use server_name::{is_dns_label, normal_name, ServerNameConfig};
 pub use session::{redis_uses_tls, SessionConfig};
 pub use source::{ConfigError, SourceMap};
 pub use tls_names::{

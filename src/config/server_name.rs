@@ -42,6 +42,18 @@ pub fn normal_name(name: &str) -> String {
     name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
 }
 
+/// Whether `label` is one label of a DNS name: 1 to 63 bytes of letters, digits, `-` and
+/// the bytes of `also` (`_` where SNI values allow it), no `-` at either end.
+pub fn is_dns_label(label: &str, also: &[u8]) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || also.contains(&b))
+}
+
 /// What a server name's checks need from its listener.
 #[derive(Clone, Copy)]
 pub(super) struct ListenerFacts {

@@ -46,15 +46,9 @@ pub(super) fn is_host_name(sni: &str) -> bool {
     let name = sni.strip_suffix('.').unwrap_or(sni);
     !name.is_empty()
         && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
+        && name
+            .split('.')
+            .all(|label| crate::config::is_dns_label(label, b"_"))
 }
 
 #[cfg(test)]
