@@ -11,6 +11,7 @@
 #   bench/idle.sh 4000 5 new=target/release/tlsterm old=/tmp/old/tlsterm
 #
 # CLIENT=BINARY: the tlsterm that runs the client and the backend (default: this tree's).
+# CERTS=DIR: DIR/cert.pem and DIR/key.pem instead of a new ECDSA P-256 certificate.
 #
 # Each connection takes two descriptors of the server's (client and backend) and one of
 # the client's and of the backend's: `ulimit -n` bounds CONNECTIONS to about half of it.
@@ -22,9 +23,13 @@ shift 2 || true
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CLIENT=${CLIENT:-$ROOT/target/release/tlsterm}
 WORK=$(mktemp -d)
-openssl ecparam -name prime256v1 -out "$WORK/p256.pem"
-openssl req -x509 -nodes -days 2 -newkey "ec:$WORK/p256.pem" -keyout "$WORK/key.pem" \
-    -out "$WORK/cert.pem" -subj /CN=localhost 2>/dev/null
+if [ -n "${CERTS:-}" ]; then
+    cp "$CERTS/cert.pem" "$CERTS/key.pem" "$WORK/"
+else
+    openssl ecparam -name prime256v1 -out "$WORK/p256.pem"
+    openssl req -x509 -nodes -days 2 -newkey "ec:$WORK/p256.pem" -keyout "$WORK/key.pem" \
+        -out "$WORK/cert.pem" -subj /CN=localhost 2>/dev/null
+fi
 "$CLIENT" backend --listen 127.0.0.1:9729 2>/dev/null &
 backend=$!
 server=

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Handshakes per server CPU-second of tlsterm at 1, 2, 4 and 8 workers: how much of a
-# worker's efficiency is left as workers are added. The server is pinned to cores 0..W-1
-# (one worker each), `tlsterm bench` to the cores after them, with one client thread per
-# client core; a count of workers that leaves the client no core is skipped by name.
+# Handshakes per server CPU-second of tlsterm (or of HAProxy + AWS-LC) at 1, 2, 4 and 8
+# workers: how much of a worker's efficiency is left as workers are added. The server is
+# pinned to cores 0..W-1 (one worker or thread each), `tlsterm bench` to the cores after
+# them, with one client thread per client core; a count of workers that leaves the client
+# no core is skipped by name.
 #
 #   bench/scaling.sh [SECONDS] [WORKERS...]        (defaults: 5 s; 1 2 4 8)
 #
-# KEY=ec:p256 (default) or rsa:2048 for the certificate; MODE=full (default) or resume;
+# KEY=ec:p256 (default) or rsa:2048 for the certificate (CERTS=DIR: DIR/cert.pem and
+# DIR/key.pem instead of a new one); MODE=full (default) or resume;
 # GROUP= a key-exchange group for the client (default: the client's own order);
+# BACKEND_THREADS= threads of the backend (default 1; one thread answers about 20,000
+# new connections per second, which 8 tlsterm workers exceed).
 # BIN= the tlsterm to measure (default target/release/tlsterm; the client and the
-# backend are always this checkout's). Needs more cores than workers: on a 2-core machine
+# backend are always this checkout's). SERVER=haproxy-awslc measures HAProxy + AWS-LC
+# instead ($HAPROXY_AWSLC, default /opt/haproxy-awslc/sbin/haproxy; built by bench/peers.sh)
+# with bench/conf/haproxy.cfg's settings at `nbthread` W, each thread pinned to its core. Needs more cores than workers: on a 2-core machine
 # only 1 worker is measured. Prints one line per count and a table:
 # workers, handshakes/s, server CPU (cores), handshakes per server CPU-second, and the
 # efficiency per worker against 1 worker.
@@ -23,36 +29,32 @@ CLIENT=$ROOT/target/release/tlsterm
 BIN=$(realpath "${BIN:-$CLIENT}")
 KEY=${KEY:-ec:p256}
 MODE=${MODE:-full}
+SERVER=${SERVER:-tlsterm}
+HAPROXY_AWSLC=${HAPROXY_AWSLC:-/opt/haproxy-awslc/sbin/haproxy}
+case $SERVER in tlsterm | haproxy-awslc) ;; *) echo "SERVER=$SERVER: tlsterm or haproxy-awslc" >&2; exit 2 ;; esac
 CORES=$(nproc)
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 
-if [ "$KEY" = ec:p256 ]; then
-    openssl ecparam -name prime256v1 -out "$WORK/p256.pem"
-    newkey=ec:$WORK/p256.pem
+if [ -n "${CERTS:-}" ]; then
+    cp "$CERTS/cert.pem" "$CERTS/key.pem" "$WORK/"
 else
-    newkey=$KEY
-fi
-openssl req -x509 -nodes -days 2 -newkey "$newkey" -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
-    -subj /CN=localhost 2>/dev/null
-# The backend shares the server's cores (as in bench/peers.py), and its CPU is not counted.
-"$CLIENT" backend --listen 127.0.0.1:9729 2>/dev/null &
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-group_flag=()
-[ -n "${GROUP:-}" ] && group_flag=(--group "$GROUP")
-echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $CORES cores;" \
-    "key=$KEY mode=$MODE seconds=$SECS load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
-declare -A rate cpu per
-measured=()
-for workers in "${COUNTS[@]}"; do
-    client_cores=$((CORES - workers))
-    if [ "$client_cores" -lt 1 ]; then
-        echo "skip $workers workers: this machine has $CORES cores, none would be left for the client"
-        continue
+    if [ "$KEY" = ec:p256 ]; then
+        openssl ecparam -name prime256v1 -out "$WORK/p256.pem"
+        newkey=ec:$WORK/p256.pem
+    else
+        newkey=$KEY
     fi
+    openssl req -x509 -nodes -days 2 -newkey "$newkey" -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
+        -subj /CN=localhost 2>/dev/null
+fi
+# The backend shares the server's cores (as in bench/peers.py), and its CPU is not counted.
+"$CLIENT" backend --listen 127.0.0.1:9729 --threads "${BACKEND_THREADS:-1}" 2>/dev/null &
+
+# Starts tlsterm with W workers on cores 0..W-1; sets $server.
+start_tlsterm() {
     cat > "$WORK/tlsterm.toml" <<CONF
-workers = $workers
+workers = $1
 pin_workers = true
 [admin]
 address = "127.0.0.1:9728"
@@ -64,9 +66,43 @@ cert = "$WORK/cert.pem"
 key = "$WORK/key.pem"
 CONF
     : > "$WORK/serve.log"
-    taskset -c "0-$((workers - 1))" "$BIN" serve -c "$WORK/tlsterm.toml" 2>"$WORK/serve.log" &
+    taskset -c "0-$(($1 - 1))" "$BIN" serve -c "$WORK/tlsterm.toml" 2>"$WORK/serve.log" &
     server=$!
     until grep -q "tlsterm serving" "$WORK/serve.log"; do sleep 0.05; done
+}
+
+# Starts HAProxy + AWS-LC with W threads on cores 0..W-1 (bench/conf/haproxy.cfg, as
+# bench/peers.py runs it); sets $server.
+start_haproxy_awslc() {
+    cat "$WORK/cert.pem" "$WORK/key.pem" > "$WORK/haproxy.pem"
+    sed -e "s/nbthread 1/nbthread $1\n    cpu-map auto:1\/1-$1 0-$(($1 - 1))/" \
+        -e "s/maxconn 4000/maxconn $(( 4000 * $1 < 9000 ? 4000 * $1 : 9000 ))/" \
+        -e "s|@LISTEN@|127.0.0.1:9727|" -e "s|@BACKEND@|127.0.0.1:9729|" \
+        -e "s|@PEM@|$WORK/haproxy.pem|" -e "s|@CURVES@|X25519MLKEM768:X25519:P-256|" \
+        -e "s|@CIPHERS@|ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256|" \
+        "$ROOT/bench/conf/haproxy.cfg" > "$WORK/haproxy.cfg"
+    taskset -c "0-$(($1 - 1))" "$HAPROXY_AWSLC" -db -f "$WORK/haproxy.cfg" 2>"$WORK/serve.log" &
+    server=$!
+    until (exec 3<>/dev/tcp/127.0.0.1/9727) 2>/dev/null; do
+        kill -0 $server || { cat "$WORK/serve.log" >&2; exit 1; }
+        sleep 0.05
+    done
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+group_flag=()
+[ -n "${GROUP:-}" ] && group_flag=(--group "$GROUP")
+echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $CORES cores;" \
+    "server=$SERVER key=$KEY mode=$MODE seconds=$SECS load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
+declare -A rate cpu per
+measured=()
+for workers in "${COUNTS[@]}"; do
+    client_cores=$((CORES - workers))
+    if [ "$client_cores" -lt 1 ]; then
+        echo "skip $workers workers: this machine has $CORES cores, none would be left for the client"
+        continue
+    fi
+    start_$(tr - _ <<<"$SERVER") "$workers"
     before=$(cpu_ticks $server)
     report=$(taskset -c "$workers-$((CORES - 1))" "$CLIENT" bench https://127.0.0.1:9727/ --insecure \
         --json --threads "$client_cores" -c $((64 * workers)) -d "${SECS}s" --mode "$MODE" \

@@ -36,6 +36,10 @@ enum Command {
         /// address:port, or unix:/path for a unix-domain socket.
         #[arg(long, default_value = "127.0.0.1:9000")]
         listen: String,
+        /// Threads answering requests: one is plenty for tests; benchmarks of many
+        /// workers need more, so that the backend is not what they measure.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        threads: u16,
     },
     /// Load generator: full or resumed handshakes, bulk transfers.
     #[cfg(feature = "bench")]
@@ -116,12 +120,18 @@ fn main() -> ExitCode {
         check: false,
     }) {
         Command::Serve { config, check } => serve(config, check),
-        Command::Backend { listen } => {
+        Command::Backend { listen, threads } => {
             init_logging("info");
             (|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
+                let runtime = if threads == 1 {
+                    tokio::runtime::Builder::new_current_thread()
+                } else {
+                    let mut builder = tokio::runtime::Builder::new_multi_thread();
+                    builder.worker_threads(threads.into());
+                    builder
+                }
+                .enable_all()
+                .build()?;
                 runtime.block_on(async {
                     if let Some(path) = listen.strip_prefix("unix:") {
                         let listener = tokio::net::UnixListener::bind(path)?;
