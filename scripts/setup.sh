@@ -78,3 +78,10 @@ for command in pebble pebble-challtestsrv; do
     GOTOOLCHAIN=local "$go_bin" install "github.com/letsencrypt/pebble/v2/cmd/${command}@${pebble_version}"
 done
 
+
+# cargo-deb builds the Debian package (scripts/package.sh; tests/operator.rs inspects it).
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! cargo deb --version >/dev/null 2>&1; then
+    echo "setup: installing cargo-deb"
+    cargo install cargo-deb --locked --version 3.8.0 --quiet
+fi

@@ -2,7 +2,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use tlsterm::config::Config;
@@ -113,8 +113,40 @@ fn serve(config: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
     server::run(source)
 }
 
+/// `tlsterm --version`: the release, the commit it was built from, and the engine's
+/// kernels: those built into this binary, and those this CPU runs.
+fn long_version() -> String {
+    use tlsterm_engine::{Kernel, X25519Kernel};
+    // The SIMD kernels are built on x86-64 only; elsewhere only the portable ones.
+    let built = |name: &str| cfg!(target_arch = "x86_64") || name == "portable";
+    format!(
+        "{} (commit {})\nengine kernels built in: RSA {}; X25519 {}\nthis CPU runs: RSA {}; X25519 {}",
+        env!("CARGO_PKG_VERSION"),
+        env!("TLSTERM_COMMIT"),
+        kernel_names(&Kernel::ALL, Kernel::name, |k| built(k.name())),
+        kernel_names(&X25519Kernel::ALL, X25519Kernel::name, |k| built(k.name())),
+        kernel_names(&Kernel::ALL, Kernel::name, Kernel::is_available),
+        kernel_names(&X25519Kernel::ALL, X25519Kernel::name, X25519Kernel::is_available),
+    )
+}
+
+/// The names of the kernels of `all` that `pick` keeps, fastest first.
+fn kernel_names<K: Copy>(
+    all: &[K],
+    name: fn(K) -> &'static str,
+    pick: impl Fn(K) -> bool,
+) -> String {
+    let names: Vec<&str> = all.iter().copied().filter(|&k| pick(k)).map(name).collect();
+    names.join(" ")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let version: &'static str = Box::leak(long_version().into_boxed_str());
+    let matches = Cli::command().long_version(version).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     let result = match cli.command.unwrap_or(Command::Serve {
         config: None,
         check: false,

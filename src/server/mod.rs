@@ -15,6 +15,7 @@ mod read_ahead;
 mod worker;
 
 mod listener;
+mod notify;
 mod serving;
 mod state;
 
@@ -121,7 +122,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
 
     let sockets = listeners
         .iter()
-        .map(|l| bind_per_worker(l.address, workers))
+        .map(|l| bind_per_worker(l.address, workers, config.accept))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut handles = Vec::new();
     let mut commands = Vec::new();
@@ -175,6 +176,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         #[cfg(feature = "acme")]
         acme,
     };
+    notify::ready(&running.status());
     runtime.block_on(async {
         // Connection bursts leave their buffers in glibc's arenas; hand the free pages
         // back now and then so the resident size follows the load down again.
@@ -185,7 +187,11 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
             #[cfg(not(feature = "acme"))]
             let installed = std::future::pending::<Option<std::convert::Infallible>>();
             tokio::select! {
-                _ = hangup.recv() => running.reload(),
+                _ = hangup.recv() => {
+                    notify::reloading();
+                    running.reload();
+                    notify::ready(&running.status());
+                }
                 Some(announced) = installed => running.install_acme_certificates(announced),
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,
@@ -194,6 +200,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         }
         // /healthz says so before the log does: whoever reads the line finds it answering 503.
         crate::metrics::admin::set_stopping();
+        notify::stopping();
         tracing::info!(drain_timeout = ?config.drain_timeout, "stopping: no new connections, draining open ones");
         let _ = shutdown_tx.send(true);
         anyhow::Ok(())

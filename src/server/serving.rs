@@ -92,6 +92,20 @@ impl Serving {
 
     /// SIGHUP: re-read configuration and certificates, open new listeners and close
     /// removed ones; on any error keep serving the old ones.
+    /// One line for the service manager: what is being served.
+    pub(super) fn status(&self) -> String {
+        let addresses: Vec<String> = self
+            .listeners
+            .iter()
+            .map(|l| l.address.to_string())
+            .collect();
+        format!(
+            "serving {} on {} workers",
+            addresses.join(", "),
+            self.workers.len()
+        )
+    }
+
     pub(super) fn reload(&mut self) {
         match self.try_reload() {
             Ok(()) => {
@@ -120,7 +134,8 @@ impl Serving {
         for state in &fresh {
             let address = state.config.address();
             if !self.listeners.iter().any(|l| l.address == address) {
-                let sockets = bind_per_worker(address, self.workers.len())?;
+                let sockets =
+                    bind_per_worker(address, self.workers.len(), self.started_with.accept())?;
                 opened.push((Listener::new(state.clone()), sockets));
             }
         }
