@@ -8,7 +8,9 @@
 #
 #   bench/many-cores.sh [SECONDS] [ROUNDS]          (defaults: 5 s, 2 rounds)
 #
-# BACKEND_THREADS as for bench/scaling.sh; COUNTS="1 4 8" worker counts; IDLE=50000 idle connections (0: none); CERTS=DIR with
+# SERVERS="tlsterm haproxy-awslc" (also tlsterm-shared: tlsterm with accept = "shared");
+# SCENARIOS="ec-full ec-resume rsa-full"; BACKEND_THREADS as for bench/scaling.sh;
+# COUNTS="1 4 8" worker counts; IDLE=50000 idle connections (0: none); CERTS=DIR with
 # DIR/ec and DIR/rsa each holding cert.pem and key.pem (default: new ones by openssl);
 # HAPROXY_AWSLC as for bench/scaling.sh. Run as root: it raises the descriptor limit and
 # the local port range for the idle connections.
@@ -23,43 +25,48 @@ trap 'rm -f "$LOG"' EXIT
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs," \
     "flags: $(grep -m1 -o -w -e avx512ifma -e avx2 /proc/cpuinfo | sort -u | tr '\n' ' ')"
 for round in $(seq "$ROUNDS"); do
-    for scenario in "ec full" "ec resume" "rsa full"; do
-        read -r cert mode <<<"$scenario"
+    for scenario in ${SCENARIOS:-ec-full ec-resume rsa-full}; do
+        cert=${scenario%-*}
+        mode=${scenario#*-}
         key=ec:p256
         [ "$cert" = rsa ] && key=rsa:2048
-        for server in tlsterm haproxy-awslc; do
-            echo "## round $round: $server $cert $mode"
-            CERTS=${CERTS:+$CERTS/$cert} KEY=$key MODE=$mode SERVER=$server \
-                "$ROOT/bench/scaling.sh" "$SECS" $COUNTS | grep ' workers: ' |
-                sed "s/^/$server $cert-$mode /" | tee -a "$LOG"
+        for server in ${SERVERS:-tlsterm haproxy-awslc}; do
+            accept=per-worker
+            [ "$server" = tlsterm-shared ] && accept=shared
+            echo "## round $round: $server $scenario"
+            CERTS=${CERTS:+$CERTS/$cert} KEY=$key MODE=$mode SERVER=${server%-shared} \
+                ACCEPT=$accept "$ROOT/bench/scaling.sh" "$SECS" $COUNTS | grep ' workers: ' |
+                sed "s/^/$server $scenario /" | tee -a "$LOG"
         done
     done
 done
 python3 - "$LOG" <<'PY'
 import collections, re, statistics, sys
 runs = collections.defaultdict(list)
+servers = []
 for line in open(sys.argv[1]):
     m = re.match(r"(\S+) (\S+) (\d+) workers: (\d+) handshakes/s, server ([\d.]+) cores, (\d+) per", line)
     if m:
         server, scenario, workers = m.group(1), m.group(2), int(m.group(3))
+        servers += [server] * (server not in servers)
         runs[(scenario, workers, server)].append((int(m.group(4)), float(m.group(5)), int(m.group(6))))
-print("\n| scenario | workers | tlsterm hs/s | cores | per CPU-s | HAProxy+AWS-LC hs/s | cores | per CPU-s | ratio per CPU-s |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+peer = "haproxy-awslc"
+ours = [s for s in servers if s != peer]
+print("\n| scenario | workers | " + " | ".join(f"{s} hs/s | cores | per CPU-s" for s in servers)
+      + "".join(f" | {s} / {peer}" for s in ours if peer in servers) + " |")
+print("|---|---:" + "|---:|---:|---:" * len(servers) + "|---:" * (len(ours) if peer in servers else 0) + "|")
 for scenario, workers in sorted({(s, w) for s, w, _ in runs}):
-    row = [scenario, str(workers)]
-    per = {}
-    for server in ("tlsterm", "haproxy-awslc"):
+    row, per = [scenario, str(workers)], {}
+    for server in servers:
         r = runs.get((scenario, workers, server), [])
-        if not r:
-            row += ["-"] * 3
-            continue
-        med = [statistics.median(x[i] for x in r) for i in range(3)]
-        per[server] = med[2]
-        row += [f"{med[0]:.0f}", f"{med[1]:.2f}", f"{med[2]:.0f}"]
-    ratio = per["tlsterm"] / per["haproxy-awslc"] if len(per) == 2 else None
-    row.append(f"{ratio:.2f}x" if ratio else "-")
+        med = [statistics.median(x[i] for x in r) for i in range(3)] if r else None
+        if med:
+            per[server] = med[2]
+        row += [f"{med[0]:.0f}", f"{med[1]:.2f}", f"{med[2]:.0f}"] if med else ["-"] * 3
+    if peer in servers:
+        row += [f"{per[s] / per[peer]:.2f}x" if s in per and peer in per else "-" for s in ours]
     print("| " + " | ".join(row) + " |")
-print(f"medians of {max(len(v) for v in runs.values())} runs each")
+print(f"medians of {max(len(v) for v in runs.values())} runs each; ratios of handshakes per server CPU-second")
 PY
 if [ "$IDLE" -gt 0 ]; then
     ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"

@@ -12,6 +12,7 @@
 # GROUP= a key-exchange group for the client (default: the client's own order);
 # BACKEND_THREADS= threads of the backend (default 1; one thread answers about 20,000
 # new connections per second, which 8 tlsterm workers exceed).
+# ACCEPT=shared sets tlsterm's `accept` (default per-worker: one SO_REUSEPORT socket each).
 # BIN= the tlsterm to measure (default target/release/tlsterm; the client and the
 # backend are always this checkout's). SERVER=haproxy-awslc measures HAProxy + AWS-LC
 # instead ($HAPROXY_AWSLC, default /opt/haproxy-awslc/sbin/haproxy; built by bench/peers.sh)
@@ -56,6 +57,7 @@ start_tlsterm() {
     cat > "$WORK/tlsterm.toml" <<CONF
 workers = $1
 pin_workers = true
+accept = "${ACCEPT:-per-worker}"
 [admin]
 address = "127.0.0.1:9728"
 [[listener]]
@@ -90,6 +92,20 @@ start_haproxy_awslc() {
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Each thread's CPU ticks, one "TID TICKS" line each.
+thread_ticks() { for t in /proc/"$1"/task/*/stat; do awk '{print $1, $14 + $15}' "$t"; done 2>/dev/null; }
+# The busiest W threads' share of a core between two thread_ticks snapshots: how evenly
+# the server's workers were loaded ("min-max").
+thread_spread() {
+    python3 - "$1" "$2" "$3" "$4" <<'PY'
+import sys
+before = dict(l.split() for l in open(sys.argv[1]))
+after = dict(l.split() for l in open(sys.argv[2]))
+busy = sorted((int(t) - int(before.get(tid, 0)) for tid, t in after.items()), reverse=True)
+busy = [b / 100 / float(sys.argv[4]) for b in busy[: int(sys.argv[3])]]
+print(f"{min(busy):.2f}-{max(busy):.2f}")
+PY
+}
 group_flag=()
 [ -n "${GROUP:-}" ] && group_flag=(--group "$GROUP")
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $CORES cores;" \
@@ -104,10 +120,12 @@ for workers in "${COUNTS[@]}"; do
     fi
     start_$(tr - _ <<<"$SERVER") "$workers"
     before=$(cpu_ticks $server)
+    thread_ticks $server > "$WORK/threads.before"
     report=$(taskset -c "$workers-$((CORES - 1))" "$CLIENT" bench https://127.0.0.1:9727/ --insecure \
         --json --threads "$client_cores" -c $((64 * workers)) -d "${SECS}s" --mode "$MODE" \
         "${group_flag[@]}" 2>/dev/null)
     after=$(cpu_ticks $server)
+    thread_ticks $server > "$WORK/threads.after"
     kill $server
     wait $server 2>/dev/null || true
     handshakes=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["handshakes"])' <<<"$report")
@@ -117,8 +135,9 @@ for workers in "${COUNTS[@]}"; do
     cpu[$workers]=$(python3 -c "print(round($ticks / 100 / $elapsed, 2))")
     per[$workers]=$((handshakes * 100 / ticks))
     measured+=("$workers")
+    spread=$(thread_spread "$WORK/threads.before" "$WORK/threads.after" "$workers" "$elapsed")
     echo "$workers workers: ${rate[$workers]} handshakes/s, server ${cpu[$workers]} cores," \
-        "${per[$workers]} per server CPU-second"
+        "${per[$workers]} per server CPU-second; busiest $workers threads $spread of a core each"
 done
 [ ${#measured[@]} -gt 0 ] || exit 0
 base=${per[${measured[0]}]}

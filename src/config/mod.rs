@@ -41,7 +41,7 @@ pub use listener::{
     BackendPolicies, CertificateConfig, ListenerConfig, ProxyProtocol, UnknownSni, BUILTIN_BACKEND,
 };
 pub use ocsp::OcspConfig;
-pub use process::{default_admin_address, AdminConfig, LogConfig, ProcessSettings};
+pub use process::{default_admin_address, AcceptMode, AdminConfig, LogConfig, ProcessSettings};
 pub use server_name::{is_dns_label, normal_name, ServerNameConfig};
 pub use session::{redis_uses_tls, SessionConfig};
 pub use source::{ConfigError, SourceMap};
@@ -58,6 +58,9 @@ pub struct Config {
     /// Pin worker i to core i (off by default so `taskset` on the whole process is respected).
     #[serde(default)]
     pub pin_workers: bool,
+    /// How connections reach the workers: one SO_REUSEPORT socket each, or one shared socket.
+    #[serde(default)]
+    pub accept: AcceptMode,
     /// Connections open at once in the whole process (all workers and listeners); at the
     /// limit, accepting pauses. Each listener also has a per-worker `max_connections`.
     #[serde(default = "default_global_max_connections")]

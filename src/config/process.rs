@@ -103,11 +103,26 @@ fn check_log_filter(filter: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// How new connections are spread over the workers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AcceptMode {
+    /// Each worker has its own SO_REUSEPORT socket per listener: the kernel hashes every
+    /// connection to one of them, whether that worker is busy or not.
+    #[default]
+    PerWorker,
+    /// Every worker waits on the same socket and the first to ask takes the connection:
+    /// a busy worker leaves new connections to idle ones (each connection wakes every
+    /// waiting worker, which costs a little when they are idle).
+    Shared,
+}
+
 /// The settings that shape the process itself: applied at start only.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessSettings {
     workers: Option<usize>,
     pin_workers: bool,
+    accept: AcceptMode,
     max_connections: usize,
     drain_timeout: Duration,
     log_level: String,
@@ -115,11 +130,17 @@ pub struct ProcessSettings {
 }
 
 impl ProcessSettings {
+    /// How connections reach the workers (listeners opened by a reload follow it too).
+    pub fn accept(&self) -> AcceptMode {
+        self.accept
+    }
+
     /// The keys whose values differ in `new` (a reload cannot apply them).
     pub fn changed_keys(&self, new: &ProcessSettings) -> Vec<&'static str> {
         let changed = [
             ("workers", self.workers != new.workers),
             ("pin_workers", self.pin_workers != new.pin_workers),
+            ("accept", self.accept != new.accept),
             (
                 "max_connections",
                 self.max_connections != new.max_connections,
@@ -141,6 +162,7 @@ impl Config {
         ProcessSettings {
             workers: self.workers,
             pin_workers: self.pin_workers,
+            accept: self.accept,
             max_connections: self.max_connections,
             drain_timeout: self.drain_timeout,
             log_level: self.log.level.clone(),

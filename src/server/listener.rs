@@ -1,5 +1,6 @@
 //! A configured listener and its sockets: one SO_REUSEPORT socket per worker, so the
-//! kernel spreads connections over the workers.
+//! kernel spreads connections over the workers, or one socket all workers wait on
+//! (`accept = "shared"`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,6 +9,8 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
+
+use crate::config::AcceptMode;
 
 use super::state::ListenerState;
 use super::worker;
@@ -38,12 +41,27 @@ pub(super) fn bind_reuseport(address: SocketAddr) -> anyhow::Result<std::net::Tc
     crate::sys::listening_socket(address, true).with_context(|| format!("cannot bind {address}"))
 }
 
-/// One listening socket for each worker.
+/// One listening socket for each worker: its own, or a handle on the one they share.
 pub(super) fn bind_per_worker(
     address: SocketAddr,
     workers: usize,
+    mode: AcceptMode,
 ) -> anyhow::Result<Vec<std::net::TcpListener>> {
-    (0..workers).map(|_| bind_reuseport(address)).collect()
+    match mode {
+        AcceptMode::PerWorker => (0..workers).map(|_| bind_reuseport(address)).collect(),
+        AcceptMode::Shared => {
+            let socket = bind_reuseport(address)?;
+            let mut sockets = (1..workers)
+                .map(|_| {
+                    socket
+                        .try_clone()
+                        .context("cannot share a listening socket")
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            sockets.push(socket);
+            Ok(sockets)
+        }
+    }
 }
 
 /// Hands each worker its socket of `listener`; each starts accepting on it.
@@ -58,5 +76,35 @@ pub(super) fn open(
             listener: listener.clone(),
             socket,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shared mode hands every worker the same socket: a connection waiting on it can
+    /// be taken through any worker's handle.
+    #[test]
+    fn shared_sockets_are_one_socket() {
+        let sockets =
+            bind_per_worker("127.0.0.1:0".parse().unwrap(), 3, AcceptMode::Shared).unwrap();
+        assert_eq!(sockets.len(), 3);
+        let address = sockets[0].local_addr().unwrap();
+        assert!(sockets.iter().all(|s| s.local_addr().unwrap() == address));
+        let _client = std::net::TcpStream::connect(address).unwrap();
+        // Blocking mode belongs to the socket, not to a handle: all handles block now.
+        sockets[0].set_nonblocking(false).unwrap();
+        let (_accepted, peer) = sockets[2].accept().unwrap();
+        assert_eq!(peer.ip(), address.ip());
+    }
+
+    /// The per-worker mode binds one socket per worker, all on the same port.
+    #[test]
+    fn per_worker_sockets_share_the_port() {
+        let first = bind_reuseport("127.0.0.1:0".parse().unwrap()).unwrap();
+        let address = first.local_addr().unwrap();
+        let sockets = bind_per_worker(address, 2, AcceptMode::PerWorker).unwrap();
+        assert!(sockets.iter().all(|s| s.local_addr().unwrap() == address));
     }
 }
