@@ -369,30 +369,7 @@ impl RedisStore {
             loop {
                 let wall_clock = unix_now();
                 let epochs = shared_epochs(wall_clock, rotation, grace);
-                let (next, r) = (*epochs.end(), rotation.as_secs().max(1));
-                let mut pipe = redis::pipe();
-                // A refused write (maxmemory with noeviction, a read-only replica,
-                // min-replicas-to-write not met) must not cost the read: with the keys
-                // Redis already holds, the fleet still resumes each other's tickets. Each
-                // command's reply comes back on its own instead of failing the pipeline.
-                pipe.ignore_errors();
-                for epoch in [next - 1, next] {
-                    // The key lives until it no longer decrypts, plus a rotation of margin.
-                    let expires = Duration::from_secs((epoch + 2) * r) + grace;
-                    let ttl = expires.saturating_sub(wall_clock).as_millis().max(1) as u64;
-                    let mut fresh = Zeroizing::new([0u8; KEY_FILE_ENTRY_LEN]);
-                    boring::rand::rand_bytes(&mut fresh[..]).expect("the RNG works");
-                    let name = format!("{prefix}{epoch}");
-                    let sealed = fleet
-                        .load()
-                        .seal(name.as_bytes(), &fresh[..])
-                        .expect("sealing with the fleet key works");
-                    let mut set = redis::cmd("SET");
-                    set.arg(name).arg(sealed).arg("NX").arg("PX").arg(ttl);
-                    pipe.add_command(set);
-                }
-                let names: Vec<String> = epochs.clone().map(|e| format!("{prefix}{e}")).collect();
-                pipe.cmd("MGET").arg(names);
+                let pipe = ticket_key_pipeline(&prefix, &fleet.load(), &epochs, rotation, grace, wall_clock);
                 type Replies = (
                     redis::RedisResult<redis::Value>,
                     redis::RedisResult<redis::Value>,
@@ -419,26 +396,7 @@ impl RedisStore {
                 });
                 let outcome = match read {
                     Ok(Ok(values)) => {
-                        let mut keys = Vec::new();
-                        let fleet = fleet.load();
-                        for (epoch, value) in epochs.zip(values.iter()) {
-                            let Some(sealed) = value else { continue };
-                            let name = format!("{prefix}{epoch}");
-                            // One that does not open is counted and left: this epoch then
-                            // has no shared key, and each process uses its own.
-                            let Some(opened) = fleet.open(Entry::TicketKey, name.as_bytes(), sealed)
-                            else {
-                                continue;
-                            };
-                            match <&[u8; KEY_FILE_ENTRY_LEN]>::try_from(opened.as_slice()) {
-                                Ok(bytes) => keys.push(SharedKey {
-                                    epoch,
-                                    key: TicketKey::from_bytes(bytes),
-                                }),
-                                Err(_) => tracing::warn!(key = %name, "Redis holds a ticket key that is not 80 bytes: ignored"),
-                            }
-                        }
-                        RedisReply::Done(keys)
+                        RedisReply::Done(open_ticket_keys(&prefix, &fleet.load(), epochs, &values))
                     }
                     Ok(Err(err)) => {
                         tracing::debug!(error = %err, "redis ticket key sync failed");
@@ -456,6 +414,71 @@ impl RedisStore {
         });
         task.abort_handle()
     }
+}
+
+/// One sync's requests: SET NX a fresh sealed key for the current and next epochs (each
+/// living until it no longer decrypts, plus a rotation of margin), then MGET every epoch
+/// in `epochs`.
+fn ticket_key_pipeline(
+    prefix: &str,
+    fleet: &FleetKey,
+    epochs: &std::ops::RangeInclusive<u64>,
+    rotation: Duration,
+    grace: Duration,
+    wall_clock: Duration,
+) -> redis::Pipeline {
+    let (next, r) = (*epochs.end(), rotation.as_secs().max(1));
+    let mut pipe = redis::pipe();
+    // A refused write (maxmemory with noeviction, a read-only replica,
+    // min-replicas-to-write not met) must not cost the read: with the keys Redis already
+    // holds, the fleet still resumes each other's tickets. Each command's reply comes back
+    // on its own instead of failing the pipeline.
+    pipe.ignore_errors();
+    for epoch in [next - 1, next] {
+        let expires = Duration::from_secs((epoch + 2) * r) + grace;
+        let ttl = expires.saturating_sub(wall_clock).as_millis().max(1) as u64;
+        let mut fresh = Zeroizing::new([0u8; KEY_FILE_ENTRY_LEN]);
+        boring::rand::rand_bytes(&mut fresh[..]).expect("the RNG works");
+        let name = format!("{prefix}{epoch}");
+        let sealed = fleet
+            .seal(name.as_bytes(), &fresh[..])
+            .expect("sealing with the fleet key works");
+        let mut set = redis::cmd("SET");
+        set.arg(name).arg(sealed).arg("NX").arg("PX").arg(ttl);
+        pipe.add_command(set);
+    }
+    let names: Vec<String> = epochs.clone().map(|e| format!("{prefix}{e}")).collect();
+    pipe.cmd("MGET").arg(names);
+    pipe
+}
+
+/// The ticket keys Redis holds for `epochs` (`values`, in order) that open with the fleet
+/// key. One that does not open is counted and left: its epoch then has no shared key, and
+/// each process uses its own.
+fn open_ticket_keys(
+    prefix: &str,
+    fleet: &FleetKey,
+    epochs: std::ops::RangeInclusive<u64>,
+    values: &[Option<Vec<u8>>],
+) -> Vec<SharedKey> {
+    let mut keys = Vec::new();
+    for (epoch, value) in epochs.zip(values.iter()) {
+        let Some(sealed) = value else { continue };
+        let name = format!("{prefix}{epoch}");
+        let Some(opened) = fleet.open(Entry::TicketKey, name.as_bytes(), sealed) else {
+            continue;
+        };
+        match <&[u8; KEY_FILE_ENTRY_LEN]>::try_from(opened.as_slice()) {
+            Ok(bytes) => keys.push(SharedKey {
+                epoch,
+                key: TicketKey::from_bytes(bytes),
+            }),
+            Err(_) => {
+                tracing::warn!(key = %name, "Redis holds a ticket key that is not 80 bytes: ignored")
+            }
+        }
+    }
+    keys
 }
 
 #[cfg(test)]
