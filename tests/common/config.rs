@@ -56,11 +56,18 @@ impl TomlValue for bool {
     }
 }
 
-impl TomlValue for i64 {
-    fn into_value(self) -> Value {
-        Value::Integer(self)
-    }
+/// Integers of the widths tests write (ports, sizes, counts, thresholds).
+macro_rules! toml_integer {
+    ($($int:ty),*) => {$(
+        impl TomlValue for $int {
+            fn into_value(self) -> Value {
+                Value::Integer(i64::try_from(self).expect("fits a TOML integer"))
+            }
+        }
+    )*};
 }
+
+toml_integer!(i32, i64, u16, u32, u64, usize);
 
 impl<T: TomlValue + Clone> TomlValue for &[T] {
     fn into_value(self) -> Value {
