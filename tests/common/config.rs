@@ -166,6 +166,11 @@ impl ConfigBuilder {
         self.section("session", build)
     }
 
+    /// `[session]` as `session` has it.
+    pub fn session_as(self, session: &Section) -> ConfigBuilder {
+        self.section("session", |_| session.clone())
+    }
+
     pub fn render(&self) -> String {
         toml::to_string(&self.root).expect("a configuration renders as TOML")
     }
@@ -178,7 +183,9 @@ impl ConfigBuilder {
     }
 }
 
-/// A section's keys.
+/// A section's keys; `Section::default()` starts one to pass around (e.g. a fleet's
+/// `[session]` shared by several servers).
+#[derive(Clone, Default)]
 pub struct Section(Table);
 
 impl Section {
