@@ -193,6 +193,10 @@ impl Section {
         self.0.insert(key.into(), value.into_value());
         self
     }
+
+    pub fn has(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
 }
 
 /// One `[[listener]]`.
