@@ -68,6 +68,8 @@ impl CloseReason {
     }
 }
 
+/// One client connection, from accept to close: the handshake, the backend, the relay,
+/// and the counters and log line of how it ended.
 pub async fn handle(
     stream: TcpStream,
     client: SocketAddr,
