@@ -194,6 +194,9 @@ fn progress(msg: &str) {
     }
 }
 
+/// `tlsterm speed`. Over 80 lines on purpose: one report in the order it prints (the
+/// arguments checked, one measurement loop per algorithm, then the table); a benchmark
+/// command, off the serving path.
 pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
     let kernels: Vec<Kernel> = if args.kernel.is_empty() {
         Kernel::simd_available()

@@ -91,6 +91,8 @@ fn render_histogram(
     }
 }
 
+/// The screen `tlsterm stats` prints. Over 80 lines on purpose: its sections in the order
+/// shown, each a few lines of formatting, so the code reads like the output.
 fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
     let (view, seconds) = match window {
         Some((earlier, elapsed)) => (now.since(earlier), Some(elapsed.as_secs_f64())),

@@ -7,6 +7,7 @@ mod common;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use common::config::{ConfigBuilder, Listener, Section};
 use common::*;
 use tlsterm::proxy::proxy_protocol::{self, PP2_TYPE_TLSTERM_EARLY_DATA};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -160,18 +161,17 @@ async fn client(port: u16, args: &[&str], input: &'static str) -> String {
     out
 }
 
-fn listener(port: u16, backend: SocketAddr, early_data: &str) -> String {
-    format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\n\
-         proxy_protocol = \"v2\"\nearly_data = {early_data}"
-    )
+/// A listener on `port` relaying to `backend` with PROXY v2 (which marks early data).
+fn listener(l: Listener, port: u16, backend: SocketAddr) -> Listener {
+    l.port(port).backend(backend).proxy_v2()
 }
 
 /// A server with a fixed admin port (so a rewritten config can be reloaded), and the
 /// files s_client uses: the session and the early request.
 struct Setup {
     dir: tempfile::TempDir,
-    header: String,
+    /// The configuration without its listener: a rewrite for a reload keeps its admin port.
+    base: ConfigBuilder,
     port: u16,
     backend: SocketAddr,
     server: Server,
@@ -179,19 +179,25 @@ struct Setup {
 }
 
 impl Setup {
-    /// `session` is the body of the `[session]` section; `early_data` the listener's value
-    /// of that key, possibly followed by more listener keys.
-    fn start(backend: SocketAddr, session: &str, early_data: &str) -> Setup {
+    /// With `session` as the `[session]` section and the listener's `early_data` keys.
+    fn start(
+        backend: SocketAddr,
+        session: &Section,
+        early_data: impl FnOnce(Listener) -> Listener,
+    ) -> Setup {
         let dir = tempfile::tempdir().unwrap();
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let header = format!("[session]\n{session}\n[admin]\naddress = \"{admin}\"\n");
+        let base = ConfigBuilder::new().session_as(session);
+        let admin = base.admin_address();
         let port = free_port();
-        let config = write_config(dir.path(), &header, &[listener(port, backend, early_data)]);
+        let config = base
+            .clone()
+            .listener(|l| early_data(listener(l, port, backend)))
+            .write(dir.path());
         std::fs::write(dir.path().join("request.txt"), EARLY_REQUEST).unwrap();
         let server = Server::start(&config);
         Setup {
             dir,
-            header,
+            base,
             port,
             backend,
             server,
@@ -250,7 +256,7 @@ impl Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_data_is_accepted_marked_and_never_replayed() {
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend, "", "true");
+    let setup = Setup::start(backend, &Section::default(), accept_0rtt);
     let session = setup.save_session(&mut seen).await;
     let request = setup.file("request.txt");
 
@@ -305,7 +311,7 @@ async fn early_data_is_accepted_marked_and_never_replayed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_hello_in_pieces_is_checked_for_replay() {
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend, "", "true");
+    let setup = Setup::start(backend, &Section::default(), accept_0rtt);
     let session = setup.save_session(&mut seen).await;
     let (relay_port, recorded) = recording_proxy(setup.port, Relay::Pieces(40)).await;
     let request = setup.file("request.txt");
@@ -335,15 +341,15 @@ async fn a_client_hello_in_pieces_is_checked_for_replay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_data_is_refused_once_disabled() {
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend, "", "true");
+    let setup = Setup::start(backend, &Section::default(), accept_0rtt);
     let session = setup.save_session(&mut seen).await;
     let request = setup.file("request.txt");
 
-    write_config(
-        setup.dir.path(),
-        &setup.header,
-        &[listener(setup.port, setup.backend, "false")],
-    );
+    let refusing = setup
+        .base
+        .clone()
+        .listener(|l| listener(l, setup.port, setup.backend).set("early_data", false));
+    refusing.write(setup.dir.path());
     assert!(setup.server.reload().contains("reloaded"));
 
     // The ticket still resumes (keys survive reloads), but its early data is refused and
@@ -369,8 +375,8 @@ async fn early_data_is_refused_once_disabled() {
 async fn a_replay_to_another_process_is_refused_through_redis() {
     let (_redis, _keys, session) = fleet_with_redis();
     let (backend, mut seen) = recording_backend().await;
-    let a = Setup::start(backend, &session, "true");
-    let b = Setup::start(backend, &session, "true");
+    let a = Setup::start(backend, &session, accept_0rtt);
+    let b = Setup::start(backend, &session, accept_0rtt);
 
     let ticket = a.save_session(&mut seen).await;
     let recorded = a.early_request_recorded(&ticket).await;
@@ -390,8 +396,8 @@ async fn a_replay_to_another_process_is_refused_through_redis() {
 async fn a_replay_after_redis_lost_its_claims_is_refused() {
     let (redis, _keys, session) = fleet_with_redis();
     let (backend, mut seen) = recording_backend().await;
-    let a = Setup::start(backend, &session, "true");
-    let b = Setup::start(backend, &session, "true");
+    let a = Setup::start(backend, &session, accept_0rtt);
+    let b = Setup::start(backend, &session, accept_0rtt);
 
     let ticket = a.save_session(&mut seen).await;
     let recorded = a.early_request_recorded(&ticket).await;
@@ -423,12 +429,9 @@ async fn a_replay_after_redis_lost_its_claims_is_refused() {
 async fn a_client_hello_refused_for_its_share_is_claimed_for_the_fleet() {
     let (_redis, _keys, session) = fleet_with_redis();
     let (backend, mut seen) = recording_backend().await;
-    let a = Setup::start(
-        backend,
-        &format!("{session}\nearly_data_replay_entries = 200"),
-        "true",
-    );
-    let b = Setup::start(backend, &session, "true");
+    let small_memory = session.clone().set("early_data_replay_entries", 200);
+    let a = Setup::start(backend, &small_memory, accept_0rtt);
+    let b = Setup::start(backend, &session, accept_0rtt);
     let ticket = a.save_session(&mut seen).await;
     let request = a.file("request.txt");
     let early = ["-sess_in", &ticket, "-early_data", &request];
@@ -470,7 +473,7 @@ const CLAIMS_SINCE: &str = "tlsterm:session:0rtt_claims_since";
 /// lines that point at both. Redis runs, and the key file exists, while the first two live.
 /// Its Redis has kept 0-RTT claims for long (as one in service would), so the fleet's
 /// first window does not refuse 0-RTT.
-fn fleet_with_redis() -> (Redis, tempfile::TempDir, String) {
+fn fleet_with_redis() -> (Redis, tempfile::TempDir, Section) {
     let redis = Redis::start();
     let mut connection = redis.connection().unwrap();
     redis::cmd("SET")
@@ -480,21 +483,23 @@ fn fleet_with_redis() -> (Redis, tempfile::TempDir, String) {
         .unwrap();
     let keys = tempfile::tempdir().unwrap();
     let fleet_key = fleet_key_file(keys.path(), "fleet.key");
-    let session = format!(
-        "{}\nredis_url = {:?}\nfleet_key_file = {:?}",
-        shared_ticket_keys(keys.path()),
-        redis.url(),
-        fleet_key.display().to_string()
-    );
+    let session = shared_ticket_keys(keys.path())
+        .set("redis_url", redis.url())
+        .set("fleet_key_file", &fleet_key);
     (redis, keys, session)
 }
 
 /// A ticket key file in `dir`, as every process of a fleet would share it, and the
-/// `[session]` line that points at it.
-fn shared_ticket_keys(dir: &std::path::Path) -> String {
+/// `[session]` key that points at it.
+fn shared_ticket_keys(dir: &std::path::Path) -> Section {
     let key_file = dir.join("ticket.keys");
     std::fs::write(&key_file, key_line(1)).unwrap();
-    format!("ticket_key_file = {:?}", key_file.display().to_string())
+    Section::default().set("ticket_key_file", &key_file)
+}
+
+/// `early_data = true` on the listener.
+fn accept_0rtt(l: Listener) -> Listener {
+    l.set("early_data", true)
 }
 
 /// The client's first flight in recorded bytes: its TLS records up to the first
@@ -514,9 +519,13 @@ fn first_flight(recorded: &[u8]) -> &[u8] {
 /// `max_early_data` bounds what reaches the backend before the handshake completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_data_past_max_early_data_waits_for_the_handshake() {
-    let limited = "true\nmax_early_data = 16\nhandshake_timeout = \"1s\"";
+    let limited = |l: Listener| {
+        accept_0rtt(l)
+            .set("max_early_data", 16)
+            .set("handshake_timeout", "1s")
+    };
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend, "", limited);
+    let setup = Setup::start(backend, &Section::default(), limited);
     let ticket = setup.save_session(&mut seen).await;
 
     // A real client: the first 16 bytes pass early, the rest once the handshake completes.
@@ -554,7 +563,7 @@ async fn shared_ticket_keys_without_redis_refuse_early_data_after_start() {
     let keys = tempfile::tempdir().unwrap();
     let session = shared_ticket_keys(keys.path());
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend, &session, "true");
+    let setup = Setup::start(backend, &session, accept_0rtt);
     let ticket = setup.save_session(&mut seen).await;
 
     let request = setup.file("request.txt");
@@ -574,7 +583,11 @@ async fn shared_ticket_keys_without_redis_refuse_early_data_after_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_fills_at_most_its_share_of_the_replay_memory() {
     let (backend, mut seen) = recording_backend().await;
-    let setup = Setup::start(backend, "early_data_replay_entries = 200", "true");
+    let setup = Setup::start(
+        backend,
+        &Section::default().set("early_data_replay_entries", 200),
+        accept_0rtt,
+    );
     let session = setup.save_session(&mut seen).await;
     let request = setup.file("request.txt");
     let early = ["-sess_in", &session, "-early_data", &request];

@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::config::{ConfigBuilder, Listener};
 use common::*;
 use tlsterm::proxy::proxy_protocol::{self, PP2_TYPE_AUTHORITY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,30 +25,25 @@ fn keygen(dir: &Path, stem: &str) -> (PathBuf, String) {
     (file, list)
 }
 
-/// A listener with certificates for public.test (default) and secret.test, `ech_keys`
-/// set to `keys`, PROXY v2 to `backend` (unless it is the built-in one).
-fn listener(dir: &Path, port: u16, backend: &str, keys: &[&Path]) -> String {
+/// `l` with certificates for public.test (default) and secret.test, `ech_keys` set to
+/// `keys`, PROXY v2 to `backend` (unless it is the built-in one).
+fn ech_listener(l: Listener, dir: &Path, port: u16, backend: &str, keys: &[&Path]) -> Listener {
     // PROXY v2 to every backend (the built-in one strips it): the backend learns the inner
     // name, and a name with its own client-certificate policy may share it.
-    let mut text = format!(
-        "address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\nproxy_protocol = \"v2\"\n\
-         ech_keys = {:?}\n",
-        keys.iter()
-            .map(|k| k.display().to_string())
-            .collect::<Vec<_>>()
-    );
+    let mut l = l
+        .port(port)
+        .backend(backend)
+        .proxy_v2()
+        .set("ech_keys", keys.to_vec());
     for (name, default) in [("public", true), ("secret", false)] {
         let cert = dir.join(format!("{name}.pem"));
         if !cert.exists() {
             make_cert(dir, name, &format!("{name}.test"), KeyType::EcdsaP256);
         }
-        text.push_str(&format!(
-            "[[listener.certificate]]\ncert = \"{}\"\nkey = \"{}\"\ndefault = {default}\n",
-            cert.display(),
-            dir.join(format!("{name}.key")).display()
-        ));
+        let key = dir.join(format!("{name}.key"));
+        l = l.certificate(|c| c.files(&cert, &key).set("default", default));
     }
-    text
+    l
 }
 
 /// A PROXY v2 backend that reports each connection's authority TLV and answers 200.
@@ -125,8 +121,11 @@ async fn ech_with_current_previous_and_unknown_keys_and_reload() {
     let (backend, mut authorities) = authority_backend().await;
     let port = free_port();
     // Rotation: the new key first (offered in retry configs), the old one still decrypts.
-    let listeners = [listener(dir.path(), port, &backend, &[&new, &old])];
-    let config = write_config(dir.path(), "[log]\nconnections = true\n", &listeners);
+    let base = ConfigBuilder::new().section("log", |log| log.set("connections", true));
+    let config = base
+        .clone()
+        .listener(|l| ech_listener(l, dir.path(), port, &backend, &[&new, &old]))
+        .write(dir.path());
     let server = Server::start(&config);
     let admin = admin_address(&config).unwrap();
     let dir = dir.path().to_path_buf();
@@ -162,14 +161,9 @@ async fn ech_with_current_previous_and_unknown_keys_and_reload() {
     assert_eq!(metric(admin, ECH, "result=\"rejected\""), 1.0);
 
     // Reload with only the newest key: it is accepted, the old ones are not.
-    let listeners = [listener(
-        config.parent().unwrap(),
-        port,
-        &backend,
-        &[&newest],
-    )];
-    let header = format!("[log]\nconnections = true\n[admin]\naddress = \"{admin}\"\n");
-    write_config(config.parent().unwrap(), &header, &listeners);
+    let dir = config.parent().unwrap();
+    let only_newest = base.listener(|l| ech_listener(l, dir, port, &backend, &[&newest]));
+    only_newest.write(dir);
     assert!(server.reload().contains("reloaded"));
     let got = go(&newest_list).await;
     assert_eq!(got["ech_accepted"], true, "{got}");
@@ -200,8 +194,10 @@ fn bench_encrypts_its_client_hello() {
     let (key, list) = keygen(dir.path(), "key");
     let (_, unknown) = keygen(dir.path(), "unknown");
     let port = free_port();
-    let listeners = [listener(dir.path(), port, "builtin", &[&key])];
-    let server = Server::start(&write_config(dir.path(), "", &listeners));
+    let config = ConfigBuilder::new()
+        .listener(|l| ech_listener(l, dir.path(), port, "builtin", &[&key]))
+        .write(dir.path());
+    let server = Server::start(&config);
     let report = bench(port, &list, "3");
     assert_eq!(report["errors_total"], 0, "{report}");
     assert_eq!(report["ech_accepted"], 3, "{report}");
@@ -239,13 +235,17 @@ fn the_inner_name_sets_the_client_certificate_policy() {
     make_ca(dir.path(), "client CA");
     let (key, list) = keygen(dir.path(), "key");
     let port = free_port();
-    let mut listener = listener(dir.path(), port, "builtin", &[&key]);
-    listener.push_str(&format!(
-        "[[listener.server_name]]\nnames = [\"secret.test\"]\nclient_auth = \"required\"\n\
-         backends = [\"builtin\"]\nclient_ca = \"{}\"\n",
-        dir.path().join("ca.pem").display()
-    ));
-    let config = write_config(dir.path(), "", &[listener]);
+    let config = ConfigBuilder::new()
+        .listener(|l| {
+            ech_listener(l, dir.path(), port, "builtin", &[&key]).server_name(
+                &["secret.test"],
+                |n| {
+                    n.client_auth("required", &dir.path().join("ca.pem"))
+                        .backend("builtin")
+                },
+            )
+        })
+        .write(dir.path());
     let _server = Server::start(&config);
     let admin = admin_address(&config).unwrap();
     let client = |sni: &str| {

@@ -8,15 +8,19 @@ mod common;
 
 use std::process::Command;
 
+use common::config::{ConfigBuilder, Section};
 use common::*;
 
 const SHARES: &str = "tlsterm_key_shares_total";
 
-fn start(engine: &str) -> (tempfile::TempDir, Server, u16) {
+/// A server on the built-in backend whose `[engine]` section `engine` writes.
+fn start(engine: impl FnOnce(Section) -> Section) -> (tempfile::TempDir, Server, u16) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let listener = format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n");
-    let config = write_config(dir.path(), engine, &[listener]);
+    let config = ConfigBuilder::new()
+        .section("engine", engine)
+        .listener(|l| l.port(port).backend("builtin"))
+        .write(dir.path());
     let server = Server::start(&config);
     (dir, server, port)
 }
@@ -46,7 +50,7 @@ fn wait_shares(admin: std::net::SocketAddr, group: &str, path: &str, count: u32)
 
 /// Go clients of each group against a server whose `[engine]` section is `engine`;
 /// `x25519`: the path expected for X25519 and the hybrid.
-fn go_clients_of_every_group(engine: &str, x25519: &str) {
+fn go_clients_of_every_group(engine: impl FnOnce(Section) -> Section, x25519: &str) {
     let (_dir, server, port) = start(engine);
     let admin = admin_address(&server.config).unwrap();
     for (args, group, go_name, path) in [
@@ -66,20 +70,20 @@ fn go_clients_of_every_group(engine: &str, x25519: &str) {
 #[test]
 fn go_clients_get_shares_computed_by_tlsterm_for_every_group() {
     // A lone handshake's share is a batch of one: the engine only when asked to take it.
-    let engine = "[engine]\nx25519_small_batch_threshold = 1\n";
+    let engine = |e: Section| e.set("x25519_small_batch_threshold", 1);
     go_clients_of_every_group(engine, x25519_path());
     // By default a batch of one is aws-lc's.
-    go_clients_of_every_group("", "aws-lc-rs");
+    go_clients_of_every_group(|e| e, "aws-lc-rs");
 }
 
 #[test]
 fn key_shares_aws_lc_rs_on_every_cpu() {
-    go_clients_of_every_group("[engine]\nkey_shares = \"aws-lc-rs\"\n", "aws-lc-rs");
+    go_clients_of_every_group(|e| e.set("key_shares", "aws-lc-rs"), "aws-lc-rs");
 }
 
 #[test]
 fn rustls_full_and_resumed_handshakes_take_the_hint() {
-    let (_dir, server, port) = start("[engine]\nx25519_small_batch_threshold = 1\n");
+    let (_dir, server, port) = start(|e| e.set("x25519_small_batch_threshold", 1));
     let admin = admin_address(&server.config).unwrap();
     for mode in ["full", "resume"] {
         let out = run(Command::new(TLSTERM)
@@ -97,7 +101,7 @@ fn rustls_full_and_resumed_handshakes_take_the_hint() {
 
 #[test]
 fn openssl_hello_retry_and_tls12_are_computed_by_boringssl() {
-    let (_dir, server, port) = start("");
+    let (_dir, server, port) = start(|e| e);
     let admin = admin_address(&server.config).unwrap();
     // A share for X448 only, which tlsterm lacks: X25519 is chosen, with a
     // HelloRetryRequest, and the second ClientHello's share is BoringSSL's to answer.
@@ -137,7 +141,7 @@ fn openssl_hello_retry_and_tls12_are_computed_by_boringssl() {
 
 #[test]
 fn key_shares_inline_leaves_them_to_boringssl() {
-    let (_dir, server, port) = start("[engine]\nkey_shares = \"inline\"\n");
+    let (_dir, server, port) = start(|e| e.set("key_shares", "inline"));
     let admin = admin_address(&server.config).unwrap();
     let got = go_connect(port, &[]);
     assert_eq!(got["group"], "X25519MLKEM768", "{got}");
@@ -148,11 +152,18 @@ fn key_shares_inline_leaves_them_to_boringssl() {
 #[test]
 fn a_bad_key_shares_value_is_refused_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        "[engine]\nkey_shares = \"gpu\"\n",
-        &["address = \"127.0.0.1:1\"\nbackends = [\"builtin\"]".to_string()],
-    );
+    let config = ConfigBuilder::new()
+        .section("engine", |e| e.set("key_shares", "gpu"))
+        .listener(|l| l.port(1).backend("builtin"))
+        .write(dir.path());
+    let text = std::fs::read_to_string(&config).unwrap();
+    let line = 1 + text
+        .lines()
+        .position(|l| l.starts_with("key_shares"))
+        .unwrap();
     let err = check_refuses(&config);
-    assert!(err.contains(":3:") && err.contains("`batch`"), "{err}");
+    assert!(
+        err.contains(&format!(":{line}:")) && err.contains("`batch`"),
+        "{err}"
+    );
 }

@@ -4,6 +4,7 @@
 mod common;
 
 use boring::ssl::{SslConnector, SslMethod, SslSession, SslVerifyMode, SslVersion};
+use common::config::ConfigBuilder;
 use common::*;
 use prometheus_parse::{Scrape, Value};
 use tokio::net::TcpStream;
@@ -52,22 +53,12 @@ fn value(scrape: &Scrape, metric: &str, label: Option<(&str, &str)>) -> f64 {
 async fn metrics_count_exactly_the_traffic() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let config = write_config(
-        dir.path(),
-        "",
-        &[format!(
-            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]"
-        )],
-    );
     // One worker: connections are handled in the order they arrive, so by the time the
     // last response is read every earlier handshake has been recorded.
-    std::fs::write(
-        &config,
-        std::fs::read_to_string(&config)
-            .unwrap()
-            .replace("workers = 2", "workers = 1"),
-    )
-    .unwrap();
+    let config = ConfigBuilder::new()
+        .set("workers", 1)
+        .listener(|l| l.port(port).backend("builtin"))
+        .write(dir.path());
     let server = Server::start(&config);
     let admin = admin_address(&config).unwrap();
 
@@ -238,14 +229,14 @@ async fn per_worker_series_add_up_to_the_totals() {
 async fn per_listener_series_count_each_address() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (free_port(), free_port());
-    let listener = |port: u16| format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]");
-    let config = write_config(dir.path(), "", &[listener(a), listener(b)]);
     // One worker, and the failed handshake first: the client may see the alert an instant
     // before tlsterm counts the failure, but the worker counts it before it accepts the
     // next connection.
-    let text = std::fs::read_to_string(&config).unwrap();
-    assert!(text.contains("workers = 2"));
-    std::fs::write(&config, text.replace("workers = 2", "workers = 1")).unwrap();
+    let config = ConfigBuilder::new()
+        .set("workers", 1)
+        .listener(|l| l.port(a).backend("builtin"))
+        .listener(|l| l.port(b).backend("builtin"))
+        .write(dir.path());
     let server = Server::start(&config);
     let admin = admin_address(&server.config).unwrap();
     let out = s_client(b, &["-tls1_2", "-cipher", "AES128-SHA"], "");

@@ -7,17 +7,20 @@ mod common;
 
 use std::process::Command;
 
+use common::config::{ConfigBuilder, Listener};
 use common::*;
 
 const GROUPS: &str = "tlsterm_tls_groups_total";
 const COMPRESSED: &str = "tlsterm_certificates_compressed_total";
 
 /// A server on the built-in backend with the connection log on and `extra` listener keys.
-fn start(extra: &str) -> (tempfile::TempDir, Server, u16) {
+fn start(extra: impl FnOnce(Listener) -> Listener) -> (tempfile::TempDir, Server, u16) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let listener = format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n{extra}");
-    let config = write_config(dir.path(), "[log]\nconnections = true\n", &[listener]);
+    let config = ConfigBuilder::new()
+        .section("log", |log| log.set("connections", true))
+        .listener(|l| extra(l.port(port).backend("builtin")))
+        .write(dir.path());
     let server = Server::start(&config);
     (dir, server, port)
 }
@@ -43,7 +46,7 @@ fn bench(port: u16, n: u32, args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn go_negotiates_x25519mlkem768_by_default_and_it_shows() {
-    let (_dir, server, port) = start("");
+    let (_dir, server, port) = start(|l| l);
     let admin = admin_address(&server.config).unwrap();
     let got = go_connect(port, &[]);
     assert_eq!(got["version"], "TLS 1.3", "{got}");
@@ -63,7 +66,7 @@ fn go_negotiates_x25519mlkem768_by_default_and_it_shows() {
 
 #[test]
 fn classical_clients_still_connect() {
-    let (_dir, server, port) = start("");
+    let (_dir, server, port) = start(|l| l);
     let admin = admin_address(&server.config).unwrap();
     let got = go_connect(port, &["-groups", "x25519"]);
     assert_eq!(got["group"], "X25519", "{got}");
@@ -74,14 +77,14 @@ fn classical_clients_still_connect() {
     assert_eq!(metric(admin, GROUPS, "group=\"X25519\""), 1.0);
     assert_eq!(metric(admin, GROUPS, "group=\"P-256\""), 1.0);
     // A listener configured without the hybrid group does not negotiate it.
-    let (_dir, _server, port) = start("groups = [\"X25519\", \"P-256\"]");
+    let (_dir, _server, port) = start(|l| l.set("groups", ["X25519", "P-256"]));
     let got = go_connect(port, &[]);
     assert_eq!(got["group"], "X25519", "{got}");
 }
 
 #[test]
 fn bench_measures_either_group() {
-    let (_dir, _server, port) = start("");
+    let (_dir, _server, port) = start(|l| l);
     for (group, name) in [("x25519mlkem768", "X25519MLKEM768"), ("x25519", "X25519")] {
         let report = bench(port, 3, &["--group", group]);
         let negotiated = report["negotiated"].as_object().unwrap();
@@ -93,23 +96,19 @@ fn bench_measures_either_group() {
 }
 
 /// Certificates for a.test (RSA) and b.test (ECDSA), a.test the default.
-fn two_names(dir: &std::path::Path) -> String {
+fn two_names(dir: &std::path::Path) -> impl FnOnce(Listener) -> Listener {
     let (a_cert, a_key) = make_cert(dir, "a", "a.test", KeyType::Rsa2048);
     let (b_cert, b_key) = make_cert(dir, "b", "b.test", KeyType::EcdsaP256);
-    format!(
-        "[[listener.certificate]]\ncert = \"{}\"\nkey = \"{}\"\ndefault = true\n\
-         [[listener.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
-        a_cert.display(),
-        a_key.display(),
-        b_cert.display(),
-        b_key.display()
-    )
+    move |l| {
+        l.certificate(|c| c.files(&a_cert, &a_key).set("default", true))
+            .cert(&b_cert, &b_key)
+    }
 }
 
 #[test]
 fn a_client_hello_in_small_segments_selects_the_certificate_by_sni() {
     let certs = tempfile::tempdir().unwrap();
-    let (_dir, _server, port) = start(&two_names(certs.path()));
+    let (_dir, _server, port) = start(two_names(certs.path()));
     // The ClientHello with its ~1.2 KB hybrid key share arrives in 50-byte pieces.
     for (sni, name) in [
         ("b.test", "b.test"),
@@ -126,7 +125,7 @@ fn a_client_hello_in_small_segments_selects_the_certificate_by_sni() {
 #[test]
 fn certificates_go_compressed_to_clients_that_ask() {
     let certs = tempfile::tempdir().unwrap();
-    let (_dir, server, port) = start(&two_names(certs.path()));
+    let (_dir, server, port) = start(two_names(certs.path()));
     let admin = admin_address(&server.config).unwrap();
     // rustls offering brotli and zlib gets brotli, the server's first choice...
     let report = bench(port, 3, &["--sni", "a.test"]);
@@ -149,13 +148,13 @@ fn certificates_go_compressed_to_clients_that_ask() {
 
 #[test]
 fn certificate_compression_can_be_turned_off_or_reordered() {
-    let (_dir, server, port) = start("cert_compression = []");
+    let (_dir, server, port) = start(|l| l.set("cert_compression", Vec::<&str>::new()));
     let report = bench(port, 2, &[]);
     assert_eq!(report["certificates_compressed"]["brotli"], 0, "{report}");
     assert_eq!(report["certificates_compressed"]["zlib"], 0, "{report}");
     let admin = admin_address(&server.config).unwrap();
     assert_eq!(metric(admin, COMPRESSED, ""), 0.0);
-    let (_dir, _server, port) = start("cert_compression = [\"zlib\", \"brotli\"]");
+    let (_dir, _server, port) = start(|l| l.set("cert_compression", ["zlib", "brotli"]));
     let report = bench(port, 2, &[]);
     assert_eq!(report["certificates_compressed"]["zlib"], 2, "{report}");
 }

@@ -14,6 +14,7 @@ use boring::ssl::{
     SslConnector, SslMethod, SslSession, SslSessionCacheMode, SslSessionRef, SslVerifyMode,
     SslVersion,
 };
+use common::config::{ConfigBuilder, Section};
 use common::*;
 use tokio::net::TcpStream;
 
@@ -137,28 +138,22 @@ struct Instance {
 }
 
 impl Setup {
-    /// Writes `<name>.toml` (one listener, the given `[session]` body) and starts it.
-    fn config(&self, name: &str, port: u16, admin: u16, session: &str) -> PathBuf {
-        let mut session = session.to_string();
-        if session.contains("redis_url") && !session.contains("fleet_key_file") {
-            session += &format!(
-                "\nfleet_key_file = {:?}",
-                self.fleet_key.display().to_string()
-            );
+    /// Writes `<name>.toml` (one listener, `session` as its `[session]`).
+    fn config(&self, name: &str, port: u16, admin: u16, session: &Section) -> PathBuf {
+        let mut session = session.clone();
+        if session.has("redis_url") && !session.has("fleet_key_file") {
+            session = session.set("fleet_key_file", &self.fleet_key);
         }
-        let text = format!(
-            "workers = 2\n[admin]\naddress = \"127.0.0.1:{admin}\"\n[session]\n{session}\n\n\
-             [[listener]]\naddress = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
-             [[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
-            self.cert.display().to_string(),
-            self.key.display().to_string(),
-        );
+        let config = ConfigBuilder::new()
+            .section("admin", |a| a.set("address", format!("127.0.0.1:{admin}")))
+            .session_as(&session)
+            .listener(|l| l.port(port).backend("builtin").cert(&self.cert, &self.key));
         let path = self.dir.join(format!("{name}.toml"));
-        std::fs::write(&path, text).unwrap();
+        std::fs::write(&path, config.render()).unwrap();
         path
     }
 
-    fn start(&self, name: &str, session: &str) -> Instance {
+    fn start(&self, name: &str, session: &Section) -> Instance {
         let port = free_port();
         let admin = free_port();
         let server = Server::start(&self.config(name, port, admin, session));
@@ -176,15 +171,18 @@ const SHARED_KEYS: &str = "ticket keys in use: shared through Redis";
 /// What a process logs when it cannot read the shared ticket keys.
 const NO_SHARED_KEYS: &str = "cannot read the shared session ticket keys";
 
-/// A `[session]` body with `redis_ticket_keys` through the Redis at `url` (no session-ID
-/// cache, so resumptions are by ticket), then `more` lines.
-fn shared_keys_session(url: &str, more: &str) -> String {
-    format!("redis_ticket_keys = true\nredis_url = {url:?}\ncache = false\n{more}")
+/// A `[session]` with `redis_ticket_keys` through the Redis at `url` (no session-ID
+/// cache, so resumptions are by ticket).
+fn shared_keys_session(url: &str) -> Section {
+    Section::default()
+        .set("redis_ticket_keys", true)
+        .set("redis_url", url)
+        .set("cache", false)
 }
 
 impl Setup {
     /// Starts a process with `redis_ticket_keys` and waits until it uses the shared keys.
-    fn start_sharing_keys(&self, name: &str, session: &str) -> Instance {
+    fn start_sharing_keys(&self, name: &str, session: &Section) -> Instance {
         let instance = self.start(name, session);
         instance.server.log.wait_for(SHARED_KEYS, 0);
         instance
@@ -192,7 +190,7 @@ impl Setup {
 
     /// Starts a process with `redis_ticket_keys` whose Redis does not give it the keys,
     /// and waits until it says so.
-    fn start_without_shared_keys(&self, name: &str, session: &str) -> Instance {
+    fn start_without_shared_keys(&self, name: &str, session: &Section) -> Instance {
         let instance = self.start(name, session);
         instance.server.log.wait_for(NO_SHARED_KEYS, 0);
         assert!(!instance.server.log.contains(SHARED_KEYS));
@@ -246,21 +244,14 @@ async fn tickets_from_a_shared_key_file_resume_on_another_process() {
     let keys = s.dir.join("ticket.keys");
     let first = key_line(1);
     std::fs::write(&keys, format!("# tlsterm ticket keys\n{first}\n")).unwrap();
-    let session = format!(
-        "ticket_key_file = {:?}\ncache = false",
-        keys.display().to_string()
-    );
+    let session = Section::default()
+        .set("ticket_key_file", &keys)
+        .set("cache", false);
     let a = s.start("a", &session);
     let b = s.start("b", &session);
     let other_keys = s.dir.join("other.keys");
     std::fs::write(&other_keys, key_line(9)).unwrap();
-    let c = s.start(
-        "c",
-        &format!(
-            "ticket_key_file = {:?}\ncache = false",
-            other_keys.display().to_string()
-        ),
-    );
+    let c = s.start("c", &session.clone().set("ticket_key_file", &other_keys));
 
     for version in [SslVersion::TLS1_3, SslVersion::TLS1_2] {
         let client = Client::new(version);
@@ -319,7 +310,7 @@ async fn tickets_from_a_shared_key_file_resume_on_another_process() {
 async fn ticket_keys_shared_through_redis() {
     let s = setup();
     let redis = Redis::start();
-    let session = shared_keys_session(&redis.url(), "");
+    let session = shared_keys_session(&redis.url());
     let a = s.start_sharing_keys("a", &session);
     let b = s.start_sharing_keys("b", &session);
     for version in [SslVersion::TLS1_3, SslVersion::TLS1_2] {
@@ -344,8 +335,9 @@ async fn ticket_keys_shared_through_redis() {
     let mut down = Redis::start();
     let port = down.port;
     down.kill();
-    let short = "ticket_rotation = \"4s\"\nticket_grace = \"40s\"";
-    let session = shared_keys_session(&down.url(), short);
+    let session = shared_keys_session(&down.url())
+        .set("ticket_rotation", "4s")
+        .set("ticket_grace", "40s");
     let c = s.start_without_shared_keys("c", &session);
     let own = client.fresh(c.port).await;
     assert!(client.resumes(c.port, &own).await, "c's own keys work");
@@ -369,8 +361,8 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     let ca_dir = s.dir.join("redis-ca");
     std::fs::create_dir(&ca_dir).unwrap();
     let redis = Redis::start_tls(&ca_dir, "127.0.0.1");
-    let trusting = "redis_ca_file = \"redis-ca/ca.pem\"";
-    let session = shared_keys_session(&redis.url(), trusting);
+    let trusting = |url: &str| shared_keys_session(url).set("redis_ca_file", "redis-ca/ca.pem");
+    let session = trusting(&redis.url());
     let a = s.start_sharing_keys("a", &session);
     let b = s.start_sharing_keys("b", &session);
     let client = Client::new(SslVersion::TLS1_3);
@@ -381,12 +373,12 @@ async fn ticket_keys_shared_through_redis_over_tls() {
     );
 
     // The system's roots do not include the test CA: no keys, and a warning.
-    let c = s.start_without_shared_keys("c", &shared_keys_session(&redis.url(), ""));
+    let c = s.start_without_shared_keys("c", &shared_keys_session(&redis.url()));
     assert!(!client.resumes(c.port, &ticket).await);
 
     // A certificate from the trusted CA for another address: refused too.
     let misnamed = Redis::start_tls(&ca_dir, "127.0.0.2");
-    s.start_without_shared_keys("d", &shared_keys_session(&misnamed.url(), trusting));
+    s.start_without_shared_keys("d", &trusting(&misnamed.url()));
 }
 
 /// A Redis that refuses writes but still answers reads (here `min-replicas-to-write` not
@@ -397,7 +389,7 @@ async fn ticket_keys_shared_through_redis_over_tls() {
 async fn ticket_keys_shared_through_redis_that_refuses_writes() {
     let s = setup();
     let redis = Redis::start();
-    let session = shared_keys_session(&redis.url(), "");
+    let session = shared_keys_session(&redis.url());
     let a = s.start_sharing_keys("a", &session);
     // A has stored the keys of this epoch and the next; from now on every write fails.
     let mut c = redis.connection().unwrap();
@@ -443,10 +435,11 @@ async fn rotated_ticket_key_is_accepted_during_grace_and_refused_after() {
     const ROTATION: Duration = Duration::from_secs(1);
     const GRACE: Duration = Duration::from_secs(3);
     let s = setup();
-    let a = s.start(
-        "a",
-        "ticket_rotation = \"1s\"\nticket_grace = \"3s\"\ncache = false",
-    );
+    let rotating = Section::default()
+        .set("ticket_rotation", "1s")
+        .set("ticket_grace", "3s")
+        .set("cache", false);
+    let a = s.start("a", &rotating);
     let tls13 = Client::new(SslVersion::TLS1_3);
     let tls12 = Client::new(SslVersion::TLS1_2);
     let s13 = tls13.fresh(a.port).await;
@@ -503,7 +496,9 @@ async fn rotated_ticket_key_is_accepted_during_grace_and_refused_after() {
 async fn two_processes_share_session_ids_through_redis() {
     let redis = Redis::start();
     let s = setup();
-    let session = format!("tickets = false\nredis_url = {:?}", redis.url());
+    let session = Section::default()
+        .set("tickets", false)
+        .set("redis_url", redis.url());
     let a = s.start("a", &session);
     let b = s.start("b", &session);
     let client = Client::new(SslVersion::TLS1_2);
@@ -572,14 +567,13 @@ const REFUSED: &str = "tlsterm_fleet_entries_refused_total";
 async fn sessions_in_redis_are_sealed_with_the_fleet_key() {
     let redis = Redis::start();
     let s = setup();
-    let session = format!("tickets = false\nredis_url = {:?}", redis.url());
+    let session = Section::default()
+        .set("tickets", false)
+        .set("redis_url", redis.url());
     let a = s.start("a", &session);
     let b = s.start("b", &session);
     let other_key = fleet_key_file(&s.dir, "other.key");
-    let other = format!(
-        "{session}\nfleet_key_file = {:?}",
-        other_key.display().to_string()
-    );
+    let other = session.clone().set("fleet_key_file", &other_key);
     let c = s.start("c", &other);
     let client = Client::new(SslVersion::TLS1_2);
     let refused = |i: &Instance| i.metric(REFUSED, "entry=\"session\"");
@@ -644,7 +638,7 @@ async fn sessions_in_redis_are_sealed_with_the_fleet_key() {
 async fn shared_ticket_keys_are_sealed_with_the_fleet_key() {
     let s = setup();
     let redis = Redis::start();
-    let session = shared_keys_session(&redis.url(), "");
+    let session = shared_keys_session(&redis.url());
     let a = s.start_sharing_keys("a", &session);
     let b = s.start_sharing_keys("b", &session);
     let client = Client::new(SslVersion::TLS1_3);
@@ -667,10 +661,7 @@ async fn shared_ticket_keys_are_sealed_with_the_fleet_key() {
 
     let not_installed = "shared session ticket keys not installed";
     let other_key = fleet_key_file(&s.dir, "other.key");
-    let other = format!(
-        "{session}\nfleet_key_file = {:?}",
-        other_key.display().to_string()
-    );
+    let other = session.clone().set("fleet_key_file", &other_key);
     let outsider = s.start("outsider", &other);
     outsider.server.log.wait_for(not_installed, 0);
     assert!(!client.resumes(outsider.port, &ticket).await);
@@ -700,10 +691,11 @@ async fn redis_killed_mid_traffic_fails_no_handshake() {
     let mut redis = Redis::start();
     let s = setup();
     // No local cache: every lookup goes to Redis.
-    let session = format!(
-        "tickets = false\ncache = false\nredis_url = {:?}\nredis_timeout = \"50ms\"",
-        redis.url()
-    );
+    let session = Section::default()
+        .set("tickets", false)
+        .set("cache", false)
+        .set("redis_url", redis.url())
+        .set("redis_timeout", "50ms");
     let a = s.start("a", &session);
     let b = s.start("b", &session);
     let (pa, pb) = (a.port, b.port);
@@ -762,7 +754,10 @@ async fn redis_killed_mid_traffic_fails_no_handshake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_bound_holds_under_many_sessions() {
     let s = setup();
-    let a = s.start("a", "tickets = false\ncache_max_entries = 100");
+    let small_cache = Section::default()
+        .set("tickets", false)
+        .set("cache_max_entries", 100);
+    let a = s.start("a", &small_cache);
     let port = a.port;
     let mut tasks = Vec::new();
     for _ in 0..10 {
@@ -806,7 +801,7 @@ fn ticket_key_file_errors_refuse_start() {
         "bad",
         free_port(),
         free_port(),
-        &format!("ticket_key_file = {:?}", keys.display().to_string()),
+        &Section::default().set("ticket_key_file", &keys),
     );
     let stderr = check_refuses(&config);
     assert!(stderr.contains("expected 80"), "{stderr}");

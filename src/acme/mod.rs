@@ -95,6 +95,9 @@ impl Acme {
 
     /// Reads what `config` needs: stored certificates of names not yet managed (served
     /// from the first connection: they are installed at once), the fleet's Redis client.
+    /// Over 80 lines on purpose: the steps of a plan in order (which certificates, whether
+    /// the CA setup changed, the fleet client, each stored certificate tried), each using
+    /// what the one before found.
     pub fn prepare(&self, config: &Config) -> anyhow::Result<Plan> {
         let mut wanted: Vec<AcmeCertificate> = Vec::new();
         for cert in config.listeners.iter().flat_map(|l| &l.acme_certificates) {
@@ -208,7 +211,8 @@ impl Acme {
 
     /// Commits to a prepared configuration: starts the HTTP listener (once), ends the
     /// tasks of certificates no longer wanted, starts those of new ones. On the runtime
-    /// the tasks are to run on.
+    /// the tasks are to run on. Over 80 lines on purpose: the counterpart of `prepare`,
+    /// what the plan changes in one place, in the order it is made.
     pub fn apply(&mut self, plan: Plan) -> anyhow::Result<()> {
         let Plan {
             wanted,

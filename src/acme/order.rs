@@ -142,6 +142,9 @@ impl Drop for Answers {
 }
 
 /// Orders `cert` and waits for it; `replaces` names the certificate it renews (RFC 9773).
+/// Over 80 lines on purpose: the RFC 8555 steps in order (place, answer each
+/// authorization, wait, finalize, download), with the challenge answers it sets living
+/// until it returns; split, their lifetime would cross functions.
 pub async fn order(
     account: &Account,
     config: &AcmeConfig,

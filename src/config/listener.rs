@@ -145,15 +145,16 @@ impl ListenerConfig {
     /// configuration's directory, collects the certificates it must obtain from `[acme]`
     /// (`has_acme`: whether that section exists) and moves its server names' certificates
     /// into its own list.
+    /// Checks the listener and resolves its files, concern by concern; the first problem
+    /// found is the error.
     pub(super) fn validate(
         &mut self,
         map: &SourceMap<'_>,
         has_acme: bool,
     ) -> Result<(), ConfigError> {
         check_backends(map, &self.backends)?;
-        let listener_ca = self.client_ca.is_some();
         let facts = ListenerFacts {
-            has_ca: listener_ca,
+            has_ca: self.client_ca.is_some(),
             auth: self.client_auth,
             max_version: self.max_version,
         };
@@ -161,6 +162,21 @@ impl ListenerConfig {
             name.validate(map, &facts)?;
         }
         check_distinct_names(map, &self.server_names)?;
+        self.check_versions_and_buffers(map)?;
+        self.check_suites_and_groups(map)?;
+        self.resolve_ech_keys(map)?;
+        self.check_cert_compression(map)?;
+        self.resolve_client_trust(map)?;
+        // After the files are resolved: policies compare their paths.
+        if self.proxy_protocol != ProxyProtocol::V2 {
+            self.backend_policies = Some(self.policy_backends(map)?);
+        }
+        self.collect_acme_certificates(map, has_acme)?;
+        self.collect_certificates(map)
+    }
+
+    /// The version range, 0-RTT (which needs TLS 1.3) and the buffer size.
+    fn check_versions_and_buffers(&self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
         if self.min_version > self.max_version {
             return Err(map.plain(format!(
                 "listener {}: key `min_version` is above `max_version`",
@@ -185,6 +201,11 @@ impl ListenerConfig {
                 "key `max_early_data`: at most 14336 (all the early data BoringSSL accepts)",
             ));
         }
+        Ok(())
+    }
+
+    /// `tls13_ciphers` and `groups`: known names, and at least one of each.
+    fn check_suites_and_groups(&self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
         let tls13 = self.tls13_ciphers.get_ref();
         let names = tls13.iter().flat_map(|entry| entry.split('|'));
         if tls13.is_empty() || names.clone().any(|n| tls13_cipher_id(n.trim()).is_none()) {
@@ -204,21 +225,32 @@ impl ListenerConfig {
                 ));
             }
         }
-        if let Some(files) = &mut self.ech_keys {
-            if files.get_ref().is_empty() || self.max_version < TlsVersion::Tls13 {
-                return Err(map.error(
-                    files,
-                    "key `ech_keys`: needs at least one file, and TLS 1.3 (`max_version`)",
-                ));
-            }
-            let resolved: Vec<PathBuf> = files.get_ref().iter().map(|f| map.resolve(f)).collect();
-            for file in &resolved {
-                if let Err(err) = ech_key::EchKey::load(file) {
-                    return Err(map.error(files, format!("key `ech_keys`: {err:#}")));
-                }
-            }
-            *files.get_mut() = resolved;
+        Ok(())
+    }
+
+    /// `ech_keys`: TLS 1.3, and files that hold keys (resolved against the config's folder).
+    fn resolve_ech_keys(&mut self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
+        let Some(files) = &mut self.ech_keys else {
+            return Ok(());
+        };
+        if files.get_ref().is_empty() || self.max_version < TlsVersion::Tls13 {
+            return Err(map.error(
+                files,
+                "key `ech_keys`: needs at least one file, and TLS 1.3 (`max_version`)",
+            ));
         }
+        let resolved: Vec<PathBuf> = files.get_ref().iter().map(|f| map.resolve(f)).collect();
+        for file in &resolved {
+            if let Err(err) = ech_key::EchKey::load(file) {
+                return Err(map.error(files, format!("key `ech_keys`: {err:#}")));
+            }
+        }
+        *files.get_mut() = resolved;
+        Ok(())
+    }
+
+    /// `cert_compression`: known algorithms, each once.
+    fn check_cert_compression(&self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
         let algorithms = self.cert_compression.get_ref();
         for (i, name) in algorithms.iter().enumerate() {
             let message = if CertCompression::parse(name).is_none() {
@@ -233,6 +265,12 @@ impl ListenerConfig {
                 format!("key `cert_compression`: {message}"),
             ));
         }
+        Ok(())
+    }
+
+    /// Client certificates: `client_auth` needs `client_ca`; the CA and CRL files resolved.
+    fn resolve_client_trust(&mut self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
+        let listener_ca = self.client_ca.is_some();
         match (&mut self.client_ca, self.client_auth) {
             (None, ClientAuth::Optional | ClientAuth::Required) => {
                 return Err(map.plain(format!(
@@ -243,24 +281,33 @@ impl ListenerConfig {
             (Some(ca), _) => resolve_file(map, ca, "client_ca")?,
             (None, ClientAuth::None) => {}
         }
-        check_crl(map, &mut self.client_crl, listener_ca)?;
-        // After the files are resolved: policies compare their paths.
-        if self.proxy_protocol != ProxyProtocol::V2 {
-            let listener_policy = normal_policy((
-                self.client_auth,
-                self.client_ca.as_ref().map(|ca| ca.get_ref().clone()),
-                self.client_crl
-                    .as_ref()
-                    .map(|crl| crl.path.get_ref().clone()),
-                Some(self.client_crl_check),
-            ));
-            self.backend_policies = Some(check_backends_per_policy(
-                map,
-                &self.server_names,
-                (&self.backends, self.client_auth),
-                &listener_policy,
-            )?);
-        }
+        check_crl(map, &mut self.client_crl, listener_ca)
+    }
+
+    /// The backends of each client-certificate policy (see `check_backends_per_policy`).
+    fn policy_backends(&self, map: &SourceMap<'_>) -> Result<BackendPolicies, ConfigError> {
+        let listener_policy = normal_policy((
+            self.client_auth,
+            self.client_ca.as_ref().map(|ca| ca.get_ref().clone()),
+            self.client_crl
+                .as_ref()
+                .map(|crl| crl.path.get_ref().clone()),
+            Some(self.client_crl_check),
+        ));
+        check_backends_per_policy(
+            map,
+            &self.server_names,
+            (&self.backends, self.client_auth),
+            &listener_policy,
+        )
+    }
+
+    /// The certificates ACME keeps: the listener's `[listener.acme]` and each name's.
+    fn collect_acme_certificates(
+        &mut self,
+        map: &SourceMap<'_>,
+        has_acme: bool,
+    ) -> Result<(), ConfigError> {
         let mut acme_certificates = match &self.acme {
             Some(acme) => acme.resolve(map, None, has_acme)?,
             None => Vec::new(),
@@ -271,6 +318,12 @@ impl ListenerConfig {
             }
         }
         self.acme_certificates = acme_certificates;
+        Ok(())
+    }
+
+    /// Moves each name's certificates into the listener's list (named after the name
+    /// unless they say otherwise) and resolves every certificate's files.
+    fn collect_certificates(&mut self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
         for name in &mut self.server_names {
             for mut cert in std::mem::take(&mut name.certificates) {
                 if cert.names.is_empty() {

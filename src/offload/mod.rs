@@ -42,6 +42,9 @@ impl std::fmt::Display for OffloadError {
     }
 }
 
+/// So that `?` carries it into `anyhow` and other error chains.
+impl std::error::Error for OffloadError {}
+
 /// A signature on its way.
 pub type PendingSignature = Pin<Box<dyn Future<Output = Result<Vec<u8>, OffloadError>> + Send>>;
 

@@ -148,6 +148,8 @@ async fn skip_proxy_header(
     Ok(true)
 }
 
+/// One connection to the built-in backend. Over 80 lines on purpose: the whole HTTP/1.1
+/// keep-alive loop (read a head, answer the route, repeat) of a test and demo backend.
 async fn handle(mut stream: impl AsyncRead + AsyncWrite + Unpin) -> std::io::Result<()> {
     let mut buffer = Vec::with_capacity(4096);
     let filler = vec![b'x'; 64 * 1024];

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_boring::SslStreamBuilder;
+use tokio_boring::{HandshakeError, SslStream, SslStreamBuilder};
 
 use super::read_ahead::ReadAhead;
 
@@ -20,6 +20,9 @@ use crate::proxy::proxy_protocol;
 use crate::proxy::relay::{self, RelayEnd};
 use crate::tls::early_data::EarlyDataGate;
 use crate::tls::Negotiated;
+
+/// A finished handshake: the TLS stream, or why there is none.
+type TlsResult = Result<SslStream<ReadAhead<TcpStream>>, HandshakeError<ReadAhead<TcpStream>>>;
 
 /// Adds up the time spent inside the wrapped future's `poll`: for a handshake, the time
 /// inside BoringSSL (including its socket reads and writes), not the time waiting.
@@ -65,6 +68,8 @@ impl CloseReason {
     }
 }
 
+/// One client connection, from accept to close: the handshake, the backend, the relay,
+/// and the counters and log line of how it ended.
 pub async fn handle(
     stream: TcpStream,
     client: SocketAddr,
@@ -72,38 +77,16 @@ pub async fn handle(
     log_connections: bool,
 ) {
     let started = Instant::now();
-    // The listener's own address, unless it is a wildcard: then the socket knows which
-    // address the client reached (one getsockname per connection only then).
-    let listening = state.config.address();
-    let local = if listening.ip().is_unspecified() || listening.port() == 0 {
-        stream.local_addr().unwrap_or(listening)
-    } else {
-        listening
-    };
+    let local = local_address(&stream, &state);
     let _ = stream.set_nodelay(true);
-    let mut ssl = match state.tls.new_ssl(client.ip()) {
-        Ok(ssl) => ssl,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot create a TLS connection object");
-            return;
-        }
+    let Some(result) = accept(stream, client, &state).await else {
+        return;
     };
-    // An established connection needs none of the listener's settings: nothing after its
-    // handshake reads them (what it negotiated and the client's certificate are kept; a
-    // server never renegotiates; tickets, OCSP and 0-RTT acceptance are part of the
-    // handshake, which with early data ends at the client's Finished, read later), so
-    // BoringSSL frees its copy once the handshake is done: about 1.3 KiB of each idle
-    // connection's memory.
-    crate::sys::shed_handshake_config(&mut ssl);
-
-    let guard = HandshakeGuard::enter();
-    let handshake = PollTimer {
-        inner: Box::pin(SslStreamBuilder::new(ssl, ReadAhead::new(stream)).accept()),
-        busy: Duration::ZERO,
+    let end = ConnectionEnd {
+        log: log_connections,
+        client,
+        handshake_time: started.elapsed(),
     };
-    let result = tokio::time::timeout(state.config.handshake_timeout, handshake).await;
-    drop(guard);
-    let handshake_time = started.elapsed();
     let (mut tls, negotiated) = match result {
         Ok((Ok(mut tls), _))
             if tls.ssl().selected_alpn_protocol()
@@ -112,21 +95,12 @@ pub async fn handle(
             // An ACME CA has seen the challenge certificate; nothing else is served here.
             tracing::debug!(%client, "ACME TLS-ALPN-01 validation connection answered");
             let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
-            log_end(
-                log_connections,
-                client,
-                None,
-                handshake_time,
-                0,
-                0,
-                CloseReason::AcmeValidation,
-            );
-            return;
+            return end.before_relay(None, CloseReason::AcmeValidation);
         }
         Ok((Ok(tls), in_tls)) => {
             let negotiated = Negotiated::from_ssl(tls.ssl(), state.config.ech_keys.is_some());
             metrics::record_handshake(negotiated.resumed, &state.metrics);
-            crate::tls::metrics::record_negotiated(&negotiated, handshake_time, in_tls);
+            crate::tls::metrics::record_negotiated(&negotiated, end.handshake_time, in_tls);
             crate::tls::record_key_share(tls.ssl());
             (tls, negotiated)
         }
@@ -134,30 +108,12 @@ pub async fn handle(
             let reason = HandshakeFailure::classify(&FailureFacts::of(&err));
             metrics::record_handshake_failure(reason.label(), &state.metrics);
             tracing::debug!(%client, error = %err, reason = reason.label(), "handshake failed");
-            log_end(
-                log_connections,
-                client,
-                None,
-                handshake_time,
-                0,
-                0,
-                CloseReason::HandshakeFailed,
-            );
-            return;
+            return end.before_relay(None, CloseReason::HandshakeFailed);
         }
         Err(_) => {
             metrics::record_handshake_failure(HandshakeFailure::Timeout.label(), &state.metrics);
             tracing::debug!(%client, "handshake timed out");
-            log_end(
-                log_connections,
-                client,
-                None,
-                handshake_time,
-                0,
-                0,
-                CloseReason::HandshakeTimeout,
-            );
-            return;
+            return end.before_relay(None, CloseReason::HandshakeTimeout);
         }
     };
 
@@ -168,16 +124,7 @@ pub async fn handle(
             // A close_notify, so the client sees the connection end rather than a reset
             // (BoringSSL sends none while a 0-RTT handshake is still unconfirmed).
             let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
-            log_end(
-                log_connections,
-                client,
-                Some(&negotiated),
-                handshake_time,
-                0,
-                0,
-                CloseReason::BackendUnavailable,
-            );
-            return;
+            return end.before_relay(Some(&negotiated), CloseReason::BackendUnavailable);
         }
     };
 
@@ -190,15 +137,48 @@ pub async fn handle(
     } else {
         relay::relay(&mut tls, &mut backend, buffer_size, idle_timeout).await
     };
-    log_end(
-        log_connections,
-        client,
-        Some(&negotiated),
-        handshake_time,
-        outcome.to_backend,
-        outcome.to_client,
-        CloseReason::Relayed(outcome.end),
-    );
+    end.after_relay(&negotiated, outcome);
+}
+
+/// The TLS handshake, within `handshake_timeout`, with the time spent inside BoringSSL;
+/// `None` when no connection object could be made.
+async fn accept(
+    stream: TcpStream,
+    client: SocketAddr,
+    state: &ListenerState,
+) -> Option<Result<(TlsResult, Duration), tokio::time::error::Elapsed>> {
+    let mut ssl = match state.tls.new_ssl(client.ip()) {
+        Ok(ssl) => ssl,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot create a TLS connection object");
+            return None;
+        }
+    };
+    // An established connection needs none of the listener's settings: nothing after its
+    // handshake reads them (what it negotiated and the client's certificate are kept; a
+    // server never renegotiates; tickets, OCSP and 0-RTT acceptance are part of the
+    // handshake, which with early data ends at the client's Finished, read later), so
+    // BoringSSL frees its copy once the handshake is done: about 1.3 KiB of each idle
+    // connection's memory.
+    crate::sys::shed_handshake_config(&mut ssl);
+
+    let _guard = HandshakeGuard::enter();
+    let handshake = PollTimer {
+        inner: Box::pin(SslStreamBuilder::new(ssl, ReadAhead::new(stream)).accept()),
+        busy: Duration::ZERO,
+    };
+    Some(tokio::time::timeout(state.config.handshake_timeout, handshake).await)
+}
+
+/// The listener's own address, unless it is a wildcard: then the socket knows which
+/// address the client reached (one getsockname per connection only then).
+fn local_address(stream: &TcpStream, state: &ListenerState) -> SocketAddr {
+    let listening = state.config.address();
+    if listening.ip().is_unspecified() || listening.port() == 0 {
+        stream.local_addr().unwrap_or(listening)
+    } else {
+        listening
+    }
 }
 
 /// Connects to a backend of the connection's pool and sends the PROXY header, if any.
@@ -224,35 +204,52 @@ async fn open_backend(
     Ok(backend)
 }
 
-fn log_end(
-    enabled: bool,
+/// What the end of a connection is counted and logged with, known once its handshake ends.
+struct ConnectionEnd {
+    /// `log_connections`: one log line per connection.
+    log: bool,
     client: SocketAddr,
-    n: Option<&Negotiated>,
     handshake_time: Duration,
-    to_backend: u64,
-    to_client: u64,
-    outcome: CloseReason,
-) {
-    metrics::record_close(outcome.label());
-    crate::proxy::metrics::record_relayed(to_backend, to_client);
-    if !enabled {
-        return;
+}
+
+impl ConnectionEnd {
+    /// A connection closed before anything was relayed.
+    fn before_relay(&self, negotiated: Option<&Negotiated>, reason: CloseReason) {
+        self.record(negotiated, 0, 0, reason);
     }
-    tracing::info!(
-        target: "tlsterm::connection",
-        %client,
-        sni = %n.and_then(|n| n.sni.as_deref()).unwrap_or("-"),
-        alpn = %n.and_then(|n| n.alpn.as_deref()).map(String::from_utf8_lossy).as_deref().unwrap_or("-"),
-        version = %n.map_or("-", |n| n.version),
-        cipher = %n.map_or("", |n| n.cipher.as_str()),
-        group = %n.and_then(|n| n.group).unwrap_or("-"),
-        resumed = n.is_some_and(|n| n.resumed),
-        ech = %n.and_then(|n| n.ech).unwrap_or("-"),
-        early_data = n.is_some_and(|n| n.early_data),
-        handshake_us = handshake_time.as_micros() as u64,
-        bytes_in = to_backend,
-        bytes_out = to_client,
-        close = %outcome.label(),
-        "connection closed"
-    );
+
+    /// A connection whose relay ended.
+    fn after_relay(&self, negotiated: &Negotiated, outcome: relay::RelayOutcome) {
+        self.record(
+            Some(negotiated),
+            outcome.to_backend,
+            outcome.to_client,
+            CloseReason::Relayed(outcome.end),
+        );
+    }
+
+    fn record(&self, n: Option<&Negotiated>, to_backend: u64, to_client: u64, reason: CloseReason) {
+        metrics::record_close(reason.label());
+        crate::proxy::metrics::record_relayed(to_backend, to_client);
+        if !self.log {
+            return;
+        }
+        tracing::info!(
+            target: "tlsterm::connection",
+            client = %self.client,
+            sni = %n.and_then(|n| n.sni.as_deref()).unwrap_or("-"),
+            alpn = %n.and_then(|n| n.alpn.as_deref()).map(String::from_utf8_lossy).as_deref().unwrap_or("-"),
+            version = %n.map_or("-", |n| n.version),
+            cipher = %n.map_or("", |n| n.cipher.as_str()),
+            group = %n.and_then(|n| n.group).unwrap_or("-"),
+            resumed = n.is_some_and(|n| n.resumed),
+            ech = %n.and_then(|n| n.ech).unwrap_or("-"),
+            early_data = n.is_some_and(|n| n.early_data),
+            handshake_us = self.handshake_time.as_micros() as u64,
+            bytes_in = to_backend,
+            bytes_out = to_client,
+            close = %reason.label(),
+            "connection closed"
+        );
+    }
 }

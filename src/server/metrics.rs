@@ -22,6 +22,7 @@ struct ServerMetrics {
     listener_active: IntGaugeVec,
     listener_handshakes: IntCounterVec,
     listener_failures: IntCounterVec,
+    reloads: IntCounterVec,
 }
 
 static METRICS: LazyLock<ServerMetrics> = LazyLock::new(|| ServerMetrics {
@@ -81,6 +82,11 @@ static METRICS: LazyLock<ServerMetrics> = LazyLock::new(|| ServerMetrics {
         "listener_handshake_failures_total",
         "Failed handshakes, by listening address",
         &["listener"],
+    ),
+    reloads: metrics::counter_vec(
+        "reloads_total",
+        "Reloads: applied, or refused with the step that failed",
+        &["outcome"],
     ),
 });
 
@@ -207,6 +213,11 @@ pub fn record_handshake_failure(reason: &str, listener: &ListenerMetrics) {
     }
     listener.failures.inc();
     METRICS.failures.with_label_values(&[reason]).inc();
+}
+
+/// A reload applied (`"applied"`) or refused (a `ReloadRefusal` label).
+pub fn record_reload(outcome: &str) {
+    METRICS.reloads.with_label_values(&[outcome]).inc();
 }
 
 pub fn record_close(reason: &str) {

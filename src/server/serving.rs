@@ -9,7 +9,6 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 
 use super::listener::{bind_per_worker, open, Listener};
-#[cfg(feature = "acme")]
 use super::metrics;
 #[cfg(not(feature = "acme"))]
 use super::state::no_acme_in_this_build;
@@ -90,8 +89,6 @@ impl Serving {
         match never {}
     }
 
-    /// SIGHUP: re-read configuration and certificates, open new listeners and close
-    /// removed ones; on any error keep serving the old ones.
     /// One line for the service manager: what is being served.
     pub(super) fn status(&self) -> String {
         let addresses: Vec<String> = self
@@ -106,40 +103,51 @@ impl Serving {
         )
     }
 
+    /// SIGHUP: re-read configuration and certificates, open new listeners and close
+    /// removed ones; on any error keep serving the old ones. Counted in `reloads_total`
+    /// by outcome.
     pub(super) fn reload(&mut self) {
         match self.try_reload() {
             Ok(()) => {
                 crate::sys::release_freed_memory();
+                metrics::record_reload("applied");
                 tracing::info!("reloaded configuration and certificates");
             }
-            Err(err) => tracing::error!(
-                error = format!("{err:#}"),
-                "reload refused; the previous configuration keeps serving"
-            ),
+            Err(ReloadRefused { reason, error }) => {
+                metrics::record_reload(reason.label());
+                tracing::error!(
+                    reason = reason.label(),
+                    error = format!("{error:#}"),
+                    "reload refused; the previous configuration keeps serving"
+                )
+            }
         }
     }
 
-    fn try_reload(&mut self) -> anyhow::Result<()> {
-        let new = self.source.load()?;
+    fn try_reload(&mut self) -> Result<(), ReloadRefused> {
+        use ReloadRefusal::*;
+        let new = self.source.load().refused_for(Config)?;
         // Everything that can fail is done first (contexts built, new sockets bound); the
         // `[session]` part is committed last of those. What the new configuration shows
         // outside (the certificate-expiry gauge, OCSP fetch timing) follows only once it
         // serves: a refused reload leaves the old configuration's in place.
         #[cfg(feature = "acme")]
-        let acme_plan = self.acme.prepare(&new)?;
+        let acme_plan = self.acme.prepare(&new).refused_for(Acme)?;
         #[cfg(not(feature = "acme"))]
-        no_acme_in_this_build(&new)?;
-        let fresh = build_states(&new, self.builtin, &self.sessions, self.acme())?;
+        no_acme_in_this_build(&new).refused_for(Config)?;
+        let fresh =
+            build_states(&new, self.builtin, &self.sessions, self.acme()).refused_for(Listeners)?;
         let mut opened = Vec::new();
         for state in &fresh {
             let address = state.config.address();
             if !self.listeners.iter().any(|l| l.address == address) {
                 let sockets =
-                    bind_per_worker(address, self.workers.len(), self.started_with.accept())?;
+                    bind_per_worker(address, self.workers.len(), self.started_with.accept())
+                        .refused_for(Bind)?;
                 opened.push((Listener::new(state.clone()), sockets));
             }
         }
-        self.sessions.reload(&new.session)?;
+        self.sessions.reload(&new.session).refused_for(Sessions)?;
         self.session_config = new.session.clone();
         crate::tls::ocsp_fetch::configure(&new.ocsp);
 
@@ -187,5 +195,54 @@ impl Serving {
             tracing::warn!(keys = ?unapplied, "changed keys take effect at the next restart");
         }
         Ok(())
+    }
+}
+
+/// Why a reload was refused: the step that failed. Tests and the `reloads_total` series
+/// go by it, not by the log's wording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadRefusal {
+    /// The configuration file could not be read or is not valid.
+    Config,
+    /// ACME could not prepare the certificates the new configuration asks for.
+    Acme,
+    /// A listener could not be built: its certificates, TLS settings or backends.
+    Listeners,
+    /// A new listener's address could not be bound.
+    Bind,
+    /// `[session]` could not be applied (e.g. a ticket or fleet key file).
+    Sessions,
+}
+
+impl ReloadRefusal {
+    pub fn label(self) -> &'static str {
+        match self {
+            ReloadRefusal::Config => "config",
+            ReloadRefusal::Acme => "acme",
+            ReloadRefusal::Listeners => "listeners",
+            ReloadRefusal::Bind => "bind",
+            ReloadRefusal::Sessions => "sessions",
+        }
+    }
+}
+
+/// A refused reload: why, and the error to log.
+#[derive(Debug)]
+pub struct ReloadRefused {
+    pub reason: ReloadRefusal,
+    pub error: anyhow::Error,
+}
+
+/// Tags the error of one reload step with its [`ReloadRefusal`].
+trait RefusedFor<T> {
+    fn refused_for(self, reason: ReloadRefusal) -> Result<T, ReloadRefused>;
+}
+
+impl<T, E: Into<anyhow::Error>> RefusedFor<T> for Result<T, E> {
+    fn refused_for(self, reason: ReloadRefusal) -> Result<T, ReloadRefused> {
+        self.map_err(|error| ReloadRefused {
+            reason,
+            error: error.into(),
+        })
     }
 }

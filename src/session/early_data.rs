@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use super::handle::Sessions;
 use super::metrics::METRICS;
-use super::redis::{Claim, RedisReply, RedisStore};
 use super::replay::Verdict;
-use super::{redis, replay, ticket_key};
+use super::shared_store::{Claim, PendingClaim, RedisReply, SharedSessionStore};
+use super::{replay, ticket_key};
 
 impl Sessions {
     /// The anti-replay check of a ClientHello offering 0-RTT, by its `pre_shared_key`
@@ -36,22 +36,11 @@ impl Sessions {
             (Verdict::Replayed, _) | (_, None) => return EarlyDataCheck::Now(local),
             // Refused here: claimed all the same.
             (_, Some(redis)) => {
-                claim_in_background(&redis, key());
+                claim_in_background(&*redis, key());
                 return EarlyDataCheck::Now(local);
             }
         };
-        let key = key();
-        match redis.claim(key.clone(), replay::WINDOW) {
-            Ok(pending) => EarlyDataCheck::Redis {
-                pending,
-                redis,
-                key,
-            },
-            Err(_) => {
-                claim_in_background(&redis, key);
-                EarlyDataCheck::Now(Verdict::Unchecked)
-            }
-        }
+        claim_shared(redis, key())
     }
 
     /// Tickets sealed with keys from a file may have been issued by an earlier process.
@@ -61,14 +50,30 @@ impl Sessions {
     }
 }
 
-/// The anti-replay verdict on a 0-RTT ClientHello: known now, or once Redis answers
-/// (within `redis_timeout`; no answer refuses the early data).
+/// Claims the key of a ClientHello fresh in this process's memory in the shared store;
+/// one that cannot even be sent is refused and claimed in the background.
+fn claim_shared(store: Arc<dyn SharedSessionStore>, key: String) -> EarlyDataCheck {
+    match store.claim(key.clone(), replay::WINDOW) {
+        Ok(pending) => EarlyDataCheck::Shared {
+            pending,
+            store,
+            key,
+        },
+        Err(_) => {
+            claim_in_background(&*store, key);
+            EarlyDataCheck::Now(Verdict::Unchecked)
+        }
+    }
+}
+
+/// The anti-replay verdict on a 0-RTT ClientHello: known now, or once the shared store
+/// answers (within `redis_timeout`; no answer refuses the early data).
 pub enum EarlyDataCheck {
     Now(Verdict),
-    Redis {
-        pending: redis::PendingClaim,
+    Shared {
+        pending: PendingClaim,
         /// Where `key` is claimed again if this claim gets no answer.
-        redis: Arc<RedisStore>,
+        store: Arc<dyn SharedSessionStore>,
         key: String,
     },
 }
@@ -77,12 +82,12 @@ impl EarlyDataCheck {
     pub async fn verdict(self) -> Verdict {
         match self {
             EarlyDataCheck::Now(verdict) => verdict,
-            EarlyDataCheck::Redis {
+            EarlyDataCheck::Shared {
                 pending,
-                redis,
+                store,
                 key,
             } => {
-                let outcome = pending.await.unwrap_or(RedisReply::Error);
+                let outcome = pending.await;
                 METRICS
                     .redis
                     .with_label_values(&["claim", outcome.label()])
@@ -92,7 +97,7 @@ impl EarlyDataCheck {
                     RedisReply::Done(Claim::Taken) => Verdict::Replayed,
                     RedisReply::Done(Claim::StateLost) => Verdict::StateLost,
                     _ => {
-                        claim_in_background(&redis, key);
+                        claim_in_background(&*store, key);
                         Verdict::Unchecked
                     }
                 }
@@ -101,13 +106,17 @@ impl EarlyDataCheck {
     }
 }
 
-/// Claims a refused ClientHello's `key` in Redis in the background (see
-/// [`RedisStore::claim_in_background`]), counting each attempt.
-pub(super) fn claim_in_background(redis: &RedisStore, key: String) {
-    redis.claim_in_background(key, replay::WINDOW, |outcome| {
+/// Claims a refused ClientHello's `key` in the shared store in the background (see
+/// [`SharedSessionStore::claim_in_background`]), counting each attempt.
+pub(super) fn claim_in_background(store: &dyn SharedSessionStore, key: String) {
+    let count = |outcome: RedisReply<()>| {
         METRICS
             .redis
             .with_label_values(&["claim", outcome.label()])
             .inc();
-    });
+    };
+    store.claim_in_background(key, replay::WINDOW, Box::new(count));
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,6 +13,7 @@ use super::cache::SessionDer;
 use super::handle::{Sessions, SessionsState};
 use super::metrics::{update_cache_gauges, METRICS};
 use super::redis::RedisReply;
+use super::shared_store::SharedSessionStore;
 use super::tickets::{unix_now, Lookup, TicketKeys};
 use crate::config::SessionConfig;
 use crate::sys::{PendingSession, TicketKeyAnswer, TicketKeyHook, TicketKeyRequest, TicketSecrets};
@@ -83,12 +84,13 @@ impl SessionsState {
             u64::from(session.timeout()).min(self.lifetime.load(Ordering::Relaxed)),
         );
         if let Some(redis) = self.redis.load_full() {
-            redis.put(&id, der.clone(), ttl, |outcome| {
+            let count = |outcome: RedisReply<()>| {
                 METRICS
                     .redis
                     .with_label_values(&["set", outcome.label()])
                     .inc();
-            });
+            };
+            redis.put(&id, der.clone(), ttl, Box::new(count));
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache.insert(id, der, ttl, Instant::now());
@@ -124,35 +126,41 @@ impl SessionsState {
         let inner = self.clone();
         let id = id.to_vec();
         Some(Box::pin(async move {
-            let m = &*METRICS;
-            let outcome = pending.await.unwrap_or(RedisReply::Error);
-            match outcome {
-                RedisReply::Done(Some(der)) => {
-                    m.redis.with_label_values(&["get", "hit"]).inc();
-                    m.cache_lookups.with_label_values(&["redis"]).inc();
-                    let lifetime = Duration::from_secs(inner.lifetime.load(Ordering::Relaxed));
-                    let ttl = remaining_lifetime(&der, lifetime, unix_now().as_secs());
-                    let der = SessionDer::new(Zeroizing::new(der));
-                    if !ttl.is_zero() {
-                        let mut cache = inner.cache.lock().unwrap_or_else(|e| e.into_inner());
-                        cache.insert(id, der.clone(), ttl, Instant::now());
-                        update_cache_gauges(&cache);
-                    }
-                    Some(der)
-                }
-                RedisReply::Done(None) => {
-                    m.redis.with_label_values(&["get", "miss"]).inc();
-                    m.cache_lookups.with_label_values(&["miss"]).inc();
-                    None
-                }
-                failed => {
-                    m.redis.with_label_values(&["get", failed.label()]).inc();
-                    m.fallbacks.with_label_values(&[failed.label()]).inc();
-                    m.cache_lookups.with_label_values(&["miss"]).inc();
-                    None
-                }
+            let der = shared_answer(pending.await)?;
+            let lifetime = Duration::from_secs(inner.lifetime.load(Ordering::Relaxed));
+            let ttl = remaining_lifetime(&der, lifetime, unix_now().as_secs());
+            let der = SessionDer::new(Zeroizing::new(der));
+            if !ttl.is_zero() {
+                let mut cache = inner.cache.lock().unwrap_or_else(|e| e.into_inner());
+                cache.insert(id, der.clone(), ttl, Instant::now());
+                update_cache_gauges(&cache);
             }
+            Some(der)
         }))
+    }
+}
+
+/// The session a shared-store lookup found, if any; counts the answer. A failed lookup
+/// (timeout, error) is a miss: the handshake goes on as a full one.
+pub(super) fn shared_answer(outcome: RedisReply<Option<Vec<u8>>>) -> Option<Vec<u8>> {
+    let m = &*METRICS;
+    match outcome {
+        RedisReply::Done(Some(der)) => {
+            m.redis.with_label_values(&["get", "hit"]).inc();
+            m.cache_lookups.with_label_values(&["redis"]).inc();
+            Some(der)
+        }
+        RedisReply::Done(None) => {
+            m.redis.with_label_values(&["get", "miss"]).inc();
+            m.cache_lookups.with_label_values(&["miss"]).inc();
+            None
+        }
+        failed => {
+            m.redis.with_label_values(&["get", failed.label()]).inc();
+            m.fallbacks.with_label_values(&[failed.label()]).inc();
+            m.cache_lookups.with_label_values(&["miss"]).inc();
+            None
+        }
     }
 }
 
@@ -202,3 +210,6 @@ impl TicketKeyHook for TicketKeyRing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,7 +4,8 @@
 //!
 //! Files: `handle` (the [`Sessions`] handle and what `[session]` asks of it), `hooks`
 //! (installed on BoringSSL: store, lookup, ticket keys), `early_data` (0-RTT anti-replay
-//! check), `metrics`, and the parts: `tickets`, `cache`, `redis`, `replay`.
+//! check), `metrics`, and the parts: `tickets`, `cache`, `redis`, `replay`;
+//! `shared_store` is the contract Redis keeps for the callers (`SharedSessionStore`).
 //!
 //! All of it lives in one [`Sessions`] per process, created before the workers start and
 //! kept across reloads, so that a SIGHUP (which builds new TLS contexts) does not turn the
@@ -26,6 +27,7 @@ mod metrics;
 pub mod redis;
 mod redis_client;
 pub mod replay;
+pub mod shared_store;
 pub mod ticket_key;
 pub mod tickets;
 

@@ -16,11 +16,12 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use redis::aio::ConnectionManager;
 use tokio::runtime::Handle;
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::AbortHandle;
 use zeroize::Zeroizing;
 
 use super::redis_client::runtime;
 pub use super::redis_client::{client, connect, redacted};
+use super::shared_store::{PendingClaim, PendingGet, SharedSessionStore};
 use super::ticket_key::{hex, TicketKey, KEY_FILE_ENTRY_LEN};
 use super::tickets::{shared_epochs, unix_now, SharedKey};
 use crate::config::redis_uses_tls;
@@ -66,11 +67,6 @@ fn claim_command(key: &str, ttl: Duration) -> redis::Cmd {
     command.arg(key).arg(1).arg("NX").arg("PX").arg(millis);
     command
 }
-
-/// A lookup in flight: the serialized session, if Redis has one that opens.
-pub type PendingGet = JoinHandle<RedisReply<Option<Vec<u8>>>>;
-/// A claim in flight.
-pub type PendingClaim = JoinHandle<RedisReply<Claim>>;
 
 /// What a 0-RTT claim came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,129 +205,6 @@ impl RedisStore {
         Some(InFlight(self.in_flight.clone()))
     }
 
-    /// Looks a session up; the answer comes within `redis_timeout`. An entry that does
-    /// not open with the fleet key is a miss (and counted).
-    pub fn get(&self, id: &[u8]) -> Result<PendingGet, RedisReply<()>> {
-        let guard = self.admit().ok_or(RedisReply::Overload)?;
-        let key = self.key(id);
-        let mut connection = self.connection.clone();
-        let (timeout, health, fleet) = (self.timeout, self.health.clone(), self.key.clone());
-        Ok(self.handle.spawn(async move {
-            let _guard = guard;
-            let mut command = redis::cmd("GET");
-            command.arg(&key);
-            let request = command.query_async::<Option<Vec<u8>>>(&mut connection);
-            let answer = health.answer("get", timeout, request).await;
-            answer.map(|found| {
-                let sealed = found?;
-                let mut der = fleet.load().open(Entry::Session, key.as_bytes(), &sealed)?;
-                // Moved out, not copied: the caller keeps it in a buffer wiped on drop.
-                Some(std::mem::take(&mut *der))
-            })
-        }))
-    }
-
-    /// Claims `key` for `ttl` (the replay window) unless it exists (SET NX): the first
-    /// claim across every process sharing this Redis, or one made before; or, whatever
-    /// the claim, [`Claim::StateLost`] while Redis has kept claims for less than `ttl`.
-    pub fn claim(&self, key: String, ttl: Duration) -> Result<PendingClaim, RedisReply<()>> {
-        let guard = self.admit().ok_or(RedisReply::Overload)?;
-        let key = format!("{}{key}", self.prefix);
-        let since = format!("{}{CLAIMS_SINCE}", self.prefix);
-        let mut connection = self.connection.clone();
-        let (timeout, health) = (self.timeout, self.health.clone());
-        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
-        Ok(self.handle.spawn(async move {
-            let _guard = guard;
-            let mut command = redis::cmd("EVAL");
-            command.arg(CLAIM).arg(2).arg(&key).arg(&since).arg(millis);
-            let request = command.query_async::<(i64, i64, i64)>(&mut connection);
-            let answer = health.answer("claim", timeout, request).await;
-            answer.map(|(claimed, age, written)| {
-                if written == 1 {
-                    tracing::warn!(window = ?ttl, "Redis kept no 0-RTT claims (a new Redis, or one flushed or restarted without persistence): 0-RTT is refused across the fleet for one replay window, since a ClientHello accepted before may be claimed nowhere any more");
-                }
-                match (u64::try_from(age).map_or(true, |age| age < millis), claimed) {
-                    (true, _) => Claim::StateLost,
-                    (false, 1) => Claim::First,
-                    (false, _) => Claim::Taken,
-                }
-            })
-        }))
-    }
-
-    /// Claims `key` in the background, for `ttl` from now, retrying until Redis has
-    /// answered or `ttl` has passed: for a ClientHello refused 0-RTT without its claim
-    /// having been made, so that no process sharing this Redis accepts a copy. `done` gets
-    /// the outcome of each attempt (`Overload` once, if too many operations are in flight
-    /// to start).
-    pub fn claim_in_background(
-        &self,
-        key: String,
-        ttl: Duration,
-        mut done: impl FnMut(RedisReply<()>) + Send + 'static,
-    ) {
-        let Some(guard) = self.admit() else {
-            done(RedisReply::Overload);
-            return;
-        };
-        let key = format!("{}{key}", self.prefix);
-        let mut connection = self.connection.clone();
-        let (timeout, health) = (self.timeout, self.health.clone());
-        let until = tokio::time::Instant::now() + ttl;
-        self.handle.spawn(async move {
-            let _guard = guard;
-            let mut pause = Duration::from_millis(50);
-            loop {
-                let left = until.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    return;
-                }
-                let command = claim_command(&key, left);
-                let request = command.query_async::<Option<String>>(&mut connection);
-                let answer = health.answer("claim", timeout, request).await.map(|_| ());
-                let answered = matches!(answer, RedisReply::Done(()));
-                done(answer);
-                if answered {
-                    return;
-                }
-                tokio::time::sleep(pause.min(left)).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-        });
-    }
-
-    /// Stores a session for `ttl` in the background; `done` gets the outcome.
-    pub fn put(
-        &self,
-        id: &[u8],
-        der: super::cache::SessionDer,
-        ttl: Duration,
-        done: impl FnOnce(RedisReply<()>) + Send + 'static,
-    ) {
-        let Some(guard) = self.admit() else {
-            done(RedisReply::Overload);
-            return;
-        };
-        let key = self.key(id);
-        let mut connection = self.connection.clone();
-        let (timeout, health, fleet) = (self.timeout, self.health.clone(), self.key.clone());
-        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
-        self.handle.spawn(async move {
-            let _guard = guard;
-            // Sealed here, on the Redis thread, not on the worker that made the session.
-            let Ok(sealed) = fleet.load().seal(key.as_bytes(), &der[..]) else {
-                done(RedisReply::Error);
-                return;
-            };
-            drop(der);
-            let mut command = redis::cmd("SET");
-            command.arg(&key).arg(sealed).arg("PX").arg(millis);
-            let request = command.query_async::<()>(&mut connection);
-            done(health.answer("set", timeout, request).await);
-        });
-    }
-
     /// Keeps the fleet's ticket keys until aborted: now and then (a quarter of `rotation`,
     /// at most a minute; sooner after a failure) creates the keys of the current and next
     /// epochs unless a process already has (SET NX, with random bytes), reads the keys of
@@ -369,30 +242,7 @@ impl RedisStore {
             loop {
                 let wall_clock = unix_now();
                 let epochs = shared_epochs(wall_clock, rotation, grace);
-                let (next, r) = (*epochs.end(), rotation.as_secs().max(1));
-                let mut pipe = redis::pipe();
-                // A refused write (maxmemory with noeviction, a read-only replica,
-                // min-replicas-to-write not met) must not cost the read: with the keys
-                // Redis already holds, the fleet still resumes each other's tickets. Each
-                // command's reply comes back on its own instead of failing the pipeline.
-                pipe.ignore_errors();
-                for epoch in [next - 1, next] {
-                    // The key lives until it no longer decrypts, plus a rotation of margin.
-                    let expires = Duration::from_secs((epoch + 2) * r) + grace;
-                    let ttl = expires.saturating_sub(wall_clock).as_millis().max(1) as u64;
-                    let mut fresh = Zeroizing::new([0u8; KEY_FILE_ENTRY_LEN]);
-                    boring::rand::rand_bytes(&mut fresh[..]).expect("the RNG works");
-                    let name = format!("{prefix}{epoch}");
-                    let sealed = fleet
-                        .load()
-                        .seal(name.as_bytes(), &fresh[..])
-                        .expect("sealing with the fleet key works");
-                    let mut set = redis::cmd("SET");
-                    set.arg(name).arg(sealed).arg("NX").arg("PX").arg(ttl);
-                    pipe.add_command(set);
-                }
-                let names: Vec<String> = epochs.clone().map(|e| format!("{prefix}{e}")).collect();
-                pipe.cmd("MGET").arg(names);
+                let pipe = ticket_key_pipeline(&prefix, &fleet.load(), &epochs, rotation, grace, wall_clock);
                 type Replies = (
                     redis::RedisResult<redis::Value>,
                     redis::RedisResult<redis::Value>,
@@ -419,26 +269,7 @@ impl RedisStore {
                 });
                 let outcome = match read {
                     Ok(Ok(values)) => {
-                        let mut keys = Vec::new();
-                        let fleet = fleet.load();
-                        for (epoch, value) in epochs.zip(values.iter()) {
-                            let Some(sealed) = value else { continue };
-                            let name = format!("{prefix}{epoch}");
-                            // One that does not open is counted and left: this epoch then
-                            // has no shared key, and each process uses its own.
-                            let Some(opened) = fleet.open(Entry::TicketKey, name.as_bytes(), sealed)
-                            else {
-                                continue;
-                            };
-                            match <&[u8; KEY_FILE_ENTRY_LEN]>::try_from(opened.as_slice()) {
-                                Ok(bytes) => keys.push(SharedKey {
-                                    epoch,
-                                    key: TicketKey::from_bytes(bytes),
-                                }),
-                                Err(_) => tracing::warn!(key = %name, "Redis holds a ticket key that is not 80 bytes: ignored"),
-                            }
-                        }
-                        RedisReply::Done(keys)
+                        RedisReply::Done(open_ticket_keys(&prefix, &fleet.load(), epochs, &values))
                     }
                     Ok(Err(err)) => {
                         tracing::debug!(error = %err, "redis ticket key sync failed");
@@ -456,6 +287,205 @@ impl RedisStore {
         });
         task.abort_handle()
     }
+}
+
+/// Redis as the fleet's shared store: every operation runs on the Redis thread, within
+/// `redis_timeout`; claims are SET NX, which Redis runs one at a time, so exactly one
+/// claim of a key succeeds.
+impl SharedSessionStore for RedisStore {
+    /// Looks a session up; the answer comes within `redis_timeout`. An entry that does
+    /// not open with the fleet key is a miss (and counted).
+    fn get(&self, id: &[u8]) -> Result<PendingGet, RedisReply<()>> {
+        let guard = self.admit().ok_or(RedisReply::Overload)?;
+        let key = self.key(id);
+        let mut connection = self.connection.clone();
+        let (timeout, health, fleet) = (self.timeout, self.health.clone(), self.key.clone());
+        let task = self.handle.spawn(async move {
+            let _guard = guard;
+            let mut command = redis::cmd("GET");
+            command.arg(&key);
+            let request = command.query_async::<Option<Vec<u8>>>(&mut connection);
+            let answer = health.answer("get", timeout, request).await;
+            answer.map(|found| {
+                let sealed = found?;
+                let mut der = fleet.load().open(Entry::Session, key.as_bytes(), &sealed)?;
+                // Moved out, not copied: the caller keeps it in a buffer wiped on drop.
+                Some(std::mem::take(&mut *der))
+            })
+        });
+        Ok(Box::pin(
+            async move { task.await.unwrap_or(RedisReply::Error) },
+        ))
+    }
+
+    /// Claims `key` for `ttl` (the replay window) unless it exists (SET NX): the first
+    /// claim across every process sharing this Redis, or one made before; or, whatever
+    /// the claim, [`Claim::StateLost`] while Redis has kept claims for less than `ttl`.
+    fn claim(&self, key: String, ttl: Duration) -> Result<PendingClaim, RedisReply<()>> {
+        let guard = self.admit().ok_or(RedisReply::Overload)?;
+        let key = format!("{}{key}", self.prefix);
+        let since = format!("{}{CLAIMS_SINCE}", self.prefix);
+        let mut connection = self.connection.clone();
+        let (timeout, health) = (self.timeout, self.health.clone());
+        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
+        let task = self.handle.spawn(async move {
+            let _guard = guard;
+            let mut command = redis::cmd("EVAL");
+            command.arg(CLAIM).arg(2).arg(&key).arg(&since).arg(millis);
+            let request = command.query_async::<(i64, i64, i64)>(&mut connection);
+            let answer = health.answer("claim", timeout, request).await;
+            answer.map(|(claimed, age, written)| {
+                if written == 1 {
+                    tracing::warn!(window = ?ttl, "Redis kept no 0-RTT claims (a new Redis, or one flushed or restarted without persistence): 0-RTT is refused across the fleet for one replay window, since a ClientHello accepted before may be claimed nowhere any more");
+                }
+                match (u64::try_from(age).map_or(true, |age| age < millis), claimed) {
+                    (true, _) => Claim::StateLost,
+                    (false, 1) => Claim::First,
+                    (false, _) => Claim::Taken,
+                }
+            })
+        });
+        Ok(Box::pin(
+            async move { task.await.unwrap_or(RedisReply::Error) },
+        ))
+    }
+
+    /// Claims `key` in the background, for `ttl` from now, retrying until Redis has
+    /// answered or `ttl` has passed: for a ClientHello refused 0-RTT without its claim
+    /// having been made, so that no process sharing this Redis accepts a copy. `done` gets
+    /// the outcome of each attempt (`Overload` once, if too many operations are in flight
+    /// to start).
+    fn claim_in_background(
+        &self,
+        key: String,
+        ttl: Duration,
+        mut done: Box<dyn FnMut(RedisReply<()>) + Send>,
+    ) {
+        let Some(guard) = self.admit() else {
+            done(RedisReply::Overload);
+            return;
+        };
+        let key = format!("{}{key}", self.prefix);
+        let mut connection = self.connection.clone();
+        let (timeout, health) = (self.timeout, self.health.clone());
+        let until = tokio::time::Instant::now() + ttl;
+        self.handle.spawn(async move {
+            let _guard = guard;
+            let mut pause = Duration::from_millis(50);
+            loop {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                let command = claim_command(&key, left);
+                let request = command.query_async::<Option<String>>(&mut connection);
+                let answer = health.answer("claim", timeout, request).await.map(|_| ());
+                let answered = matches!(answer, RedisReply::Done(()));
+                done(answer);
+                if answered {
+                    return;
+                }
+                tokio::time::sleep(pause.min(left)).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        });
+    }
+
+    /// Stores a session for `ttl` in the background; `done` gets the outcome.
+    fn put(
+        &self,
+        id: &[u8],
+        der: super::cache::SessionDer,
+        ttl: Duration,
+        done: Box<dyn FnOnce(RedisReply<()>) + Send>,
+    ) {
+        let Some(guard) = self.admit() else {
+            done(RedisReply::Overload);
+            return;
+        };
+        let key = self.key(id);
+        let mut connection = self.connection.clone();
+        let (timeout, health, fleet) = (self.timeout, self.health.clone(), self.key.clone());
+        let millis = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
+        self.handle.spawn(async move {
+            let _guard = guard;
+            // Sealed here, on the Redis thread, not on the worker that made the session.
+            let Ok(sealed) = fleet.load().seal(key.as_bytes(), &der[..]) else {
+                done(RedisReply::Error);
+                return;
+            };
+            drop(der);
+            let mut command = redis::cmd("SET");
+            command.arg(&key).arg(sealed).arg("PX").arg(millis);
+            let request = command.query_async::<()>(&mut connection);
+            done(health.answer("set", timeout, request).await);
+        });
+    }
+}
+
+/// One sync's requests: SET NX a fresh sealed key for the current and next epochs (each
+/// living until it no longer decrypts, plus a rotation of margin), then MGET every epoch
+/// in `epochs`.
+fn ticket_key_pipeline(
+    prefix: &str,
+    fleet: &FleetKey,
+    epochs: &std::ops::RangeInclusive<u64>,
+    rotation: Duration,
+    grace: Duration,
+    wall_clock: Duration,
+) -> redis::Pipeline {
+    let (next, r) = (*epochs.end(), rotation.as_secs().max(1));
+    let mut pipe = redis::pipe();
+    // A refused write (maxmemory with noeviction, a read-only replica,
+    // min-replicas-to-write not met) must not cost the read: with the keys Redis already
+    // holds, the fleet still resumes each other's tickets. Each command's reply comes back
+    // on its own instead of failing the pipeline.
+    pipe.ignore_errors();
+    for epoch in [next - 1, next] {
+        let expires = Duration::from_secs((epoch + 2) * r) + grace;
+        let ttl = expires.saturating_sub(wall_clock).as_millis().max(1) as u64;
+        let mut fresh = Zeroizing::new([0u8; KEY_FILE_ENTRY_LEN]);
+        boring::rand::rand_bytes(&mut fresh[..]).expect("the RNG works");
+        let name = format!("{prefix}{epoch}");
+        let sealed = fleet
+            .seal(name.as_bytes(), &fresh[..])
+            .expect("sealing with the fleet key works");
+        let mut set = redis::cmd("SET");
+        set.arg(name).arg(sealed).arg("NX").arg("PX").arg(ttl);
+        pipe.add_command(set);
+    }
+    let names: Vec<String> = epochs.clone().map(|e| format!("{prefix}{e}")).collect();
+    pipe.cmd("MGET").arg(names);
+    pipe
+}
+
+/// The ticket keys Redis holds for `epochs` (`values`, in order) that open with the fleet
+/// key. One that does not open is counted and left: its epoch then has no shared key, and
+/// each process uses its own.
+fn open_ticket_keys(
+    prefix: &str,
+    fleet: &FleetKey,
+    epochs: std::ops::RangeInclusive<u64>,
+    values: &[Option<Vec<u8>>],
+) -> Vec<SharedKey> {
+    let mut keys = Vec::new();
+    for (epoch, value) in epochs.zip(values.iter()) {
+        let Some(sealed) = value else { continue };
+        let name = format!("{prefix}{epoch}");
+        let Some(opened) = fleet.open(Entry::TicketKey, name.as_bytes(), sealed) else {
+            continue;
+        };
+        match <&[u8; KEY_FILE_ENTRY_LEN]>::try_from(opened.as_slice()) {
+            Ok(bytes) => keys.push(SharedKey {
+                epoch,
+                key: TicketKey::from_bytes(bytes),
+            }),
+            Err(_) => {
+                tracing::warn!(key = %name, "Redis holds a ticket key that is not 80 bytes: ignored")
+            }
+        }
+    }
+    keys
 }
 
 #[cfg(test)]

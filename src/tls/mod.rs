@@ -13,6 +13,7 @@
 pub mod acme_challenge;
 mod certificate;
 pub mod compress;
+mod connection_setup;
 mod context;
 pub mod crl;
 pub mod early_data;

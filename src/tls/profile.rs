@@ -12,7 +12,7 @@ use boring::x509::X509Name;
 use super::context::ssl_version;
 use super::crl::ClientTrust;
 use super::names::NameTable;
-use crate::config::{ClientAuth, ListenerConfig};
+use crate::config::{ClientAuth, ListenerConfig, ServerNameConfig};
 
 /// TLS settings that depend on the SNI name (`[[listener.server_name]]`); profile 0 is
 /// the listener's own. They are applied to each connection once its SNI is known.
@@ -84,7 +84,6 @@ pub struct Profiles {
 
 impl Profiles {
     pub(super) fn build(listener: &ListenerConfig) -> anyhow::Result<Profiles> {
-        let wire = |alpn: &[String]| alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let client_store = match (&listener.client_ca, listener.client_auth) {
             (Some(ca), ClientAuth::Optional | ClientAuth::Required) => Some(ClientTrust::load(
                 ca.get_ref(),
@@ -97,7 +96,7 @@ impl Profiles {
         let mut profiles = Profiles {
             names: NameTable::new(),
             list: vec![Profile {
-                alpn: wire(&listener.alpn),
+                alpn: alpn_wire(&listener.alpn),
                 min_version: None,
                 verify: None,
                 ca_names: None,
@@ -106,61 +105,13 @@ impl Profiles {
             client_store,
         };
         for (index, server_name) in listener.server_names.iter().enumerate() {
-            // A name with its own CA or CRL settings but no client_auth follows the listener's.
-            let own_trust = server_name.client_ca.is_some()
-                || server_name.client_crl.is_some()
-                || server_name.client_crl_check.is_some();
-            let auth = server_name
-                .client_auth
-                .or(own_trust.then_some(listener.client_auth));
-            let mut ca_names = None;
-            let verify = match auth {
-                None => None,
-                Some(ClientAuth::None) => Some((SslVerifyMode::NONE, None)),
-                Some(auth) => {
-                    let ca = server_name
-                        .client_ca
-                        .as_ref()
-                        .or(listener.client_ca.as_ref());
-                    let ca = ca.context("client_auth needs client_ca")?;
-                    // The contexts name the listener's CAs only when the listener asks for
-                    // certificates itself (see `configure`).
-                    if server_name.client_ca.is_some() || profiles.client_store.is_none() {
-                        ca_names = Some(CaNames::load(ca.get_ref())?);
-                    }
-                    let crl = server_name
-                        .client_crl
-                        .as_ref()
-                        .or(listener.client_crl.as_ref());
-                    let check = server_name
-                        .client_crl_check
-                        .unwrap_or(listener.client_crl_check);
-                    Some((
-                        verify_mode(auth),
-                        Some(ClientTrust::load(ca.get_ref(), crl, check)?),
-                    ))
-                }
-            };
-            let sid_ctx = match &verify {
-                Some((mode, store)) => {
-                    session_context(server_name.names.get_ref(), *mode, store.as_ref())
-                }
-                None => session_context(
-                    server_name.names.get_ref(),
-                    listener_mode,
-                    profiles.client_store.as_ref(),
-                ),
-            };
-            profiles.list.push(Profile {
-                alpn: wire(server_name.alpn.as_deref().unwrap_or(&listener.alpn)),
-                min_version: server_name
-                    .min_version
-                    .as_ref()
-                    .map(|version| ssl_version(*version.get_ref())),
-                verify,
-                ca_names,
-                sid_ctx,
-            });
+            let profile = name_profile(
+                listener,
+                server_name,
+                listener_mode,
+                profiles.client_store.as_ref(),
+            )?;
+            profiles.list.push(profile);
             for name in server_name.names.get_ref() {
                 *profiles.names.entry(name) = index + 1;
             }
@@ -178,6 +129,70 @@ impl Profiles {
     pub(super) fn for_ssl(&self, ssl: &SslRef) -> &Profile {
         &self.list[self.index(ssl.servername(NameType::HOST_NAME))]
     }
+}
+
+/// The profile of one `[[listener.server_name]]`: its own settings where it has them,
+/// else the listener's (`listener_mode`, `listener_store`).
+fn name_profile(
+    listener: &ListenerConfig,
+    server_name: &ServerNameConfig,
+    listener_mode: SslVerifyMode,
+    listener_store: Option<&ClientTrust>,
+) -> anyhow::Result<Profile> {
+    // A name with its own CA or CRL settings but no client_auth follows the listener's.
+    let own_trust = server_name.client_ca.is_some()
+        || server_name.client_crl.is_some()
+        || server_name.client_crl_check.is_some();
+    let auth = server_name
+        .client_auth
+        .or(own_trust.then_some(listener.client_auth));
+    let mut ca_names = None;
+    let verify = match auth {
+        None => None,
+        Some(ClientAuth::None) => Some((SslVerifyMode::NONE, None)),
+        Some(auth) => {
+            let ca = server_name
+                .client_ca
+                .as_ref()
+                .or(listener.client_ca.as_ref());
+            let ca = ca.context("client_auth needs client_ca")?;
+            // The contexts name the listener's CAs only when the listener asks for
+            // certificates itself (see `configure`).
+            if server_name.client_ca.is_some() || listener_store.is_none() {
+                ca_names = Some(CaNames::load(ca.get_ref())?);
+            }
+            let crl = server_name
+                .client_crl
+                .as_ref()
+                .or(listener.client_crl.as_ref());
+            let check = server_name
+                .client_crl_check
+                .unwrap_or(listener.client_crl_check);
+            Some((
+                verify_mode(auth),
+                Some(ClientTrust::load(ca.get_ref(), crl, check)?),
+            ))
+        }
+    };
+    let sid_ctx = match &verify {
+        Some((mode, store)) => session_context(server_name.names.get_ref(), *mode, store.as_ref()),
+        None => session_context(server_name.names.get_ref(), listener_mode, listener_store),
+    };
+    Ok(Profile {
+        alpn: alpn_wire(server_name.alpn.as_deref().unwrap_or(&listener.alpn)),
+        min_version: server_name
+            .min_version
+            .as_ref()
+            .map(|version| ssl_version(*version.get_ref())),
+        verify,
+        ca_names,
+        sid_ctx,
+    })
+}
+
+/// ALPN protocol names as bytes, in preference order.
+fn alpn_wire(alpn: &[String]) -> Vec<Vec<u8>> {
+    alpn.iter().map(|p| p.as_bytes().to_vec()).collect()
 }
 
 /// Client certificates: verified against the CA bundle; "required" fails the handshake

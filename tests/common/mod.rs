@@ -3,6 +3,8 @@
 //! in-process TLS client. Everything runs on 127.0.0.1 and ends by itself.
 #![allow(dead_code)]
 
+pub mod client_pki;
+pub mod config;
 pub mod pebble;
 
 use std::io::{BufRead, BufReader};

@@ -1,17 +1,25 @@
-//! OCSP responses fetched by tlsterm (`ocsp_fetch = true`) from a real responder:
-//! `openssl ocsp` serving an index file on 127.0.0.1, named by the leaf's Authority
-//! Information Access. Fetch timings are shortened through `[ocsp]`.
+//! OCSP stapling: a response from a file (`ocsp`), checked before it is stapled, and
+//! responses fetched by tlsterm (`ocsp_fetch = true`) from a real responder: `openssl
+//! ocsp` serving an index file on 127.0.0.1, named by the leaf's Authority Information
+//! Access. Fetch timings are shortened through `[ocsp]`.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use common::config::ConfigBuilder;
 use common::*;
 
 /// Fast fetch timings, so retries and refreshes happen within a test's deadline.
-const FAST: &str =
-    "[ocsp]\ntimeout = \"2s\"\nretry = \"200ms\"\nmin_refresh = \"1s\"\nmax_refresh = \"2s\"\n";
+fn fast_fetching() -> ConfigBuilder {
+    ConfigBuilder::new().section("ocsp", |ocsp| {
+        ocsp.set("timeout", "2s")
+            .set("retry", "200ms")
+            .set("min_refresh", "1s")
+            .set("max_refresh", "2s")
+    })
+}
 
 /// A CA, a leaf for localhost whose AIA names a responder on `port`, and the leaf's file
 /// with its issuer after it (`chain.pem`).
@@ -110,16 +118,21 @@ impl Pki {
         responder
     }
 
-    /// A config with one listener serving the leaf with `ocsp_fetch = true` (plus `extra`).
-    fn config(&self, extra: &str) -> (PathBuf, u16) {
+    /// A config with one listener serving the leaf with `ocsp_fetch = true`, and the
+    /// response in `file_response` as its starting value if given.
+    fn config(&self, file_response: Option<&str>) -> (PathBuf, u16) {
         let port = free_port();
-        let listener = format!(
-            "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\n\
-             [[listener.certificate]]\ncert = {:?}\nkey = {:?}\nocsp_fetch = true\n{extra}",
-            self.path("chain.pem"),
-            self.path("leaf.key"),
-        );
-        (write_config(self.dir.path(), FAST, &[listener]), port)
+        let (chain, key) = (self.path("chain.pem"), self.path("leaf.key"));
+        let config = fast_fetching().listener(|l| {
+            l.port(port).backend("builtin").certificate(|c| {
+                let c = c.set("cert", chain).set("key", key).set("ocsp_fetch", true);
+                match file_response {
+                    Some(file) => c.set("ocsp", file),
+                    None => c,
+                }
+            })
+        });
+        (config.write(self.dir.path()), port)
     }
 }
 
@@ -160,7 +173,7 @@ fn fetched_response_is_stapled_and_survives_a_reload() {
     let pki = Pki::new();
     pki.set_status('V');
     let responder = pki.responder(Some(60));
-    let (config, port) = pki.config("");
+    let (config, port) = pki.config(None);
     let server = Server::start(&config);
 
     eventually("a good response is stapled", || {
@@ -187,7 +200,7 @@ fn revoked_answer_is_not_stapled_and_counted() {
     let pki = Pki::new();
     pki.set_status('R');
     let _responder = pki.responder(Some(60));
-    let (config, port) = pki.config("");
+    let (config, port) = pki.config(None);
     let server = Server::start(&config);
 
     eventually("the revoked answer is counted", || {
@@ -211,7 +224,7 @@ fn answer_not_signed_for_the_issuer_is_not_stapled() {
         "extendedKeyUsage=serverAuth",
     );
     let _responder = pki.responder_signed_by("server", Some(60));
-    let (config, port) = pki.config("");
+    let (config, port) = pki.config(None);
     let _server = Server::start(&config);
     eventually("the bad signature is counted", || {
         (sample(
@@ -229,7 +242,7 @@ fn revocation_is_noticed_at_the_next_refresh() {
     let pki = Pki::new();
     pki.set_status('V');
     let responder = pki.responder(Some(60));
-    let (config, port) = pki.config("");
+    let (config, port) = pki.config(None);
     let _server = Server::start(&config);
     eventually("a good response is stapled", || {
         stapled_good(&handshake_with_status(port)).then_some(())
@@ -250,7 +263,7 @@ fn revocation_is_noticed_at_the_next_refresh() {
 fn responder_down_does_not_stop_handshakes() {
     let pki = Pki::new();
     pki.set_status('V');
-    let (config, port) = pki.config("");
+    let (config, port) = pki.config(None);
     let _server = Server::start(&config);
 
     eventually("a failed fetch is counted", || {
@@ -270,7 +283,7 @@ fn responder_down_does_not_stop_handshakes() {
 fn fetching_needs_a_responder_url_and_an_issuer() {
     let pki = Pki::new();
     // The leaf without its issuer in the file.
-    let (config, _) = pki.config("");
+    let (config, _) = pki.config(None);
     let text = std::fs::read_to_string(&config)
         .unwrap()
         .replace("chain.pem", "leaf.pem");
@@ -296,12 +309,13 @@ fn fetching_needs_a_responder_url_and_an_issuer() {
     ]
     .concat();
     std::fs::write(other.path().join("chain.pem"), chain).unwrap();
-    let listener = format!(
-        "address = \"127.0.0.1:{}\"\nbackends = [\"builtin\"]\n\
-         [[listener.certificate]]\ncert = \"chain.pem\"\nkey = \"leaf.key\"\nocsp_fetch = true\n",
-        free_port()
-    );
-    let err = check_refuses(&write_config(other.path(), "", &[listener]));
+    let config = ConfigBuilder::new().listener(|l| {
+        l.port(free_port()).backend("builtin").certificate(|c| {
+            c.files(Path::new("chain.pem"), Path::new("leaf.key"))
+                .set("ocsp_fetch", true)
+        })
+    });
+    let err = check_refuses(&config.write(other.path()));
     assert!(
         err.contains("ocsp_fetch") && err.contains("Authority Information Access"),
         "{err}"
@@ -314,7 +328,7 @@ fn response_stops_being_stapled_when_it_expires_unrefreshed() {
     pki.set_status('V');
     // Without nextUpdate a response is stapled for `max_refresh` (2 s here) after its fetch.
     let responder = pki.responder(None);
-    let (config, port) = pki.config("");
+    let (config, port) = pki.config(None);
     let server = Server::start(&config);
     eventually("a good response is stapled", || {
         stapled_good(&handshake_with_status(port)).then_some(())
@@ -348,8 +362,153 @@ fn file_response_is_the_starting_value() {
     drop(responder);
 
     // With the responder down, the file's response is stapled from the first handshake on.
-    let (config, port) = pki.config("ocsp = \"resp.der\"\n");
+    let (config, port) = pki.config(Some("resp.der"));
     let _server = Server::start(&config);
     let out = handshake_with_status(port);
     assert!(stapled_good(&out), "{out}");
+}
+
+/// A CA, a leaf for localhost it signed, and a "good" OCSP response for the leaf made by
+/// `openssl ocsp` acting as the responder (valid 7 days). Returns the response's path.
+fn make_ocsp_pki(dir: &Path) -> std::path::PathBuf {
+    let p = |name: &str| dir.join(name).display().to_string();
+    make_ca(dir, "Test OCSP CA");
+    make_leaf(dir, "leaf", "/CN=localhost", "subjectAltName=DNS:localhost");
+    let serial =
+        run(Command::new("openssl").args(["x509", "-noout", "-serial", "-in", &p("leaf.pem")]));
+    let serial = String::from_utf8_lossy(&serial.stdout)
+        .trim()
+        .trim_start_matches("serial=")
+        .to_string();
+    std::fs::write(
+        dir.join("index.txt"),
+        format!("V\t991231235959Z\t\t{serial}\tunknown\t/CN=localhost\n"),
+    )
+    .unwrap();
+    run(Command::new("openssl").args([
+        "ocsp",
+        "-issuer",
+        &p("ca.pem"),
+        "-cert",
+        &p("leaf.pem"),
+        "-no_nonce",
+        "-reqout",
+        &p("req.der"),
+    ]));
+    sign_ocsp_response(dir, "ca", "resp.der");
+    dir.join("resp.der")
+}
+
+/// Answers `req.der` from `index.txt` in `dir` (valid 7 days), signed with `<signer>.pem`
+/// and `.key` (its certificate goes in the response), into `out`.
+fn sign_ocsp_response(dir: &Path, signer: &str, out: &str) {
+    let p = |name: &str| dir.join(name).display().to_string();
+    run(Command::new("openssl").args([
+        "ocsp",
+        "-index",
+        &p("index.txt"),
+        "-rsigner",
+        &p(&format!("{signer}.pem")),
+        "-rkey",
+        &p(&format!("{signer}.key")),
+        "-CA",
+        &p("ca.pem"),
+        "-reqin",
+        &p("req.der"),
+        "-respout",
+        &p(out),
+        "-ndays",
+        "7",
+    ]));
+}
+
+#[test]
+fn ocsp_response_is_stapled_only_when_it_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let response = make_ocsp_pki(dir.path());
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    let other = tempfile::tempdir().unwrap();
+    let (other_cert, other_key) =
+        make_cert(other.path(), "other", "other.test", KeyType::EcdsaP256);
+    let port = free_port();
+    let leaf = (dir.path().join("leaf.pem"), dir.path().join("leaf.key"));
+    let config = ConfigBuilder::new()
+        .listener(|l| {
+            l.port(port)
+                .backend("builtin")
+                .certificate(|c| c.files(&leaf.0, &leaf.1).set("ocsp", &response))
+                .certificate(|c| c.files(&other_cert, &other_key).set("ocsp", &response))
+        })
+        .write(dir.path());
+    let server = Server::start(&config);
+
+    let out = s_client(port, &["-servername", "localhost", "-status"], "");
+    assert!(
+        out.contains("OCSP Response Status: successful") && out.contains("Cert Status: good"),
+        "{out}"
+    );
+    // The same response on a certificate it does not describe is not stapled.
+    let out = s_client(port, &["-servername", "other.test", "-status"], "");
+    assert!(out.contains("OCSP response: no response sent"), "{out}");
+    server.log.wait_for("OCSP response not stapled", 0);
+    let (_, metrics) = admin_get(admin_address(&config).unwrap(), "/metrics");
+    assert!(
+        metrics.contains("tlsterm_ocsp_responses_total{result=\"stapled\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tlsterm_ocsp_responses_total{result=\"wrong_certificate\"} 1"),
+        "{metrics}"
+    );
+
+    // Past its nextUpdate the same response is refused (checked at load and reload).
+    let leaf = boring::x509::X509::from_pem(&std::fs::read(p("leaf.pem")).unwrap()).unwrap();
+    let der = std::fs::read(&response).unwrap();
+    let now = std::time::SystemTime::now();
+    assert_eq!(tlsterm::tls::ocsp::check(&der, &leaf, None, now), Ok(()));
+    let later = now + std::time::Duration::from_secs(8 * 24 * 3600);
+    assert_eq!(
+        tlsterm::tls::ocsp::check(&der, &leaf, None, later),
+        Err(tlsterm::tls::ocsp::OcspProblem::Stale)
+    );
+    assert_eq!(
+        tlsterm::tls::ocsp::check(b"garbage", &leaf, None, now),
+        Err(tlsterm::tls::ocsp::OcspProblem::Unparsable)
+    );
+
+    // Signed by the issuer, or by a responder it gave the OCSPSigning usage; not by a
+    // certificate without it, and not verifiable with another CA's key.
+    let cert = |path: &str| boring::x509::X509::from_pem(&std::fs::read(path).unwrap()).unwrap();
+    let ca = cert(&p("ca.pem"));
+    let bad = Err(tlsterm::tls::ocsp::OcspProblem::BadSignature);
+    assert_eq!(
+        tlsterm::tls::ocsp::check(&der, &leaf, Some(&ca), now),
+        Ok(())
+    );
+    let stranger = cert(&other_cert.display().to_string());
+    assert_eq!(
+        tlsterm::tls::ocsp::check(&der, &leaf, Some(&stranger), now),
+        bad
+    );
+    make_leaf(
+        dir.path(),
+        "responder",
+        "/CN=responder",
+        "extendedKeyUsage=OCSPSigning",
+    );
+    make_leaf(
+        dir.path(),
+        "server",
+        "/CN=server",
+        "extendedKeyUsage=serverAuth",
+    );
+    for (signer, expected) in [("responder", Ok(())), ("server", bad)] {
+        sign_ocsp_response(dir.path(), signer, "delegated.der");
+        let der = std::fs::read(p("delegated.der")).unwrap();
+        assert_eq!(
+            tlsterm::tls::ocsp::check(&der, &leaf, Some(&ca), now),
+            expected,
+            "{signer}"
+        );
+    }
 }
