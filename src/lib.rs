@@ -31,6 +31,10 @@
 
 #[cfg(feature = "acme")]
 pub mod acme;
+/// Without the `acme` feature: the same `Acme`, which obtains nothing and refuses `[acme]`.
+#[cfg(not(feature = "acme"))]
+#[path = "acme/off.rs"]
+pub mod acme;
 pub mod config;
 pub mod metrics;
 pub mod offload;

@@ -29,8 +29,6 @@ use crate::offload::OffloadSettings;
 use crate::session::Sessions;
 use listener::{bind_per_worker, open, Listener};
 use serving::Serving;
-#[cfg(not(feature = "acme"))]
-use state::no_acme_in_this_build;
 pub use state::{build_states, ListenerState};
 use state::{publish_expiry, uses_builtin};
 
@@ -81,21 +79,10 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     let sessions = Sessions::new(&config.session)?;
     sessions.start_background();
     crate::tls::ocsp_fetch::configure(&config.ocsp);
-    #[cfg(feature = "acme")]
     let (mut acme, mut acme_installed) = crate::acme::Acme::new();
-    #[cfg(feature = "acme")]
     let acme_plan = acme.prepare(&config)?;
-    #[cfg(feature = "acme")]
     let states = build_states(&config, builtin, &sessions, Some(&acme))?;
-    #[cfg(feature = "acme")]
     publish_expiry(&states, Some(&acme));
-    #[cfg(not(feature = "acme"))]
-    let states = {
-        no_acme_in_this_build(&config)?;
-        let states = build_states(&config, builtin, &sessions, None)?;
-        publish_expiry(&states, None);
-        states
-    };
     let early_data = config.listeners.iter().any(|l| *l.early_data.get_ref());
     if early_data && config.session.ticket_key_file.is_some() && config.session.redis_url.is_none()
     {
@@ -155,7 +142,6 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
     if let Some(admin) = admin {
         admin.start()?;
     }
-    #[cfg(feature = "acme")]
     {
         let _runtime = runtime.enter();
         acme.apply(acme_plan)?;
@@ -173,7 +159,6 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         sessions,
         session_config: config.session.clone(),
         settings: settings_tx,
-        #[cfg(feature = "acme")]
         acme,
     };
     notify::ready(&running.status());
@@ -182,10 +167,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
         // back now and then so the resident size follows the load down again.
         let mut trim = tokio::time::interval(std::time::Duration::from_secs(10));
         loop {
-            #[cfg(feature = "acme")]
             let installed = acme_installed.recv();
-            #[cfg(not(feature = "acme"))]
-            let installed = std::future::pending::<Option<std::convert::Infallible>>();
             tokio::select! {
                 _ = hangup.recv() => {
                     notify::reloading();

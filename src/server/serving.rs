@@ -10,11 +10,7 @@ use tokio::sync::watch;
 
 use super::listener::{bind_per_worker, open, Listener};
 use super::metrics;
-#[cfg(not(feature = "acme"))]
-use super::state::no_acme_in_this_build;
-use super::state::{build_states, publish_expiry, AcmeCertificates};
-#[cfg(feature = "acme")]
-use super::state::{build_tls, ListenerState};
+use super::state::{build_states, build_tls, publish_expiry, AcmeCertificates, ListenerState};
 use super::{worker, ConfigSource, ProcessWide};
 use crate::config::ProcessSettings;
 use crate::offload::OffloadSettings;
@@ -33,21 +29,16 @@ pub(super) struct Serving {
     /// The `[session]` settings in force (ACME installs build contexts with them).
     pub(super) session_config: crate::config::SessionConfig,
     pub(super) settings: watch::Sender<OffloadSettings>,
-    #[cfg(feature = "acme")]
     pub(super) acme: crate::acme::Acme,
 }
 
 impl Serving {
     fn acme(&self) -> AcmeCertificates<'_> {
-        #[cfg(feature = "acme")]
-        return Some(&self.acme);
-        #[cfg(not(feature = "acme"))]
-        None
+        Some(&self.acme)
     }
 
     /// An ACME certificate was installed: each listener that serves ACME names gets new
     /// contexts with it; connections keep the state they started with.
-    #[cfg(feature = "acme")]
     pub(super) fn install_acme_certificates(&mut self, announced: crate::acme::Announcement) {
         let mut states = Vec::new();
         for listener in &self.listeners {
@@ -82,11 +73,6 @@ impl Serving {
         }
         publish_expiry(&states, self.acme());
         tracing::info!(certificate = %announced.certificate, source = announced.source, not_after = %humantime::format_rfc3339_seconds(announced.not_after), "ACME certificate installed");
-    }
-
-    #[cfg(not(feature = "acme"))]
-    pub(super) fn install_acme_certificates(&mut self, never: std::convert::Infallible) {
-        match never {}
     }
 
     /// One line for the service manager: what is being served.
@@ -131,10 +117,7 @@ impl Serving {
         // `[session]` part is committed last of those. What the new configuration shows
         // outside (the certificate-expiry gauge, OCSP fetch timing) follows only once it
         // serves: a refused reload leaves the old configuration's in place.
-        #[cfg(feature = "acme")]
         let acme_plan = self.acme.prepare(&new).refused_for(Acme)?;
-        #[cfg(not(feature = "acme"))]
-        no_acme_in_this_build(&new).refused_for(Config)?;
         let fresh =
             build_states(&new, self.builtin, &self.sessions, self.acme()).refused_for(Listeners)?;
         let mut opened = Vec::new();
@@ -152,7 +135,6 @@ impl Serving {
         crate::tls::ocsp_fetch::configure(&new.ocsp);
 
         let mut unapplied = self.started_with.changed_keys(&new.process_settings());
-        #[cfg(feature = "acme")]
         if let Err(err) = self.acme.apply(acme_plan) {
             tracing::warn!(
                 error = format!("{err:#}"),

@@ -143,24 +143,15 @@ fn resolve_backends_with(
 }
 
 /// The certificates ACME provides for a listener (none in a build without ACME).
-#[cfg(feature = "acme")]
 pub(super) type AcmeCertificates<'a> = Option<&'a crate::acme::Acme>;
-#[cfg(not(feature = "acme"))]
-pub(super) type AcmeCertificates<'a> = Option<&'a std::convert::Infallible>;
 
 pub(super) fn acme_certificates(
     acme: AcmeCertificates<'_>,
     listener: &ListenerConfig,
 ) -> Vec<CertifiedKey> {
-    #[cfg(feature = "acme")]
-    return acme.map_or_else(Vec::new, |acme| {
+    acme.map_or_else(Vec::new, |acme| {
         acme.certificates(&listener.acme_certificates)
-    });
-    #[cfg(not(feature = "acme"))]
-    {
-        let _ = (acme, listener);
-        Vec::new()
-    }
+    })
 }
 
 /// A listener's TLS from its file certificates and the ACME ones it has now.
@@ -175,15 +166,6 @@ pub(super) fn build_tls(
     certs.extend(acme_certificates(acme, listener));
     ServerTls::build(listener, certs, sessions, session_config)
         .with_context(|| format!("listener {}", listener.address()))
-}
-
-#[cfg(not(feature = "acme"))]
-pub(super) fn no_acme_in_this_build(config: &Config) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        config.acme.is_none(),
-        "this build has no ACME (feature acme): remove [acme]"
-    );
-    Ok(())
 }
 
 /// Publishes the expiry of every certificate the listeners serve. Only for states in
