@@ -34,8 +34,7 @@ pub(crate) struct Ifma25519 {
 
 impl Ifma25519 {
     pub fn new() -> Option<Self> {
-        (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512ifma"))
-            .then_some(Ifma25519 { _detected: () })
+        crate::curve_kernel::ifma_detected().then_some(Ifma25519 { _detected: () })
     }
 
     /// `out[l] = X25519(k[l], u[l])` for the 8 lanes: `k` holds clamped scalars
