@@ -48,6 +48,8 @@ mod tests;
 mod x25519;
 
 pub use curve_kernel::CurveKernel;
+#[cfg(target_arch = "x86_64")]
+pub use p256::ct_p256_ifma_lanes;
 pub use p256::{
     ecdsa_p256_sign_batch, ecdsa_p256_sign_batch_with_fault, EcdsaP256Key, EcdsaRequest, P256Kernel,
 };

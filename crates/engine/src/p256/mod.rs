@@ -31,6 +31,8 @@ mod base_table;
 mod der;
 #[cfg(target_arch = "x86_64")]
 mod ifma;
+#[cfg(target_arch = "x86_64")]
+mod ifma_pass;
 mod mont;
 mod nonce;
 mod point;
@@ -39,6 +41,8 @@ mod tests;
 
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use ifma::planted_select_p256;
+#[cfg(target_arch = "x86_64")]
+pub use ifma_pass::ct_p256_ifma_lanes;
 
 use crate::bn::LANES;
 use crate::curve_kernel::CurveKernel;
@@ -219,7 +223,12 @@ fn nonce_points(kernel: P256Kernel, ks: &[U256]) -> Zeroizing<Vec<NoncePoint>> {
     let mut out = Zeroizing::new(vec![NoncePoint::default(); ks.len()]);
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        P256Kernel::Ifma => ifma::nonce_points(ks, &mut out),
+        P256Kernel::Ifma => {
+            let k = ifma::IfmaP256::new().expect("checked by the caller");
+            for (ks, out) in ks.chunks(LANES).zip(out.chunks_mut(LANES)) {
+                ifma_pass::nonce_points(&k, ks, out);
+            }
+        }
         #[cfg(not(target_arch = "x86_64"))]
         P256Kernel::Ifma => unreachable!("checked by the caller"),
         P256Kernel::Portable => {

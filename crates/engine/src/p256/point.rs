@@ -40,51 +40,67 @@ fn fsub(a: &U256, b: &U256) -> U256 {
     mont::sub(a, b, &P)
 }
 
-/// `p + q`, complete (RCB algorithm 4, a = -3: 12 multiplications).
+/// `(x1 : y1 : z1) + (x2 : y2 : z2)` by the complete formula (RCB algorithm
+/// 4, a = -3: 12 multiplications, 2 by b, 29 additions), for any field
+/// implementation: `$mul`, `$add` and `$sub` take two `&` elements and
+/// return one, `$b` is b in that implementation's form. Shared by the
+/// portable and IFMA kernels so that the formula is written once.
+macro_rules! complete_add {
+    ($mul:expr, $add:expr, $sub:expr, $b:expr, ($x1:expr, $y1:expr, $z1:expr), ($x2:expr, $y2:expr, $z2:expr)) => {{
+        let (x1, y1, z1, x2, y2, z2) = ($x1, $y1, $z1, $x2, $y2, $z2);
+        let mut t0 = $mul(x1, x2);
+        let mut t1 = $mul(y1, y2);
+        let mut t2 = $mul(z1, z2);
+        let mut t3 = $mul(&$add(x1, y1), &$add(x2, y2));
+        let mut t4 = $add(&t0, &t1);
+        t3 = $sub(&t3, &t4);
+        t4 = $mul(&$add(y1, z1), &$add(y2, z2));
+        let mut x3 = $add(&t1, &t2);
+        t4 = $sub(&t4, &x3);
+        x3 = $mul(&$add(x1, z1), &$add(x2, z2));
+        let mut y3 = $add(&t0, &t2);
+        y3 = $sub(&x3, &y3);
+        let mut z3 = $mul($b, &t2);
+        x3 = $sub(&y3, &z3);
+        z3 = $add(&x3, &x3);
+        x3 = $add(&x3, &z3);
+        z3 = $sub(&t1, &x3);
+        x3 = $add(&t1, &x3);
+        y3 = $mul($b, &y3);
+        t1 = $add(&t2, &t2);
+        t2 = $add(&t1, &t2);
+        y3 = $sub(&y3, &t2);
+        y3 = $sub(&y3, &t0);
+        t1 = $add(&y3, &y3);
+        y3 = $add(&t1, &y3);
+        t1 = $add(&t0, &t0);
+        t0 = $add(&t1, &t0);
+        t0 = $sub(&t0, &t2);
+        t1 = $mul(&t4, &y3);
+        t2 = $mul(&t0, &y3);
+        y3 = $mul(&x3, &z3);
+        y3 = $add(&y3, &t2);
+        x3 = $mul(&t3, &x3);
+        x3 = $sub(&x3, &t1);
+        z3 = $mul(&t4, &z3);
+        t1 = $mul(&t3, &t0);
+        z3 = $add(&z3, &t1);
+        (x3, y3, z3)
+    }};
+}
+pub(super) use complete_add;
+
+/// `p + q`, complete.
 pub(crate) fn add(p: &Point, q: &Point) -> Point {
-    let (x1, y1, z1, x2, y2, z2) = (&p.x, &p.y, &p.z, &q.x, &q.y, &q.z);
-    let mut t0 = fmul(x1, x2);
-    let mut t1 = fmul(y1, y2);
-    let mut t2 = fmul(z1, z2);
-    let mut t3 = fmul(&fadd(x1, y1), &fadd(x2, y2));
-    let mut t4 = fadd(&t0, &t1);
-    t3 = fsub(&t3, &t4);
-    t4 = fmul(&fadd(y1, z1), &fadd(y2, z2));
-    let mut x3 = fadd(&t1, &t2);
-    t4 = fsub(&t4, &x3);
-    x3 = fmul(&fadd(x1, z1), &fadd(x2, z2));
-    let mut y3 = fadd(&t0, &t2);
-    y3 = fsub(&x3, &y3);
-    let mut z3 = fmul(&B_MONT, &t2);
-    x3 = fsub(&y3, &z3);
-    z3 = fadd(&x3, &x3);
-    x3 = fadd(&x3, &z3);
-    z3 = fsub(&t1, &x3);
-    x3 = fadd(&t1, &x3);
-    y3 = fmul(&B_MONT, &y3);
-    t1 = fadd(&t2, &t2);
-    t2 = fadd(&t1, &t2);
-    y3 = fsub(&y3, &t2);
-    y3 = fsub(&y3, &t0);
-    t1 = fadd(&y3, &y3);
-    y3 = fadd(&t1, &y3);
-    t1 = fadd(&t0, &t0);
-    t0 = fadd(&t1, &t0);
-    t0 = fsub(&t0, &t2);
-    t1 = fmul(&t4, &y3);
-    t2 = fmul(&t0, &y3);
-    y3 = fmul(&x3, &z3);
-    y3 = fadd(&y3, &t2);
-    x3 = fmul(&t3, &x3);
-    x3 = fsub(&x3, &t1);
-    z3 = fmul(&t4, &z3);
-    t1 = fmul(&t3, &t0);
-    z3 = fadd(&z3, &t1);
-    Point {
-        x: x3,
-        y: y3,
-        z: z3,
-    }
+    let (x, y, z) = complete_add!(
+        fmul,
+        fadd,
+        fsub,
+        &B_MONT,
+        (&p.x, &p.y, &p.z),
+        (&q.x, &q.y, &q.z)
+    );
+    Point { x, y, z }
 }
 
 /// The scalar `k < 2^256` (little-endian words) as 65 signed radix-16 digits
