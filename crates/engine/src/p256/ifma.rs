@@ -293,7 +293,11 @@ unsafe fn invert<M: Modulus52>(a: &Fe) -> Fe {
             for _ in 0..4 {
                 r = mul::<M>(&r, &r);
             }
-            let w = c((M::EXP[nib / 16] >> (4 * (nib % 16))) & 15);
+            // `black_box`: the compiler would otherwise see a broadcast,
+            // compare in a general purpose register and pick the entry by an
+            // index or cmov, which the static check cannot tell from a
+            // secret-dependent choice.
+            let w = core::hint::black_box(c((M::EXP[nib / 16] >> (4 * (nib % 16))) & 15));
             let mut e = table[0];
             for (j, entry) in table.iter().enumerate().skip(1) {
                 let hit = _mm512_cmpeq_epi64_mask(w, c(j as u64));

@@ -101,6 +101,15 @@ impl EcdsaP256Key {
     pub fn public_key(&self) -> &[u8; 65] {
         &self.public
     }
+
+    /// For the constant-time check (`ct/run.sh`): marks the private scalar
+    /// undefined for valgrind memcheck (no-op without the `ct-valgrind`
+    /// feature or outside valgrind).
+    #[doc(hidden)]
+    pub fn ct_mark_secret(&self) {
+        ct::mark_secret(&self.d_bytes);
+        ct::mark_secret(&self.d_mont);
+    }
 }
 
 impl Drop for EcdsaP256Key {
