@@ -1,6 +1,7 @@
 //! The per-worker queue of engine operations and its flush policy.
 //!
-//! It holds two kinds of operation, each computed by its own kernel: RSA signatures and
+//! It holds two kinds of operation, each computed by its own kernels: signatures (RSA, and
+//! ECDSA P-256 where the IFMA kernel exists) and
 //! X25519 key shares (the server's share of a TLS 1.3 handshake, alone or as the X25519
 //! half of X25519MLKEM768). Each worker thread owns one queue (thread-local: a connection lives its whole life on
 //! one worker, so no locks). A driver task on the worker's runtime decides when to run
@@ -190,18 +191,20 @@ impl WorkerQueue {
         queue
     }
 
-    /// Queues an RSA operation if this queue batches; `None` means: compute it inline.
+    /// Queues a signature (RSA, or ECDSA P-256 where the IFMA kernel signs it) if this
+    /// queue batches; `None` means: compute it inline.
     fn enqueue(
         &self,
         key: &Arc<SigningKey>,
         scheme: Scheme,
         message: &[u8],
     ) -> Option<PendingSignature> {
-        if matches!(scheme, Scheme::Ecdsa(_)) || key.engine_key().is_none() {
-            return None;
-        }
         let settings = self.settings.get();
-        if settings.mode != EngineMode::Batch {
+        // The portable P-256 kernel is slower than BoringSSL: only a multi-lane one batches.
+        let curve_batches = settings.x25519_kernel.lanes() > 1;
+        let batchable =
+            key.batchable(scheme) && (!matches!(scheme, Scheme::Ecdsa(_)) || curve_batches);
+        if !batchable || settings.mode != EngineMode::Batch {
             return None;
         }
         let (reply, result) = oneshot::channel();
