@@ -1,13 +1,14 @@
 //! The per-worker queue of engine operations and its flush policy.
 //!
-//! It holds two kinds of operation, each computed by its own kernels: signatures (RSA, and
-//! ECDSA P-256 where the IFMA kernel exists) and
-//! X25519 key shares (the server's share of a TLS 1.3 handshake, alone or as the X25519
-//! half of X25519MLKEM768). Each worker thread owns one queue (thread-local: a connection lives its whole life on
+//! It holds three kinds of operation, each computed by its own kernel: RSA signatures,
+//! ECDSA P-256 signatures (where the IFMA kernel exists) and X25519 key shares (the
+//! server's share of a TLS 1.3 handshake, alone or as the X25519 half of X25519MLKEM768).
+//! Each worker thread owns one queue (thread-local: a connection lives its whole life on
 //! one worker, so no locks). A driver task on the worker's runtime decides when to run
 //! the batch:
-//! - `Full`: `batch_size` signatures, or a kernel's worth of key shares, are queued
-//!   (checked as each one joins); only that kind runs;
+//! - `Full`: `batch_size` RSA signatures, or the curve kernel's lanes' worth of ECDSA
+//!   P-256 signatures or of key shares, are queued (checked as each one joins); only that
+//!   kind runs;
 //! - `AllWaiting`: every handshake in progress on this worker is waiting on the queue,
 //!   so nothing else could add work (the QTLS "heuristic polling" condition);
 //! - `Idle`: a whole scheduler round of the worker passed without a new operation
@@ -30,7 +31,9 @@ use tokio::sync::{oneshot, Notify};
 use super::metrics;
 use super::signer::FlushCause;
 use super::signer::{BatchOp, BatchSigner, EngineSigner, MetricsStats, QueueStats};
-use super::{KeySharePath, OffloadError, OffloadSettings, PendingSignature, Scheme, SigningKey};
+use super::{
+    HashAlg, KeySharePath, OffloadError, OffloadSettings, PendingSignature, Scheme, SigningKey,
+};
 use crate::config::EngineMode;
 use tlsterm_engine::X25519Share;
 
@@ -56,7 +59,11 @@ struct QueuedOp {
 
 pub struct WorkerQueue {
     settings: Cell<OffloadSettings>,
+    /// RSA signatures (a batch holds up to `batch_size`).
     ops: RefCell<Vec<QueuedOp>>,
+    /// ECDSA P-256 signatures: a kind of their own, since a batch of them fills the curve
+    /// kernel's lanes (8), and one with fewer barely beats BoringSSL.
+    ecdsa: RefCell<Vec<QueuedOp>>,
     shares: RefCell<Vec<QueuedShare>>,
     /// Handshakes in progress on this worker (see `HandshakeGuard`).
     in_handshake: Cell<usize>,
@@ -181,6 +188,7 @@ impl WorkerQueue {
         let queue = Rc::new(WorkerQueue {
             settings: Cell::new(settings),
             ops: RefCell::new(Vec::new()),
+            ecdsa: RefCell::new(Vec::new()),
             shares: RefCell::new(Vec::new()),
             in_handshake: Cell::new(0),
             wake: Notify::new(),
@@ -207,9 +215,10 @@ impl WorkerQueue {
         if !batchable || settings.mode != EngineMode::Batch {
             return None;
         }
+        let (queue, full) = self.signature_queue(scheme);
         let (reply, result) = oneshot::channel();
         let queued = {
-            let mut ops = self.ops.borrow_mut();
+            let mut ops = queue.borrow_mut();
             ops.push(QueuedOp {
                 key: key.clone(),
                 scheme,
@@ -219,8 +228,8 @@ impl WorkerQueue {
             });
             ops.len()
         };
-        if queued >= settings.batch_size {
-            self.flush_signatures(FlushCause::Full);
+        if queued >= full {
+            self.flush_signatures_of(queue, full, FlushCause::Full);
         } else if self.queued() >= self.in_handshake.get() {
             self.flush(FlushCause::AllWaiting);
         } else {
@@ -259,12 +268,15 @@ impl WorkerQueue {
 
     /// Operations of every kind waiting.
     fn queued(&self) -> usize {
-        self.ops.borrow().len() + self.shares.borrow().len()
+        self.ops.borrow().len() + self.ecdsa.borrow().len() + self.shares.borrow().len()
     }
 
     /// When the longest-waiting operation of any kind joined.
     fn oldest(&self) -> Option<Instant> {
-        let signature = self.ops.borrow().first().map(|op| op.queued_at);
+        let signature = [&self.ops, &self.ecdsa]
+            .into_iter()
+            .filter_map(|ops| ops.borrow().first().map(|op| op.queued_at))
+            .min();
         let share = self.shares.borrow().first().map(|op| op.queued_at);
         signature.into_iter().chain(share).min()
     }
@@ -337,9 +349,30 @@ impl WorkerQueue {
         result
     }
 
-    fn flush_signatures(&self, cause: FlushCause) {
+    /// The queue of a signature scheme, and how many of its operations make a full batch.
+    fn signature_queue(&self, scheme: Scheme) -> (&RefCell<Vec<QueuedOp>>, usize) {
         let settings = self.settings.get();
-        let batch = self.take(&self.ops, settings.batch_size, |op| op.queued_at);
+        match scheme {
+            Scheme::Ecdsa(_) => (&self.ecdsa, settings.x25519_kernel.lanes()),
+            Scheme::RsaPkcs1(_) | Scheme::RsaPss(_) => (&self.ops, settings.batch_size),
+        }
+    }
+
+    /// Runs the signatures of both kinds that wait.
+    fn flush_signatures(&self, cause: FlushCause) {
+        for scheme in [
+            Scheme::RsaPss(HashAlg::Sha256),
+            Scheme::Ecdsa(HashAlg::Sha256),
+        ] {
+            let (queue, full) = self.signature_queue(scheme);
+            self.flush_signatures_of(queue, full, cause);
+        }
+    }
+
+    /// Runs up to `max` of the oldest signatures of `queue`.
+    fn flush_signatures_of(&self, queue: &RefCell<Vec<QueuedOp>>, max: usize, cause: FlushCause) {
+        let settings = self.settings.get();
+        let batch = self.take(queue, max, |op| op.queued_at);
         if batch.is_empty() {
             return;
         }
