@@ -28,3 +28,11 @@ pub fn per_op(secs: f64, per_call: usize, mut f: impl FnMut()) -> f64 {
     }
     best
 }
+
+/// The benchmark's first argument: seconds of CPU time per figure (default 2).
+pub fn seconds_arg() -> f64 {
+    std::env::args()
+        .nth(1)
+        .map(|s| s.parse().expect("seconds"))
+        .unwrap_or(2.0)
+}

@@ -18,10 +18,7 @@ use cpu_time::per_op;
 use tlsterm_engine::*;
 
 fn main() {
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().expect("seconds"))
-        .unwrap_or(2.0);
+    let secs = cpu_time::seconds_arg();
     let message = [0x42u8; 64];
     let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
     let ec = EcKey::generate(&group).unwrap();

@@ -16,10 +16,7 @@ use cpu_time::per_op as per_share;
 use tlsterm_engine::*;
 
 fn main() {
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().expect("seconds"))
-        .unwrap_or(2.0);
+    let secs = cpu_time::seconds_arg();
     let mut peer_priv = [0u8; 32];
     getrandom::getrandom(&mut peer_priv).unwrap();
     let mut nine = [0u8; 32];

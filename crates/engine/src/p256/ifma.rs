@@ -21,6 +21,7 @@
 use super::base_table::BASE_TABLE_52;
 use super::point::{complete_add, DIGITS};
 use crate::bn::{Lanes, LANES};
+use crate::zmm::{ld, st};
 use core::arch::x86_64::*;
 
 const M52: u64 = (1 << 52) - 1;
@@ -150,19 +151,6 @@ const B_P: [u64; 5] = [
     0x83415a220abf7,
     0x0c30061dd4874,
 ];
-
-#[inline(always)]
-unsafe fn ld(p: *const Lanes) -> __m512i {
-    // SAFETY: `Lanes` is 64-byte aligned and 64 bytes long; callers pass
-    // pointers into live arrays.
-    unsafe { _mm512_load_si512(p.cast()) }
-}
-
-#[inline(always)]
-unsafe fn st(p: *mut Lanes, v: __m512i) {
-    // SAFETY: as for `ld`.
-    unsafe { _mm512_store_si512(p.cast(), v) }
-}
 
 #[inline(always)]
 unsafe fn c(x: u64) -> __m512i {
