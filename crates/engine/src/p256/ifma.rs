@@ -235,7 +235,8 @@ unsafe fn mul<M: Modulus52>(a: &Fe, b: &Fe) -> Fe {
             } else {
                 _mm512_madd52lo_epu64(z, t[0], c(M::K0))
             };
-            for j in 0..5 {
+            // A zero limb of m (p has one) adds nothing: skipped at compile time.
+            for j in (0..5).filter(|&j| M::M[j] != 0) {
                 t[j] = _mm512_madd52lo_epu64(t[j], u, m[j]);
                 t[j + 1] = _mm512_madd52hi_epu64(t[j + 1], u, m[j]);
             }
@@ -243,6 +244,47 @@ unsafe fn mul<M: Modulus52>(a: &Fe, b: &Fe) -> Fe {
             t = [_mm512_add_epi64(t[1], low), t[2], t[3], t[4], t[5], z];
         }
         carry([t[0], t[1], t[2], t[3], t[4]])
+    }
+}
+
+/// `a^2 / 2^260 mod m`, below 2m for `a` below 2m: the product's columns
+/// first, with each cross product once and doubled (30 multiply-adds instead
+/// of 50), then five reduction rounds as in [`mul`]. Columns stay below
+/// 2^57 (cross terms under 2^56 after doubling, plus the squares and at most
+/// two reduction terms and a carry per round).
+#[inline(always)]
+unsafe fn sqr<M: Modulus52>(a: &Fe) -> Fe {
+    // SAFETY: target features enabled by the caller (inlined into the entry point).
+    unsafe {
+        let z = _mm512_setzero_si512();
+        let m = cfe(&M::M);
+        let mut t = [z; 10];
+        for i in 0..5 {
+            for j in i + 1..5 {
+                t[i + j] = _mm512_madd52lo_epu64(t[i + j], a[i], a[j]);
+                t[i + j + 1] = _mm512_madd52hi_epu64(t[i + j + 1], a[i], a[j]);
+            }
+        }
+        for tk in t.iter_mut().skip(1) {
+            *tk = _mm512_add_epi64(*tk, *tk);
+        }
+        for i in 0..5 {
+            t[2 * i] = _mm512_madd52lo_epu64(t[2 * i], a[i], a[i]);
+            t[2 * i + 1] = _mm512_madd52hi_epu64(t[2 * i + 1], a[i], a[i]);
+        }
+        for i in 0..5 {
+            let u = if M::K0 == 1 {
+                _mm512_and_si512(t[i], c(M52))
+            } else {
+                _mm512_madd52lo_epu64(z, t[i], c(M::K0))
+            };
+            for j in (0..5).filter(|&j| M::M[j] != 0) {
+                t[i + j] = _mm512_madd52lo_epu64(t[i + j], u, m[j]);
+                t[i + j + 1] = _mm512_madd52hi_epu64(t[i + j + 1], u, m[j]);
+            }
+            t[i + 1] = _mm512_add_epi64(t[i + 1], _mm512_srli_epi64::<52>(t[i]));
+        }
+        carry([t[5], t[6], t[7], t[8], t[9]])
     }
 }
 
@@ -278,9 +320,7 @@ unsafe fn invert<M: Modulus52>(a: &Fe) -> Fe {
         }
         let mut r = one;
         for nib in (0..64).rev() {
-            for _ in 0..4 {
-                r = mul::<M>(&r, &r);
-            }
+            r = sqr_n::<M>(&r, 4);
             // `black_box`: the compiler would otherwise see a broadcast,
             // compare in a general purpose register and pick the entry by an
             // index or cmov, which the static check cannot tell from a
@@ -296,6 +336,44 @@ unsafe fn invert<M: Modulus52>(a: &Fe) -> Fe {
             r = mul::<M>(&r, &e);
         }
         r
+    }
+}
+
+/// `a^n` for n squarings (Montgomery form).
+#[inline(always)]
+unsafe fn sqr_n<M: Modulus52>(a: &Fe, n: usize) -> Fe {
+    // SAFETY: target features enabled by the caller (inlined into the entry point).
+    unsafe {
+        let mut r = *a;
+        for _ in 0..n {
+            r = sqr::<M>(&r);
+        }
+        r
+    }
+}
+
+/// `a^(p-2) = a^-1 mod p` by a fixed addition chain (255 squarings, 13
+/// multiplications; no window table): p - 2 is, from the top, 32 ones, 31
+/// zeros and a one, 96 zeros, 64 ones, 30 ones, 0, 1. `x_k` below is
+/// a^(2^k - 1).
+#[inline(always)]
+unsafe fn invert_p(a: &Fe) -> Fe {
+    // SAFETY: target features enabled by the caller (inlined into the entry point).
+    unsafe {
+        let m = |x: &Fe, y: &Fe| mul::<ModP>(x, y);
+        let x2 = m(&sqr_n::<ModP>(a, 1), a);
+        let x4 = m(&sqr_n::<ModP>(&x2, 2), &x2);
+        let x8 = m(&sqr_n::<ModP>(&x4, 4), &x4);
+        let x16 = m(&sqr_n::<ModP>(&x8, 8), &x8);
+        let x24 = m(&sqr_n::<ModP>(&x16, 8), &x8);
+        let x28 = m(&sqr_n::<ModP>(&x24, 4), &x4);
+        let x30 = m(&sqr_n::<ModP>(&x28, 2), &x2);
+        let x32 = m(&sqr_n::<ModP>(&x30, 2), &x2);
+        let mut r = m(&sqr_n::<ModP>(&x32, 32), a);
+        r = m(&sqr_n::<ModP>(&r, 128), &x32);
+        r = m(&sqr_n::<ModP>(&r, 32), &x32);
+        r = m(&sqr_n::<ModP>(&r, 30), &x30);
+        m(&sqr_n::<ModP>(&r, 2), a)
     }
 }
 
@@ -393,7 +471,7 @@ unsafe fn nonce_points(out: &mut [[Lanes; 5]; 3], k: &[Lanes; 5], digits: &[Lane
     // loop counters.
     unsafe {
         let r = base_mult(digits);
-        let zinv = invert::<ModP>(&r.z);
+        let zinv = invert_p(&r.z);
         let x = from_mont::<ModP>(&mul::<ModP>(&r.x, &zinv));
         let y = from_mont::<ModP>(&mul::<ModP>(&r.y, &zinv));
         let km = to_mont::<ModN>(&core::array::from_fn(|i| ld(&k[i])));
