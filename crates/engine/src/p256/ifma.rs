@@ -403,37 +403,100 @@ unsafe fn point_add(p: &Proj, q: &Proj) -> Proj {
 }
 
 /// Per lane: `digit * row[0]` where `row[j - 1]` is `j * 256^i * G`, digits
-/// in [-8, 8], as a projective point (Z = 1, or the point at infinity (0 :
-/// 1 : 0) for digit 0). Every entry is read (broadcast from the public
-/// table) and taken by a mask where the lane's |digit| matches; y is negated
-/// by blend where the digit is negative.
+/// in [-8, 8], as affine (x, y), and the mask of the lanes whose digit is 0
+/// (there (x, y) is meaningless: the caller keeps its sum unchanged). Every
+/// entry is read (broadcast from the public table) and taken by a mask where
+/// the lane's |digit| matches; y is negated by blend where the digit is
+/// negative.
 #[inline(always)]
-unsafe fn select(row: &[[u64; 10]; 8], digit: __m512i) -> Proj {
+unsafe fn select(row: &[[u64; 10]; 8], digit: __m512i) -> (Fe, Fe, __mmask8) {
     // SAFETY: target features enabled by the caller (inlined into the entry
     // point); indices are loop counters within the row.
     unsafe {
         let z = _mm512_setzero_si512();
         let neg = _mm512_cmplt_epi64_mask(digit, z);
         let abs = _mm512_abs_epi64(digit);
-        let one = cfe(&ONE_P);
-        let mut q = Proj {
-            x: [z; 5],
-            y: one,
-            z: [z; 5],
-        };
+        let (mut x, mut y) = ([z; 5], [z; 5]);
         for (j, entry) in row.iter().enumerate() {
             let m = _mm512_cmpeq_epi64_mask(abs, c(j as u64 + 1));
             for l in 0..5 {
-                q.x[l] = _mm512_mask_mov_epi64(q.x[l], m, c(entry[l]));
-                q.y[l] = _mm512_mask_mov_epi64(q.y[l], m, c(entry[5 + l]));
-                q.z[l] = _mm512_mask_mov_epi64(q.z[l], m, one[l]);
+                x[l] = _mm512_mask_mov_epi64(x[l], m, c(entry[l]));
+                y[l] = _mm512_mask_mov_epi64(y[l], m, c(entry[5 + l]));
             }
         }
-        let minus_y = sub::<ModP>(&[z; 5], &q.y);
-        for (yl, ml) in q.y.iter_mut().zip(minus_y) {
+        let minus_y = sub::<ModP>(&[z; 5], &y);
+        for (yl, ml) in y.iter_mut().zip(minus_y) {
             *yl = _mm512_mask_blend_epi64(neg, *yl, ml);
         }
-        q
+        (x, y, _mm512_cmpeq_epi64_mask(digit, z))
+    }
+}
+
+/// `p + (x2, y2)` for an affine point (not the point at infinity) by the
+/// mixed formula of the same paper (algorithm 5, a = -3: 11 multiplications,
+/// 23 additions), complete for any projective `p`, the point at infinity
+/// included.
+#[inline(always)]
+unsafe fn point_add_affine(p: &Proj, x2: &Fe, y2: &Fe) -> Proj {
+    // SAFETY: target features enabled by the caller (inlined into the entry point).
+    unsafe {
+        let (mul, add, sub) = (mul::<ModP>, add::<ModP>, sub::<ModP>);
+        let b = cfe(&B_P);
+        let (x1, y1, z1) = (&p.x, &p.y, &p.z);
+        let mut t0 = mul(x1, x2);
+        let mut t1 = mul(y1, y2);
+        let mut t3 = mul(&add(x2, y2), &add(x1, y1));
+        let mut t4 = add(&t0, &t1);
+        t3 = sub(&t3, &t4);
+        t4 = add(&mul(y2, z1), y1);
+        let mut y3 = add(&mul(x2, z1), x1);
+        let mut z3 = mul(&b, z1);
+        let mut x3 = sub(&y3, &z3);
+        z3 = add(&x3, &x3);
+        x3 = add(&x3, &z3);
+        z3 = sub(&t1, &x3);
+        x3 = add(&t1, &x3);
+        y3 = mul(&b, &y3);
+        t1 = add(z1, z1);
+        let mut t2 = add(&t1, z1);
+        y3 = sub(&y3, &t2);
+        y3 = sub(&y3, &t0);
+        t1 = add(&y3, &y3);
+        y3 = add(&t1, &y3);
+        t1 = add(&t0, &t0);
+        t0 = add(&t1, &t0);
+        t0 = sub(&t0, &t2);
+        t1 = mul(&t4, &y3);
+        t2 = mul(&t0, &y3);
+        y3 = add(&mul(&x3, &z3), &t2);
+        x3 = sub(&mul(&t3, &x3), &t1);
+        z3 = mul(&t4, &z3);
+        t1 = mul(&t3, &t0);
+        z3 = add(&z3, &t1);
+        Proj {
+            x: x3,
+            y: y3,
+            z: z3,
+        }
+    }
+}
+
+/// `h + digit * row[0]` per lane (see [`select`]): the mixed addition, kept
+/// only in the lanes whose digit is not 0.
+#[inline(always)]
+unsafe fn add_digit(h: &Proj, row: &[[u64; 10]; 8], digit: __m512i) -> Proj {
+    // SAFETY: target features enabled by the caller (inlined into the entry point).
+    unsafe {
+        let (x, y, zero) = select(row, digit);
+        let sum = point_add_affine(h, &x, &y);
+        let keep = |a: &Fe, b: &Fe| -> Fe {
+            core::array::from_fn(|l| _mm512_mask_blend_epi64(zero, a[l], b[l]))
+        };
+        Proj {
+            x: keep(&sum.x, &h.x),
+            y: keep(&sum.y, &h.y),
+            z: keep(&sum.z, &h.z),
+        }
     }
 }
 
@@ -452,13 +515,13 @@ unsafe fn base_mult(digits: &[Lanes; DIGITS]) -> Proj {
             z: [z; 5],
         };
         for i in (1..DIGITS).step_by(2) {
-            h = point_add(&h, &select(&BASE_TABLE_52[i / 2], ld(&digits[i])));
+            h = add_digit(&h, &BASE_TABLE_52[i / 2], ld(&digits[i]));
         }
         for _ in 0..4 {
             h = point_add(&h, &h);
         }
         for i in (0..DIGITS).step_by(2) {
-            h = point_add(&h, &select(&BASE_TABLE_52[i / 2], ld(&digits[i])));
+            h = add_digit(&h, &BASE_TABLE_52[i / 2], ld(&digits[i]));
         }
         h
     }
