@@ -31,9 +31,7 @@ use tokio::sync::{oneshot, Notify};
 use super::metrics;
 use super::signer::FlushCause;
 use super::signer::{BatchOp, BatchSigner, EngineSigner, MetricsStats, QueueStats};
-use super::{
-    HashAlg, KeySharePath, OffloadError, OffloadSettings, PendingSignature, Scheme, SigningKey,
-};
+use super::{KeySharePath, OffloadError, OffloadSettings, PendingSignature, Scheme, SigningKey};
 use crate::config::EngineMode;
 use tlsterm_engine::X25519Share;
 
@@ -349,22 +347,28 @@ impl WorkerQueue {
         result
     }
 
+    /// The signature queues, RSA then ECDSA, each with how many of its operations make a
+    /// full batch.
+    fn signature_queues(&self) -> [(&RefCell<Vec<QueuedOp>>, usize); 2] {
+        let settings = self.settings.get();
+        [
+            (&self.ops, settings.batch_size),
+            (&self.ecdsa, settings.x25519_kernel.lanes()),
+        ]
+    }
+
     /// The queue of a signature scheme, and how many of its operations make a full batch.
     fn signature_queue(&self, scheme: Scheme) -> (&RefCell<Vec<QueuedOp>>, usize) {
-        let settings = self.settings.get();
+        let [rsa, ecdsa] = self.signature_queues();
         match scheme {
-            Scheme::Ecdsa(_) => (&self.ecdsa, settings.x25519_kernel.lanes()),
-            Scheme::RsaPkcs1(_) | Scheme::RsaPss(_) => (&self.ops, settings.batch_size),
+            Scheme::Ecdsa(_) => ecdsa,
+            Scheme::RsaPkcs1(_) | Scheme::RsaPss(_) => rsa,
         }
     }
 
     /// Runs the signatures of both kinds that wait.
     fn flush_signatures(&self, cause: FlushCause) {
-        for scheme in [
-            Scheme::RsaPss(HashAlg::Sha256),
-            Scheme::Ecdsa(HashAlg::Sha256),
-        ] {
-            let (queue, full) = self.signature_queue(scheme);
+        for (queue, full) in self.signature_queues() {
             self.flush_signatures_of(queue, full, cause);
         }
     }
