@@ -1,6 +1,7 @@
 //! Handshakes through `serve` with the batch engine: many concurrent clients, RSA keys of
-//! every size, PSS and PKCS#1 v1.5; each client verifies the server's signature (BoringSSL
-//! checks CertificateVerify / ServerKeyExchange even when it does not check the chain).
+//! every size, PSS and PKCS#1 v1.5, and ECDSA P-256; each client verifies the server's
+//! signature (BoringSSL checks CertificateVerify / ServerKeyExchange even when it does not
+//! check the chain).
 //!
 //! Every test runs through the best kernel this CPU has and asserts the path that kernel
 //! implies: batched with AVX-512 IFMA or AVX2, inline without either. Each SIMD kernel the
@@ -10,7 +11,7 @@ mod common;
 
 use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
 use common::*;
-use tlsterm_engine::Kernel;
+use tlsterm_engine::{Kernel, P256Kernel};
 use tokio::net::TcpStream;
 
 #[derive(Clone, Copy)]
@@ -18,13 +19,16 @@ enum Sig {
     Pss13,
     Pss12,
     Pkcs1v15,
+    /// ECDSA (the certificate's key decides the algorithm in TLS 1.3).
+    Any13,
+    Ecdsa12,
 }
 
 async fn handshake(port: u16, sig: Sig) -> anyhow::Result<()> {
     let mut builder = SslConnector::builder(SslMethod::tls())?;
     builder.set_verify(SslVerifyMode::NONE);
     match sig {
-        Sig::Pss13 => builder.set_min_proto_version(Some(SslVersion::TLS1_3))?,
+        Sig::Pss13 | Sig::Any13 => builder.set_min_proto_version(Some(SslVersion::TLS1_3))?,
         Sig::Pss12 => {
             builder.set_max_proto_version(Some(SslVersion::TLS1_2))?;
             builder.set_sigalgs_list("RSA-PSS+SHA256:RSA-PSS+SHA384")?;
@@ -32,6 +36,10 @@ async fn handshake(port: u16, sig: Sig) -> anyhow::Result<()> {
         Sig::Pkcs1v15 => {
             builder.set_max_proto_version(Some(SslVersion::TLS1_2))?;
             builder.set_sigalgs_list("RSA+SHA256:RSA+SHA512")?;
+        }
+        Sig::Ecdsa12 => {
+            builder.set_max_proto_version(Some(SslVersion::TLS1_2))?;
+            builder.set_sigalgs_list("ECDSA+SHA256:ECDSA+SHA384")?;
         }
     }
     let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
@@ -43,8 +51,10 @@ async fn handshake(port: u16, sig: Sig) -> anyhow::Result<()> {
 
 /// What the server reports about its signing path.
 struct Load {
-    /// RSA signatures made (batch and inline).
+    /// Signatures made with the certificate's key (batch and inline).
     signatures: f64,
+    /// Of those, the ones the multi-buffer engine made.
+    batched: f64,
     batches: f64,
     ops_in_batches: f64,
     /// `tlsterm_engine_info` labels: the kernel that signs, and "batch" or "inline".
@@ -52,24 +62,31 @@ struct Load {
     signing: String,
 }
 
+/// `openssl req -newkey` arguments, the `algorithm` label of the key's signatures, and the
+/// client's signature choices, for `key` ("rsa:BITS" or "ec:P-256").
+fn key_type(key: &str) -> (Vec<&str>, &'static str, &'static [Sig]) {
+    if key == "ec:P-256" {
+        let args = vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+        (args, "ecdsap256", &[Sig::Any13, Sig::Ecdsa12])
+    } else {
+        (
+            vec!["-newkey", key],
+            "rsa",
+            &[Sig::Pss13, Sig::Pss12, Sig::Pkcs1v15],
+        )
+    }
+}
+
 async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) -> Load {
     let dir = tempfile::tempdir().unwrap();
+    let (newkey, algorithm, sigs) = key_type(key);
     let port = free_port();
     let cert = dir.path().join("c.pem");
     let keyfile = dir.path().join("k.pem");
     run(std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-newkey",
-            key,
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-        ])
+        .args(["req", "-x509", "-nodes", "-days", "2"])
+        .args(&newkey)
+        .args(["-subj", "/CN=localhost", "-keyout"])
         .arg(&keyfile)
         .arg("-out")
         .arg(&cert));
@@ -91,7 +108,7 @@ async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) ->
 
     let mut tasks = Vec::new();
     for client in 0..clients {
-        let sig = [Sig::Pss13, Sig::Pss12, Sig::Pkcs1v15][client % 3];
+        let sig = sigs[client % sigs.len()];
         tasks.push(tokio::spawn(async move {
             for _ in 0..per_client {
                 handshake(port, sig)
@@ -106,7 +123,13 @@ async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) ->
             .expect("load finishes")
             .unwrap();
     }
-    let signatures = metric(admin, "tlsterm_engine_operations_total", "algorithm=\"rsa");
+    let ops = "tlsterm_engine_operations_total";
+    let signatures = metric(admin, ops, &format!("algorithm=\"{algorithm}"));
+    let batched = metric(
+        admin,
+        ops,
+        &format!("algorithm=\"{algorithm}\",path=\"batch\""),
+    );
     let batches = metric(admin, "tlsterm_engine_batch_operations_count", "");
     let ops_in_batches = metric(admin, "tlsterm_engine_batch_operations_sum", "");
     assert_eq!(
@@ -127,6 +150,7 @@ async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) ->
     };
     Load {
         signatures,
+        batched,
         batches,
         ops_in_batches,
         kernel: label("kernel"),
@@ -196,6 +220,23 @@ async fn every_simd_kernel_of_this_cpu_signs_handshakes() {
         )
         .await;
         assert_path(&load, name, name);
+    }
+}
+
+/// ECDSA P-256 signatures join the queue where the IFMA kernel signs them (TLS 1.3 and
+/// 1.2 handshakes); without IFMA, BoringSSL signs them inline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecdsa_p256_handshakes_are_batched_with_ifma() {
+    let load = run_load("mode = \"batch\"", "ec:P-256", 16, 3).await;
+    if P256Kernel::Ifma.is_available() && best_kernel() != "none" {
+        assert_eq!(
+            load.batched, load.signatures,
+            "every P-256 signature was batched"
+        );
+        assert_eq!(load.ops_in_batches, load.signatures);
+    } else {
+        eprintln!("note: no IFMA kernel on this CPU; checking that P-256 signs inline");
+        assert_eq!(load.batched, 0.0);
     }
 }
 

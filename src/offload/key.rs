@@ -1,5 +1,5 @@
 //! A private key as the offload layer sees it: the BoringSSL key for inline signing and,
-//! for RSA, the same key converted for the multi-buffer engine.
+//! for RSA and ECDSA P-256, the same key converted for the multi-buffer engine.
 
 use boring::hash::MessageDigest;
 use boring::nid::Nid;
@@ -88,6 +88,8 @@ pub struct SigningKey {
     kind: KeyKind,
     /// The key in the engine's form (RSA sizes the engine supports only).
     engine_key: Option<tlsterm_engine::RsaPrivateKey>,
+    /// The key in the engine's form, for P-256 keys.
+    p256_key: Option<tlsterm_engine::EcdsaP256Key>,
 }
 
 impl std::fmt::Debug for SigningKey {
@@ -98,6 +100,7 @@ impl std::fmt::Debug for SigningKey {
 
 impl SigningKey {
     pub fn new(pkey: PKey<Private>) -> anyhow::Result<SigningKey> {
+        let mut p256_key = None;
         let (kind, engine_key) = match pkey.id() {
             Id::RSA => {
                 let bits = pkey.bits();
@@ -119,6 +122,11 @@ impl SigningKey {
                     curve == Nid::X9_62_PRIME256V1 || curve == Nid::SECP384R1,
                     "ECDSA keys on P-256 or P-384 are supported"
                 );
+                if curve == Nid::X9_62_PRIME256V1 {
+                    p256_key = p256_engine_key(&ec)
+                        .map_err(|err| tracing::warn!(error = %err, "P-256 key not usable by the engine: signing it inline"))
+                        .ok();
+                }
                 (KeyKind::Ecdsa { curve }, None)
             }
             _ => anyhow::bail!("unsupported private key type (RSA or ECDSA expected)"),
@@ -127,6 +135,7 @@ impl SigningKey {
             pkey,
             kind,
             engine_key,
+            p256_key,
         })
     }
 
@@ -136,6 +145,19 @@ impl SigningKey {
 
     pub fn engine_key(&self) -> Option<&tlsterm_engine::RsaPrivateKey> {
         self.engine_key.as_ref()
+    }
+
+    pub fn p256_key(&self) -> Option<&tlsterm_engine::EcdsaP256Key> {
+        self.p256_key.as_ref()
+    }
+
+    /// Whether the engine can make this key's signatures of `scheme` (else BoringSSL
+    /// signs them inline).
+    pub fn batchable(&self, scheme: Scheme) -> bool {
+        match scheme {
+            Scheme::RsaPkcs1(_) | Scheme::RsaPss(_) => self.engine_key.is_some(),
+            Scheme::Ecdsa(_) => self.p256_key.is_some(),
+        }
     }
 
     /// Signs with BoringSSL on the calling thread.
@@ -186,4 +208,14 @@ fn engine_key(pkey: &PKey<Private>) -> anyhow::Result<tlsterm_engine::RsaPrivate
     };
     tlsterm_engine::RsaPrivateKey::from_components(n, e, d, p, q, dp, dq, qinv)
         .map_err(|err| anyhow::anyhow!("engine rejected the RSA key: {err}"))
+}
+
+/// Copies the P-256 private scalar out of BoringSSL into the engine's key type.
+fn p256_engine_key(
+    ec: &boring::ec::EcKeyRef<Private>,
+) -> anyhow::Result<tlsterm_engine::EcdsaP256Key> {
+    // The copy of the scalar is zeroized when dropped, also on error.
+    let scalar = zeroize::Zeroizing::new(ec.private_key().to_vec_padded(32)?);
+    tlsterm_engine::EcdsaP256Key::from_private_scalar(&scalar)
+        .map_err(|err| anyhow::anyhow!("engine rejected the P-256 key: {err}"))
 }

@@ -1,12 +1,14 @@
 //! The per-worker queue of engine operations and its flush policy.
 //!
-//! It holds two kinds of operation, each computed by its own kernel: RSA signatures and
-//! X25519 key shares (the server's share of a TLS 1.3 handshake, alone or as the X25519
-//! half of X25519MLKEM768). Each worker thread owns one queue (thread-local: a connection lives its whole life on
+//! It holds three kinds of operation, each computed by its own kernel: RSA signatures,
+//! ECDSA P-256 signatures (where the IFMA kernel exists) and X25519 key shares (the
+//! server's share of a TLS 1.3 handshake, alone or as the X25519 half of X25519MLKEM768).
+//! Each worker thread owns one queue (thread-local: a connection lives its whole life on
 //! one worker, so no locks). A driver task on the worker's runtime decides when to run
 //! the batch:
-//! - `Full`: `batch_size` signatures, or a kernel's worth of key shares, are queued
-//!   (checked as each one joins); only that kind runs;
+//! - `Full`: `batch_size` RSA signatures, or the curve kernel's lanes' worth of ECDSA
+//!   P-256 signatures or of key shares, are queued (checked as each one joins); only that
+//!   kind runs;
 //! - `AllWaiting`: every handshake in progress on this worker is waiting on the queue,
 //!   so nothing else could add work (the QTLS "heuristic polling" condition);
 //! - `Idle`: a whole scheduler round of the worker passed without a new operation
@@ -55,7 +57,11 @@ struct QueuedOp {
 
 pub struct WorkerQueue {
     settings: Cell<OffloadSettings>,
+    /// RSA signatures (a batch holds up to `batch_size`).
     ops: RefCell<Vec<QueuedOp>>,
+    /// ECDSA P-256 signatures: a kind of their own, since a batch of them fills the curve
+    /// kernel's lanes (8), and one with fewer barely beats BoringSSL.
+    ecdsa: RefCell<Vec<QueuedOp>>,
     shares: RefCell<Vec<QueuedShare>>,
     /// Handshakes in progress on this worker (see `HandshakeGuard`).
     in_handshake: Cell<usize>,
@@ -180,6 +186,7 @@ impl WorkerQueue {
         let queue = Rc::new(WorkerQueue {
             settings: Cell::new(settings),
             ops: RefCell::new(Vec::new()),
+            ecdsa: RefCell::new(Vec::new()),
             shares: RefCell::new(Vec::new()),
             in_handshake: Cell::new(0),
             wake: Notify::new(),
@@ -190,23 +197,26 @@ impl WorkerQueue {
         queue
     }
 
-    /// Queues an RSA operation if this queue batches; `None` means: compute it inline.
+    /// Queues a signature (RSA, or ECDSA P-256 where the IFMA kernel signs it) if this
+    /// queue batches; `None` means: compute it inline.
     fn enqueue(
         &self,
         key: &Arc<SigningKey>,
         scheme: Scheme,
         message: &[u8],
     ) -> Option<PendingSignature> {
-        if matches!(scheme, Scheme::Ecdsa(_)) || key.engine_key().is_none() {
-            return None;
-        }
         let settings = self.settings.get();
-        if settings.mode != EngineMode::Batch {
+        // The portable P-256 kernel is slower than BoringSSL: only a multi-lane one batches.
+        let curve_batches = settings.x25519_kernel.lanes() > 1;
+        let batchable =
+            key.batchable(scheme) && (!matches!(scheme, Scheme::Ecdsa(_)) || curve_batches);
+        if !batchable || settings.mode != EngineMode::Batch {
             return None;
         }
+        let (queue, full) = self.signature_queue(scheme);
         let (reply, result) = oneshot::channel();
         let queued = {
-            let mut ops = self.ops.borrow_mut();
+            let mut ops = queue.borrow_mut();
             ops.push(QueuedOp {
                 key: key.clone(),
                 scheme,
@@ -216,8 +226,8 @@ impl WorkerQueue {
             });
             ops.len()
         };
-        if queued >= settings.batch_size {
-            self.flush_signatures(FlushCause::Full);
+        if queued >= full {
+            self.flush_signatures_of(queue, full, FlushCause::Full);
         } else if self.queued() >= self.in_handshake.get() {
             self.flush(FlushCause::AllWaiting);
         } else {
@@ -256,12 +266,15 @@ impl WorkerQueue {
 
     /// Operations of every kind waiting.
     fn queued(&self) -> usize {
-        self.ops.borrow().len() + self.shares.borrow().len()
+        self.ops.borrow().len() + self.ecdsa.borrow().len() + self.shares.borrow().len()
     }
 
     /// When the longest-waiting operation of any kind joined.
     fn oldest(&self) -> Option<Instant> {
-        let signature = self.ops.borrow().first().map(|op| op.queued_at);
+        let signature = [&self.ops, &self.ecdsa]
+            .into_iter()
+            .filter_map(|ops| ops.borrow().first().map(|op| op.queued_at))
+            .min();
         let share = self.shares.borrow().first().map(|op| op.queued_at);
         signature.into_iter().chain(share).min()
     }
@@ -334,9 +347,36 @@ impl WorkerQueue {
         result
     }
 
-    fn flush_signatures(&self, cause: FlushCause) {
+    /// The signature queues, RSA then ECDSA, each with how many of its operations make a
+    /// full batch.
+    fn signature_queues(&self) -> [(&RefCell<Vec<QueuedOp>>, usize); 2] {
         let settings = self.settings.get();
-        let batch = self.take(&self.ops, settings.batch_size, |op| op.queued_at);
+        [
+            (&self.ops, settings.batch_size),
+            (&self.ecdsa, settings.x25519_kernel.lanes()),
+        ]
+    }
+
+    /// The queue of a signature scheme, and how many of its operations make a full batch.
+    fn signature_queue(&self, scheme: Scheme) -> (&RefCell<Vec<QueuedOp>>, usize) {
+        let [rsa, ecdsa] = self.signature_queues();
+        match scheme {
+            Scheme::Ecdsa(_) => ecdsa,
+            Scheme::RsaPkcs1(_) | Scheme::RsaPss(_) => rsa,
+        }
+    }
+
+    /// Runs the signatures of both kinds that wait.
+    fn flush_signatures(&self, cause: FlushCause) {
+        for (queue, full) in self.signature_queues() {
+            self.flush_signatures_of(queue, full, cause);
+        }
+    }
+
+    /// Runs up to `max` of the oldest signatures of `queue`.
+    fn flush_signatures_of(&self, queue: &RefCell<Vec<QueuedOp>>, max: usize, cause: FlushCause) {
+        let settings = self.settings.get();
+        let batch = self.take(queue, max, |op| op.queued_at);
         if batch.is_empty() {
             return;
         }

@@ -84,6 +84,7 @@ pub trait QueueStats {
 /// signatures, aws-lc for single key shares.
 pub struct EngineSigner {
     pub kernel: tlsterm_engine::Kernel,
+    /// The curve kernel: X25519 key shares and ECDSA P-256 signatures.
     pub x25519_kernel: X25519Kernel,
 }
 
@@ -99,27 +100,44 @@ impl EngineSigner {
 
 impl BatchSigner for EngineSigner {
     fn sign_batch(&self, batch: &[BatchOp<'_>]) -> Vec<Result<Vec<u8>, OffloadError>> {
-        let requests: Vec<tlsterm_engine::SignRequest<'_>> = batch
-            .iter()
-            .map(|op| tlsterm_engine::SignRequest {
+        // RSA and ECDSA operations go to their own engine functions; each result returns
+        // to its operation's place.
+        let (mut rsa, mut ecdsa, mut rsa_at, mut ecdsa_at) = (vec![], vec![], vec![], vec![]);
+        for (i, op) in batch.iter().enumerate() {
+            let padding = match op.scheme {
+                Scheme::RsaPss(hash) => tlsterm_engine::RsaPadding::Pss(hash.engine()),
+                Scheme::RsaPkcs1(hash) => tlsterm_engine::RsaPadding::Pkcs1v15(hash.engine()),
+                Scheme::Ecdsa(hash) => {
+                    ecdsa.push(tlsterm_engine::EcdsaRequest {
+                        key: op.key.p256_key().expect("only engine keys are queued"),
+                        hash: hash.engine(),
+                        message: op.message,
+                    });
+                    ecdsa_at.push(i);
+                    continue;
+                }
+            };
+            rsa.push(tlsterm_engine::SignRequest {
                 key: op.key.engine_key().expect("only engine keys are queued"),
-                padding: match op.scheme {
-                    Scheme::RsaPss(hash) => tlsterm_engine::RsaPadding::Pss(hash.engine()),
-                    Scheme::RsaPkcs1(hash) => tlsterm_engine::RsaPadding::Pkcs1v15(hash.engine()),
-                    Scheme::Ecdsa(_) => unreachable!("ECDSA is never queued"),
-                },
+                padding,
                 message: op.message,
-            })
-            .collect();
-        tlsterm_engine::sign_batch(self.kernel, &requests)
+            });
+            rsa_at.push(i);
+        }
+        let rsa = tlsterm_engine::sign_batch(self.kernel, &rsa);
+        let ecdsa = tlsterm_engine::ecdsa_p256_sign_batch(self.x25519_kernel, &ecdsa);
+        let mut results = vec![Err(OffloadError::Engine); batch.len()];
+        for (result, i) in rsa
             .into_iter()
-            .map(|result| {
-                result.map_err(|err| {
-                    tracing::error!(error = %err, "engine operation failed; signing inline");
-                    OffloadError::Engine
-                })
-            })
-            .collect()
+            .zip(rsa_at)
+            .chain(ecdsa.into_iter().zip(ecdsa_at))
+        {
+            results[i] = result.map_err(|err| {
+                tracing::error!(error = %err, "engine operation failed; signing inline");
+                OffloadError::Engine
+            });
+        }
+        results
     }
 
     fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError> {

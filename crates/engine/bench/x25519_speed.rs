@@ -9,41 +9,14 @@
 //! time, so that other processes on a shared machine do not count; each
 //! figure is the best of 5 rounds.
 
+#[path = "cpu_time.rs"]
+mod cpu_time;
+
+use cpu_time::per_op as per_share;
 use tlsterm_engine::*;
 
-fn cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0);
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
-/// Runs `f` (which computes `per_call` shares) for about `secs` of CPU time
-/// in 5 rounds and returns the best round's microseconds per share.
-fn per_share(secs: f64, per_call: usize, mut f: impl FnMut()) -> f64 {
-    f(); // warm-up
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let start = cpu_seconds();
-        let mut calls = 0u64;
-        while cpu_seconds() - start < secs / 5.0 {
-            f();
-            calls += 1;
-        }
-        best = best.min((cpu_seconds() - start) * 1e6 / (calls as f64 * per_call as f64));
-    }
-    best
-}
-
 fn main() {
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().expect("seconds"))
-        .unwrap_or(2.0);
+    let secs = cpu_time::seconds_arg();
     let mut peer_priv = [0u8; 32];
     getrandom::getrandom(&mut peer_priv).unwrap();
     let mut nine = [0u8; 32];

@@ -13,6 +13,8 @@ Which functions, for each of the three kernels that use AVX-512:
 - X25519 IFMA: every function of `tlsterm_engine::x25519::ifma` (the ladder, into which
   the field arithmetic is inlined, and the entry point that calls it); any function
   holding an IFMA instruction is in the IFMA set above as well;
+- P-256 IFMA: every function of `tlsterm_engine::p256::ifma` (the entry point, into which
+  the whole kernel is inlined, and its wrapper);
 - AVX-512F (the 32-bit-multiply kernel at zmm width): its entry points
   (`<tlsterm_engine::mul32::simd::Zmm as ...>::*`), into which the whole width-generic
   kernel is inlined, and any function holding a `vpmuludq` on zmm registers.
@@ -330,18 +332,21 @@ def main():
     x25519 = {n for n in bodies if n.startswith("tlsterm_engine::x25519::ifma::")}
     ifma = {n for n in bodies if n.startswith("tlsterm_engine::ifma::") or "tlsterm_engine::ifma::Ifma as" in n}
     ifma |= {n for n, bs in bodies.items() if any(op.startswith("vpmadd52") for b in bs for _, op, _ in b)}
-    ifma -= x25519
+    p256 = {n for n in bodies if n.startswith("tlsterm_engine::p256::ifma::")}
+    ifma -= x25519 | p256
     zmm = {n for n in bodies if "tlsterm_engine::mul32::simd::Zmm as" in n}
     zmm |= {n for n, bs in bodies.items()
             if any(op.startswith("vpmuludq") and "%zmm" in a for b in bs for _, op, a in b)}
-    groups = (("IFMA", ifma), ("AVX-512F", zmm), ("X25519 IFMA", x25519))
+    groups = (("IFMA", ifma), ("AVX-512F", zmm), ("X25519 IFMA", x25519), ("P-256 IFMA", p256))
     for what, found in groups:
         if not found:
             sys.exit(f"avx512_branches.py: no {what} kernel functions found in " + binary)
     # The X25519 ladder itself, not only its entry point, must be there to be checked.
     if not any(any(op.startswith("vpmadd52") for b in bodies[n] for _, op, _ in b) for n in x25519):
         sys.exit("avx512_branches.py: no X25519 IFMA arithmetic found in " + binary)
-    kernel = ifma | zmm | x25519
+    if not any(any(op.startswith("vpmadd52") for b in bodies[n] for _, op, _ in b) for n in p256):
+        sys.exit("avx512_branches.py: no P-256 IFMA arithmetic found in " + binary)
+    kernel = ifma | zmm | x25519 | p256
     callers = sorted({n for n, bs in bodies.items() if n not in kernel
                       and any(any(k in a for k in kernel) for b in bs for _, op, a in b if op.startswith("call"))})
     bad, count = [], 0
@@ -360,7 +365,8 @@ def main():
         sys.exit(1)
     per = {what: sum(len(bodies[n]) for n in found) for what, found in groups}
     print(f"AVX-512 kernels: {count} functions checked ({per['IFMA']} RSA IFMA, {per['AVX-512F']} AVX-512F,"
-          f" {per['X25519 IFMA']} X25519 IFMA), no branch or address derived from data")
+          f" {per['X25519 IFMA']} X25519 IFMA, {per['P-256 IFMA']} P-256 IFMA), no branch or address derived"
+          " from data")
     for n in sorted(kernel):
         print(f"    {n} ({len(bodies[n])})")
     print("  inlined into / called from (generic pipeline, checked under valgrind with AVX2/portable):",

@@ -4,8 +4,8 @@
 #   crates/engine/ct/run.sh            # 2048-bit keys
 #   CT_ALL_SIZES=1 crates/engine/ct/run.sh   # 2048, 3072 and 4096
 #
-# 1. Static check of the AVX-512 kernels, RSA IFMA, RSA AVX-512F and X25519
-#    IFMA (ct/avx512_branches.py): no conditional branch and no address derived
+# 1. Static check of the AVX-512 kernels, RSA IFMA, RSA AVX-512F, X25519
+#    IFMA and P-256 IFMA (ct/avx512_branches.py): no conditional branch and no address derived
 #    from data in any function they are compiled into. Valgrind 3.19 cannot run
 #    AVX-512 (it hides it from CPUID and raises SIGILL on its instructions),
 #    hence this check for those kernels.
@@ -15,10 +15,13 @@
 #    which share the whole RSA pipeline with the AVX-512 kernels; then builds a key
 #    from marked components (key setup, CRT values) and signs with it; then
 #    the portable X25519 kernel with marked scalars and points (raw scalar
-#    multiplications, and server key shares with the all-zero refusal). The
+#    multiplications, and server key shares with the all-zero refusal); then
+#    the portable P-256 signer with marked private scalars (key setup,
+#    signatures, the fault check) and nonce entropy, and the P-256 IFMA
+#    pass's nonce packing. The
 #    binary is the release build (same profile and flags as the shipped one;
 #    the feature only adds the client requests). Memcheck must report
-#    nothing. Three negative controls must be reported, or the check itself is
+#    nothing. Four negative controls must be reported, or the check itself is
 #    broken. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -33,7 +36,7 @@ cargo build --release --workspace --example ct_check \
     --features tlsterm-engine/ct-valgrind,tlsterm-engine/ct-planted
 cp target/release/examples/ct_check /tmp/ct_check_planted
 for planted in tlsterm_engine::ifma::planted_select tlsterm_engine::mul32::planted_mac_zmm \
-    tlsterm_engine::x25519::ifma::planted_cswap; do
+    tlsterm_engine::x25519::ifma::planted_cswap tlsterm_engine::p256::ifma::planted_select_p256; do
     python3 crates/engine/ct/avx512_branches.py --expect-fail /tmp/ct_check_planted "$planted"
 done
 cargo build --release --workspace --example ct_check --features tlsterm-engine/ct-valgrind
@@ -41,7 +44,7 @@ bin=target/release/examples/ct_check
 python3 crates/engine/ct/avx512_branches.py "$bin"
 vg=(valgrind --tool=memcheck --error-exitcode=99 --track-origins=yes --quiet)
 
-for control in control-local control-input control-x25519; do
+for control in control-local control-input control-x25519 control-p256; do
     set +e
     "${vg[@]}" "$bin" "$control" >/tmp/ct_$control.log 2>&1
     rc=$?
@@ -60,7 +63,7 @@ if grep -qw avx2 /proc/cpuinfo; then
 else
     echo "ct/run.sh: kernel avx2 skipped: this CPU lacks AVX2"
 fi
-for mode in "${kernels[@]/#/sign }" "keysetup" "x25519"; do
+for mode in "${kernels[@]/#/sign }" "keysetup" "x25519" "p256"; do
     set +e
     # shellcheck disable=SC2086
     "${vg[@]}" "$bin" $mode 2>&1 | tee "/tmp/ct_${mode// /_}.log"
@@ -72,4 +75,4 @@ for mode in "${kernels[@]/#/sign }" "keysetup" "x25519"; do
     fi
     echo "ct/run.sh: '$mode': no secret-dependent branch or address"
 done
-echo "ct/run.sh: OK (RSA ${kernels[*]} and X25519 portable under memcheck, RSA IFMA, AVX-512F and X25519 IFMA statically)"
+echo "ct/run.sh: OK (RSA ${kernels[*]}, X25519 and P-256 portable under memcheck, RSA IFMA, AVX-512F, X25519 IFMA and P-256 IFMA statically)"

@@ -67,3 +67,13 @@ pub fn declassified<T: Copy>(x: T) -> T {
     // SAFETY: `v[0]` is a live, aligned, initialized local of type T.
     unsafe { core::ptr::read_volatile(&v[0]) }
 }
+
+/// Overwrites the stack below the caller's frame, where a kernel kept its
+/// state and spilled registers (scalar bits, nonces, intermediate points):
+/// the kernels' locals cannot be wiped one by one. `black_box` keeps the
+/// zeroing from being removed as dead stores.
+#[inline(never)]
+pub(crate) fn wipe_stack() {
+    let mut buf = [0u64; 2048];
+    core::hint::black_box(&mut buf);
+}

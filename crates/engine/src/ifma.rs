@@ -18,6 +18,7 @@
 
 use crate::bn::{Lanes, LANES};
 use crate::kernel::{MontKernel, TABLE};
+use crate::zmm::{ld, st};
 use core::arch::x86_64::*;
 
 /// Proof that the CPU has AVX-512F and IFMA: only `new` creates one.
@@ -35,13 +36,6 @@ impl Ifma {
 
 const _: () = assert!(LANES == 8 && core::mem::size_of::<Lanes>() == 64);
 
-#[inline(always)]
-unsafe fn ld(p: *const Lanes) -> __m512i {
-    // SAFETY: `Lanes` is 64-byte aligned and 64 bytes long; callers pass
-    // pointers into live arrays.
-    unsafe { _mm512_load_si512(p.cast()) }
-}
-
 /// Returns `p` through an empty asm statement: LLVM can no longer prove the
 /// loads through it loop-invariant, so it keeps them as memory operands
 /// instead of hoisting them into (spilled) registers. Unlike
@@ -57,12 +51,6 @@ fn opaque<T>(p: *const T) -> *const T {
         };
         a
     })
-}
-
-#[inline(always)]
-unsafe fn st(p: *mut Lanes, v: __m512i) {
-    // SAFETY: as for `ld`.
-    unsafe { _mm512_store_si512(p.cast(), v) }
 }
 
 /// Final carry propagation of `N` accumulators into normalized limbs.

@@ -9,18 +9,21 @@
 //! compare them with. Every signature is checked with the public key before
 //! it is returned.
 //!
-//! X25519 key shares (`x25519/`) are batched the same way: 8 scalar
-//! multiplications per pass with AVX-512 IFMA, or a portable constant-time
-//! kernel, the reference the tests compare it with.
+//! X25519 key shares (`x25519/`) and ECDSA P-256 signatures (`p256/`) are
+//! batched the same way: 8 scalar multiplications per pass with AVX-512
+//! IFMA, or a portable constant-time kernel, the reference the tests compare
+//! it with (`curve_kernel.rs`: the choice between the two). Every P-256
+//! signature is fault-checked before it is returned.
 //!
 //! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `mul32/`,
-//! `x25519/ifma.rs`) and in the constant-time check's hooks (`ct.rs`: the
+//! `x25519/ifma.rs`, `p256/ifma.rs`, their loads and stores in `zmm.rs`) and in the constant-time check's hooks (`ct.rs`: the
 //! valgrind client requests of the optional `ct-valgrind` feature, and the
 //! volatile read back of a declassified value).
 
 mod bn;
 #[doc(hidden)]
 pub mod ct;
+mod curve_kernel;
 mod exp;
 #[cfg(target_arch = "x86_64")]
 mod ifma;
@@ -31,16 +34,27 @@ pub use ifma::planted_select;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use mul32::planted_mac;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
+pub use p256::planted_select_p256;
+#[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use x25519::planted_cswap;
 mod kernel;
 #[doc(hidden)]
 pub mod microbench;
+mod p256;
 mod padding;
 mod rsa;
 #[cfg(test)]
 mod tests;
 mod x25519;
+#[cfg(target_arch = "x86_64")]
+mod zmm;
 
+pub use curve_kernel::CurveKernel;
+#[cfg(target_arch = "x86_64")]
+pub use p256::ct_p256_ifma_lanes;
+pub use p256::{
+    ecdsa_p256_sign_batch, ecdsa_p256_sign_batch_with_fault, EcdsaP256Key, EcdsaRequest, P256Kernel,
+};
 pub use padding::{Hash, RsaPadding};
 pub use rsa::RsaPrivateKey;
 #[cfg(target_arch = "x86_64")]
@@ -65,14 +79,14 @@ pub const LANES: usize = bn::LANES;
 pub enum EngineError {
     /// Modulus size (bits) other than 2048, 3072 or 4096.
     UnsupportedKeySize(usize),
-    /// Components that do not form a supported RSA key.
+    /// Components that do not form a supported key (RSA or P-256).
     InvalidKey(&'static str),
     /// The encoding does not fit the modulus.
     MessageTooLong,
     /// A raw input longer than the modulus or not below it.
     InputOutOfRange,
-    /// The result failed the public-key check (s^e mod n != input) and was
-    /// discarded.
+    /// The result failed its fault check (RSA: the public-key check, s^e mod
+    /// n != input; ECDSA: see `p256/mod.rs`) and was discarded.
     FaultDetected,
     /// The requested kernel needs CPU features this machine lacks.
     KernelUnavailable,
@@ -87,10 +101,10 @@ impl core::fmt::Display for EngineError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             EngineError::UnsupportedKeySize(b) => write!(f, "unsupported RSA key size: {b} bits"),
-            EngineError::InvalidKey(why) => write!(f, "invalid RSA key: {why}"),
+            EngineError::InvalidKey(why) => write!(f, "invalid key: {why}"),
             EngineError::MessageTooLong => write!(f, "message too long for the modulus"),
             EngineError::InputOutOfRange => write!(f, "RSA input out of range"),
-            EngineError::FaultDetected => write!(f, "RSA result failed the public-key check"),
+            EngineError::FaultDetected => write!(f, "result failed its fault check"),
             EngineError::KernelUnavailable => write!(f, "kernel not available on this CPU"),
             EngineError::Rng => write!(f, "random number generator failed"),
             EngineError::InvalidPeerKey => write!(f, "X25519 peer share gives an all-zero secret"),

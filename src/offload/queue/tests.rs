@@ -357,3 +357,44 @@ fn key_shares_join_the_queue_only_when_batched() {
         assert!(queue.enqueue_x25519([1; 32]).is_none());
     });
 }
+
+fn p256_key() -> Arc<SigningKey> {
+    static KEY: OnceLock<Arc<SigningKey>> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let group = boring::ec::EcGroup::from_curve_name(boring::nid::Nid::X9_62_PRIME256V1)
+            .expect("group");
+        let ec = boring::ec::EcKey::generate(&group).expect("key");
+        let pkey = boring::pkey::PKey::from_ec_key(ec).expect("pkey");
+        Arc::new(SigningKey::new(pkey).expect("signing key"))
+    })
+    .clone()
+}
+
+#[test]
+fn ecdsa_p256_signatures_fill_the_curve_kernels_lanes() {
+    let seen = with_queue(settings(4, 1), |queue| async move {
+        let _busy = handshakes(&queue, 20);
+        let scheme = Scheme::Ecdsa(super::super::HashAlg::Sha256);
+        let rsa = enqueue(&queue, b"a");
+        let mut pending = Vec::new();
+        for i in 0..7u8 {
+            pending.push(queue.enqueue(&p256_key(), scheme, &[i]).expect("queued"));
+        }
+        // Past the RSA batch size, short of the kernel's 8 lanes: nothing ran.
+        assert_eq!(
+            (queue.ecdsa.borrow().len(), queue.ops.borrow().len()),
+            (7, 1)
+        );
+        pending.push(queue.enqueue(&p256_key(), scheme, b"8").expect("queued"));
+        assert_eq!(queue.ecdsa.borrow().len(), 0, "flushed as the 8th joined");
+        assert_eq!(queue.ops.borrow().len(), 1, "the RSA signature still waits");
+        for p in pending {
+            p.await.expect("signed");
+        }
+        rsa.await.expect("signed");
+    });
+    // Then the RSA signature alone, for whichever cause came first.
+    assert_eq!(seen.flushes[0], (FlushCause::Full, 8));
+    assert_eq!(seen.flushes[1].1, 1);
+    assert_eq!(seen.batches, [8, 1]);
+}

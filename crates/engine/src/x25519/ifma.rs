@@ -21,6 +21,7 @@
 //! statically (`ct/avx512_branches.py`), like the RSA IFMA kernel.
 
 use crate::bn::{Lanes, LANES};
+use crate::zmm::{ld, st};
 use core::arch::x86_64::*;
 
 const M52: i64 = (1 << 52) - 1;
@@ -34,8 +35,7 @@ pub(crate) struct Ifma25519 {
 
 impl Ifma25519 {
     pub fn new() -> Option<Self> {
-        (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512ifma"))
-            .then_some(Ifma25519 { _detected: () })
+        crate::curve_kernel::ifma_detected().then_some(Ifma25519 { _detected: () })
     }
 
     /// `out[l] = X25519(k[l], u[l])` for the 8 lanes: `k` holds clamped scalars
@@ -74,19 +74,6 @@ impl Ifma25519 {
 const _: () = assert!(LANES == 8 && core::mem::size_of::<Lanes>() == 64);
 
 type Fe = [__m512i; 5];
-
-#[inline(always)]
-unsafe fn ld(p: *const Lanes) -> __m512i {
-    // SAFETY: `Lanes` is 64-byte aligned and 64 bytes long; callers pass
-    // pointers into live arrays.
-    unsafe { _mm512_load_si512(p.cast()) }
-}
-
-#[inline(always)]
-unsafe fn st(p: *mut Lanes, v: __m512i) {
-    // SAFETY: as for `ld`.
-    unsafe { _mm512_store_si512(p.cast(), v) }
-}
 
 #[inline(always)]
 unsafe fn c(x: i64) -> __m512i {

@@ -36,58 +36,9 @@ impl core::fmt::Debug for X25519Share {
     }
 }
 
-/// Which X25519 kernel computes a batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum X25519Kernel {
-    /// AVX-512 IFMA, 8 scalar multiplications per pass (radix 2^52).
-    Ifma,
-    /// Portable constant-time Rust (radix 2^51, u128 products), one at a time.
-    Portable,
-}
-
-impl X25519Kernel {
-    /// Every kernel, fastest first.
-    pub const ALL: [X25519Kernel; 2] = [X25519Kernel::Ifma, X25519Kernel::Portable];
-
-    /// The fastest kernel this CPU supports.
-    pub fn detect() -> X25519Kernel {
-        X25519Kernel::ALL
-            .into_iter()
-            .find(|k| k.is_available())
-            .unwrap_or(X25519Kernel::Portable)
-    }
-
-    pub fn is_available(self) -> bool {
-        match self {
-            X25519Kernel::Portable => true,
-            #[cfg(target_arch = "x86_64")]
-            X25519Kernel::Ifma => ifma::Ifma25519::new().is_some(),
-            #[cfg(not(target_arch = "x86_64"))]
-            X25519Kernel::Ifma => false,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            X25519Kernel::Ifma => "avx512ifma",
-            X25519Kernel::Portable => "portable",
-        }
-    }
-
-    /// The kernel with this name (as `name` gives it).
-    pub fn from_name(name: &str) -> Option<X25519Kernel> {
-        X25519Kernel::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// Scalar multiplications one pass computes together (a batch of this
-    /// many costs the same as a batch of one).
-    pub fn lanes(self) -> usize {
-        match self {
-            X25519Kernel::Ifma => LANES,
-            X25519Kernel::Portable => 1,
-        }
-    }
-}
+/// Which X25519 kernel computes a batch: [`X25519Kernel::Ifma`] or
+/// [`X25519Kernel::Portable`].
+pub type X25519Kernel = crate::curve_kernel::CurveKernel;
 
 /// The u-coordinate of the base point.
 const BASE: [u8; 32] = {
@@ -235,7 +186,7 @@ fn compute(
                 }
                 kc.zeroize();
             }
-            wipe_stack();
+            crate::ct::wipe_stack();
         }
     }
     (first, second)
@@ -264,7 +215,7 @@ fn ifma_pass(
     input.zeroize();
     r1.zeroize();
     r2.zeroize();
-    wipe_stack();
+    crate::ct::wipe_stack();
 }
 
 /// What an IFMA pass reads, lane by lane: each clamped scalar as 4 words
@@ -399,14 +350,4 @@ fn from_limbs52(l: &[u64; 5]) -> [u8; 32] {
         out[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
     }
     out
-}
-
-/// Overwrites the stack below the caller's frame, where the ladder kept its
-/// state and spilled registers (scalar bits, intermediate points): the
-/// kernels' locals cannot be wiped one by one. `black_box` keeps the zeroing
-/// from being removed as dead stores.
-#[inline(never)]
-fn wipe_stack() {
-    let mut buf = [0u64; 2048];
-    core::hint::black_box(&mut buf);
 }
