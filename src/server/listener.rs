@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::state::ListenerState;
 use super::worker;
+use crate::config::ListenerConfig;
 
 /// One configured listener: its state, replaced on reload, and whether it was removed
 /// from the configuration (its accept loops then end).
@@ -38,25 +39,48 @@ pub(super) fn bind_reuseport(address: SocketAddr) -> anyhow::Result<std::net::Tc
     crate::sys::listening_socket(address, true).with_context(|| format!("cannot bind {address}"))
 }
 
-/// One listening socket for each worker.
+/// A worker's sockets of a listener: TCP, and UDP when it answers HTTP/3.
+pub(super) struct WorkerSockets {
+    tcp: std::net::TcpListener,
+    quic: Option<std::net::UdpSocket>,
+}
+
+/// One listening socket (and one QUIC socket) for each worker.
 pub(super) fn bind_per_worker(
-    address: SocketAddr,
+    config: &ListenerConfig,
     workers: usize,
-) -> anyhow::Result<Vec<std::net::TcpListener>> {
-    (0..workers).map(|_| bind_reuseport(address)).collect()
+) -> anyhow::Result<Vec<WorkerSockets>> {
+    let mut quic = match config.quic_address() {
+        Some(address) => crate::quic::bind_per_worker(address, workers)?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => Vec::new(),
+    };
+    quic.resize_with(workers, || None);
+    (0..workers)
+        .zip(quic)
+        .map(|(_, quic)| {
+            Ok(WorkerSockets {
+                tcp: bind_reuseport(config.address())?,
+                quic,
+            })
+        })
+        .collect()
 }
 
 /// Hands each worker its socket of `listener`; each starts accepting on it.
 pub(super) fn open(
     listener: &Arc<Listener>,
-    sockets: Vec<std::net::TcpListener>,
+    sockets: Vec<WorkerSockets>,
     workers: &[UnboundedSender<worker::Command>],
 ) {
-    for (worker, socket) in workers.iter().zip(sockets) {
+    for (worker, sockets) in workers.iter().zip(sockets) {
         // A worker that has ended (only while stopping) needs no socket.
         let _ = worker.send(worker::Command::Open {
             listener: listener.clone(),
-            socket,
+            socket: sockets.tcp,
+            quic: sockets.quic,
         });
     }
 }

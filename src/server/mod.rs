@@ -121,7 +121,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
 
     let sockets = listeners
         .iter()
-        .map(|l| bind_per_worker(l.address, workers))
+        .map(|l| bind_per_worker(&l.state.load().config, workers))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut handles = Vec::new();
     let mut commands = Vec::new();

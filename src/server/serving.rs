@@ -70,6 +70,7 @@ impl Serving {
                         tls,
                         file_certificates: state.file_certificates.clone(),
                         pools: state.pools.clone(),
+                        quic: state.quic.clone(),
                         metrics: metrics::ListenerMetrics::new(listener.address),
                     });
                     listener.state.store(fresh.clone());
@@ -120,7 +121,7 @@ impl Serving {
         for state in &fresh {
             let address = state.config.address();
             if !self.listeners.iter().any(|l| l.address == address) {
-                let sockets = bind_per_worker(address, self.workers.len())?;
+                let sockets = bind_per_worker(&state.config, self.workers.len())?;
                 opened.push((Listener::new(state.clone()), sockets));
             }
         }

@@ -7,7 +7,7 @@ use std::sync::{Arc, LazyLock};
 use boring::ex_data::Index;
 use boring::ssl::{
     AsyncSelectCertError, BoxSelectCertFinish, ClientHello, ExtensionType, NameType,
-    SelectCertError, Ssl, SslContext, SslContextBuilder, SslMethod,
+    SelectCertError, Ssl, SslContext, SslContextBuilder, SslContextRef, SslMethod,
 };
 
 use super::certificate::CertifiedKey;
@@ -242,6 +242,11 @@ impl ServerTls {
     /// Which `[[listener.server_name]]` a connection with this SNI follows (0: none).
     pub fn profile_index(&self, sni: Option<&str>) -> usize {
         self.profiles.index(sni)
+    }
+
+    /// The context connections are made from, for QUIC (quiche makes them itself).
+    pub fn base_context(&self) -> &SslContextRef {
+        &self.base
     }
 
     /// A connection object for a client at `client`.

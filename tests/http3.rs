@@ -1,0 +1,225 @@
+//! HTTP/3 through `serve` (`quic = true`): quic-go's HTTP/3 client (tests/h3client) against
+//! a tlsterm process whose backend is a real HTTP/1.1 server in this test that echoes what
+//! it received: requests and bodies both ways, the forwarding headers, backend failures,
+//! signatures made by the engine, and many connections over two workers.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+
+/// The HTTP/3 test client, built once per test process.
+fn h3_client() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("h3client");
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3client");
+            run(Command::new(go())
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(".")
+                .current_dir(source)
+                .env("GOTOOLCHAIN", "local")
+                .env("GOFLAGS", "-mod=mod"));
+            out
+        })
+        .clone()
+}
+
+/// Runs the HTTP/3 client against 127.0.0.1:`port` (UDP); returns its answers.
+fn h3(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
+    let out = run(Command::new(h3_client())
+        .arg("-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(args));
+    serde_json::from_slice(&out.stdout).expect("the HTTP/3 client prints JSON")
+}
+
+/// What the client sends with `-body-bytes n`: byte i is i mod 251.
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+fn hex_sha256(data: &[u8]) -> String {
+    boring::sha::sha256(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Echoes a request: its body back, and what it saw as `x-seen-*` headers.
+async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let seen = |name: &str| {
+        parts
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("?").to_string())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let mut response = Response::builder()
+        .header("x-seen-method", parts.method.as_str())
+        .header("x-seen-path", parts.uri.to_string())
+        .header("x-seen-body-len", body.len().to_string());
+    for name in [
+        "host",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "forwarded",
+        "x-custom",
+    ] {
+        response = response.header(format!("x-seen-{name}"), seen(name));
+    }
+    Ok(response.body(Full::new(body)).unwrap())
+}
+
+/// A real HTTP/1.1 backend on a free port, serving `echo` until the test ends.
+async fn echo_backend() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), hyper::service::service_fn(echo)),
+            );
+        }
+    });
+    address
+}
+
+/// tlsterm with one listener answering HTTP/3 on its port, forwarding to `backend`.
+fn start_quic(backend: &str, header: &str, extra: &str) -> (tempfile::TempDir, Server, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listener =
+        format!("address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\nquic = true\n{extra}");
+    let config = write_config(dir.path(), header, &[listener]);
+    let server = Server::start(&config);
+    (dir, server, port)
+}
+
+fn text<'a>(answer: &'a serde_json::Value, key: &str) -> &'a str {
+    answer[key].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_and_post_reach_the_backend_as_http1_with_forwarding_headers() {
+    let backend = echo_backend().await;
+    let (_dir, _server, port) = start_quic(&backend.to_string(), "", "");
+    let client = tokio::task::spawn_blocking(move || {
+        let get = h3(
+            port,
+            &[
+                "-path",
+                "/hello?x=1",
+                "-header",
+                "X-Forwarded-For: 6.6.6.6",
+                "-header",
+                "Forwarded: for=6.6.6.6",
+                "-header",
+                "X-Custom: kept",
+            ],
+        );
+        let post = h3(
+            port,
+            &[
+                "-method",
+                "POST",
+                "-path",
+                "/upload",
+                "-body-bytes",
+                "3000000",
+            ],
+        );
+        (get, post)
+    });
+    let (get, post) = client.await.unwrap();
+
+    let get = &get[0];
+    assert_eq!(get["status"], 200, "{get}");
+    assert_eq!(text(get, "proto"), "HTTP/3.0");
+    let seen = &get["headers"];
+    assert_eq!(text(seen, "x-seen-method"), "GET");
+    assert_eq!(text(seen, "x-seen-path"), "/hello?x=1");
+    assert_eq!(text(seen, "x-seen-host"), "localhost");
+    // tlsterm's own, once; the client's copies are gone.
+    assert_eq!(text(seen, "x-seen-x-forwarded-for"), "127.0.0.1");
+    assert_eq!(text(seen, "x-seen-x-forwarded-proto"), "https");
+    assert_eq!(text(seen, "x-seen-forwarded"), "");
+    assert_eq!(text(seen, "x-seen-x-custom"), "kept");
+    assert_eq!(get["body_len"], 0);
+
+    let post = &post[0];
+    assert_eq!(post["status"], 200, "{post}");
+    assert_eq!(text(&post["headers"], "x-seen-method"), "POST");
+    assert_eq!(text(&post["headers"], "x-seen-body-len"), "3000000");
+    assert_eq!(post["body_len"], 3_000_000, "the body comes back whole");
+    assert_eq!(text(post, "body_sha256"), hex_sha256(&pattern(3_000_000)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_backend_is_answered_502() {
+    // Bound, never listening: connections are refused.
+    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+    refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let backend = refusing.local_addr().unwrap().to_string();
+    let (_dir, server, port) = start_quic(&backend, "", "");
+    let answers = tokio::task::spawn_blocking(move || h3(port, &["-requests", "2"]))
+        .await
+        .unwrap();
+    for answer in &answers {
+        assert_eq!(answer["status"], 502, "{answer}");
+    }
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_backend_errors_total{status=\"502\"} 2");
+}
+
+/// The QUIC handshake's signature goes through the worker's engine queue (the
+/// asynchronous private-key method, resumed by the connection's task when the batch is
+/// done), not through BoringSSL inline: the engine's counters say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_handshake_signatures_are_made_by_the_engine() {
+    let backend = echo_backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = make_cert(dir.path(), "rsa", "localhost", KeyType::Rsa2048);
+    let certificate = format!(
+        "[[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    );
+    let engine = "[engine]\nmode = \"batch\"\nsmall_batch_threshold = 1\npoll_delay = \"2ms\"\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), engine, &certificate);
+    let answers = tokio::task::spawn_blocking(move || h3(port, &["-connections", "3"]))
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 3);
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+    }
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"full\"} 3");
+    let batch = metric(admin, "tlsterm_engine_operations_total", "path=\"batch\"");
+    let inline = metric(admin, "tlsterm_engine_operations_total", "path=\"inline\"");
+    assert_eq!(
+        (batch, inline),
+        (3.0, 0.0),
+        "one engine signature per handshake"
+    );
+}
