@@ -223,3 +223,29 @@ async fn quic_handshake_signatures_are_made_by_the_engine() {
         "one engine signature per handshake"
     );
 }
+
+/// Two workers, each with its own UDP socket of the port: every connection's packets
+/// reach the worker that made it (the reuseport program reads the worker from the
+/// connection ID), so all of many connections at once complete all their requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_over_two_workers_all_complete() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "");
+    let answers = tokio::task::spawn_blocking(move || {
+        h3(
+            port,
+            &["-connections", "40", "-requests", "3", "-path", "/many"],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(answers.len(), 120);
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+        assert_eq!(text(&answer["headers"], "x-seen-path"), "/many");
+    }
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_streams_total 120");
+    assert_eq!(metric(admin, "tlsterm_quic_connections_total", ""), 40.0);
+    wait_for_metric(admin, "tlsterm_quic_connections 0");
+}
