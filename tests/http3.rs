@@ -8,6 +8,7 @@ mod common;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
@@ -16,6 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use tokio::sync::Notify;
 
 /// The HTTP/3 test client, built once per test process.
 fn h3_client() -> PathBuf {
@@ -57,8 +59,18 @@ fn hex_sha256(data: &[u8]) -> String {
         .collect()
 }
 
-/// Echoes a request: its body back, and what it saw as `x-seen-*` headers.
+/// Requests to `/wait` that the backend holds, and what lets them go.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+static RELEASE: Notify = Notify::const_new();
+
+/// Echoes a request: its body back, and what it saw as `x-seen-*` headers. A request to
+/// `/wait` is answered once the test releases it.
 async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    if request.uri().path() == "/wait" {
+        let released = RELEASE.notified();
+        WAITING.fetch_add(1, Ordering::SeqCst);
+        released.await;
+    }
     let (parts, body) = request.into_parts();
     let body = body.collect().await?.to_bytes();
     let seen = |name: &str| {
@@ -248,4 +260,80 @@ async fn many_connections_over_two_workers_all_complete() {
     wait_for_metric(admin, "tlsterm_quic_streams_total 120");
     assert_eq!(metric(admin, "tlsterm_quic_connections_total", ""), 40.0);
     wait_for_metric(admin, "tlsterm_quic_connections 0");
+}
+
+/// A reload's new certificate serves new QUIC connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_serves_new_connections_the_new_certificate() {
+    let backend = echo_backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = make_cert(dir.path(), "site", "alpha.test", KeyType::EcdsaP256);
+    let certificate = format!(
+        "[[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    );
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", &certificate);
+    let before = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    assert_eq!(text(&before[0], "peer_cn"), "alpha.test", "{}", before[0]);
+
+    make_cert(dir.path(), "site", "beta.test", KeyType::EcdsaP256);
+    let verdict = server.reload();
+    assert!(verdict.contains("reloaded"), "{verdict}");
+    let after = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    assert_eq!(after[0]["status"], 200, "{}", after[0]);
+    assert_eq!(text(&after[0], "peer_cn"), "beta.test");
+}
+
+/// A second connection resumes the first one's session (a ticket), counted as resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_connection_resumes_with_a_ticket() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "");
+    let answers = tokio::task::spawn_blocking(move || h3(port, &["-connections", "2", "-resume"]))
+        .await
+        .unwrap();
+    assert_eq!(answers[0]["resumed"], false, "{}", answers[0]);
+    assert_eq!(answers[1]["resumed"], true, "{}", answers[1]);
+    assert_eq!(answers[1]["status"], 200);
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"resumed\"} 1");
+}
+
+/// SIGTERM: a request in flight is answered (the connection gets GOAWAY and ends after
+/// it), a new connection is not taken, and the process exits once drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_requests_in_flight_and_takes_no_new_connection() {
+    let backend = echo_backend().await;
+    let (_dir, mut server, port) = start_quic(&backend.to_string(), "", "");
+    let admin = admin_address(&server.config).unwrap();
+    let in_flight = tokio::task::spawn_blocking(move || h3(port, &["-path", "/wait"]));
+    wait_until("the backend holds the request", || {
+        WAITING.load(Ordering::SeqCst) == 1
+    });
+    server.signal("TERM");
+    server.log.wait_for("stopping", 0);
+    let refused = tokio::task::spawn_blocking(move || h3(port, &["-timeout", "2s"]))
+        .await
+        .unwrap();
+    assert!(refused[0]["error"].is_string(), "{}", refused[0]);
+    assert!(
+        metric(
+            admin,
+            "tlsterm_quic_packets_dropped_total",
+            "reason=\"not_accepting\""
+        ) >= 1.0
+    );
+
+    RELEASE.notify_waiters();
+    let answered = in_flight.await.unwrap();
+    assert_eq!(answered[0]["status"], 200, "{}", answered[0]);
+    let status = eventually("tlsterm exits once drained", || {
+        server.child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}");
 }

@@ -22,6 +22,9 @@ use super::request::{self, Reply, RequestContext, REPLY_QUEUE};
 use super::service::QuicService;
 use super::tls::MAX_DATAGRAM;
 
+/// QUIC's code for a close without an error (RFC 9000, 20.1).
+const QUIC_NO_ERROR: u64 = 0x0;
+const QUIC_INTERNAL_ERROR: u64 = 0x1;
 /// HTTP/3's error codes (RFC 9114, 8.1) that tlsterm sends.
 const H3_NO_ERROR: u64 = 0x100;
 const H3_INTERNAL_ERROR: u64 = 0x102;
@@ -86,8 +89,11 @@ pub(super) async fn run(
     let mut http: Option<h3::Connection> = None;
     let mut streams: HashMap<u64, Stream> = HashMap::new();
     let mut goaway_sent = false;
+    // Streams answered whose last bytes quiche may still have to send or resend.
+    let mut unacknowledged: Vec<u64> = Vec::new();
     let mut out = vec![0u8; MAX_DATAGRAM];
     let mut received: Vec<Datagram> = Vec::new();
+    let handshake_deadline = tokio::time::Instant::now() + context.service.handshake_timeout;
     loop {
         for mut datagram in received.drain(..) {
             let info = quiche::RecvInfo {
@@ -113,7 +119,9 @@ pub(super) async fn run(
             move_bodies(h3, &mut conn, &mut streams);
             // Reading a body's last bytes queues its Finished event.
             poll_requests(h3, &mut conn, &mut streams, &context, &wake);
-            send_replies(h3, &mut conn, &mut streams);
+            send_replies(h3, &mut conn, &mut streams, &mut unacknowledged);
+            // quiche forgets a stream once both sides are done and acknowledged.
+            unacknowledged.retain(|id| conn.stream_capacity(*id).is_ok());
             if *context.draining.borrow() {
                 if !goaway_sent {
                     // Requests already received are answered; none after.
@@ -121,7 +129,9 @@ pub(super) async fn run(
                     let _ = h3.send_goaway(&mut conn, next);
                     goaway_sent = true;
                 }
-                if streams.is_empty() {
+                // Once every answer has been acknowledged: quiche drops what is unsent
+                // when the connection closes.
+                if streams.is_empty() && unacknowledged.is_empty() {
                     let _ = conn.close(true, H3_NO_ERROR, b"");
                 }
             }
@@ -144,6 +154,10 @@ pub(super) async fn run(
             _ = wake.notified() => {}
             _ = context.draining.changed() => {}
             _ = sleep_until(deadline) => conn.on_timeout(),
+            _ = tokio::time::sleep_until(handshake_deadline), if http.is_none() => {
+                tracing::debug!(client = %context.client, "QUIC handshake timed out");
+                let _ = conn.close(false, QUIC_NO_ERROR, b"");
+            }
         }
     }
     let mut routes = context.routes.borrow_mut();
@@ -169,7 +183,7 @@ async fn flush(conn: &mut quiche::Connection, socket: &UdpSocket, out: &mut [u8]
             Err(quiche::Error::Done) => return,
             Err(err) => {
                 tracing::debug!(error = %err, "QUIC send failed");
-                let _ = conn.close(false, 0x1, b"");
+                let _ = conn.close(false, QUIC_INTERNAL_ERROR, b"");
                 return;
             }
         };
@@ -274,11 +288,12 @@ fn move_bodies(
 }
 
 /// Writes the request tasks' replies to their streams while quiche has room, and forgets
-/// a stream whose response has ended.
+/// a stream whose response has ended (adding it to `answered`).
 fn send_replies(
     h3: &mut h3::Connection,
     conn: &mut quiche::Connection,
     streams: &mut HashMap<u64, Stream>,
+    answered: &mut Vec<u64>,
 ) {
     for (id, stream) in streams.iter_mut() {
         while !stream.done {
@@ -304,6 +319,7 @@ fn send_replies(
         if !stream.done {
             return true;
         }
+        answered.push(*id);
         if stream.body.is_some() {
             // Answered before the whole request body came: the rest is not wanted.
             let _ = conn.stream_shutdown(*id, quiche::Shutdown::Read, H3_NO_ERROR);

@@ -1,6 +1,6 @@
 //! What a listener's QUIC connections are made with: its quiche configuration (over the
-//! listener's TLS), its backend pools and its backend timeout (the idle timeout is
-//! quiche's, in its configuration). Built with the listener's state and
+//! listener's TLS), its backend pools and its timeouts (the idle timeout is quiche's,
+//! in its configuration). Built with the listener's state and
 //! replaced whole with it on reload: a new connection takes the current one, an
 //! established connection keeps its own.
 
@@ -20,6 +20,8 @@ pub struct QuicService {
     /// As the listener's: by `ServerTls::profile_index`.
     pools: Vec<Arc<BackendPool>>,
     pub(super) backend_timeout: Duration,
+    /// The listener's `handshake_timeout`: a connection not established by then is closed.
+    pub(super) handshake_timeout: Duration,
 }
 
 impl QuicService {
@@ -36,6 +38,7 @@ impl QuicService {
             tls,
             pools,
             backend_timeout: listener.quic_backend_timeout,
+            handshake_timeout: listener.handshake_timeout,
         })
     }
 

@@ -31,6 +31,8 @@ type answer struct {
 	BodyLen    int               `json:"body_len"`
 	BodySHA256 string            `json:"body_sha256"`
 	Body       string            `json:"body,omitempty"`
+	PeerCN     string            `json:"peer_cn"`
+	Resumed    bool              `json:"resumed"`
 	Error      string            `json:"error,omitempty"`
 }
 
@@ -67,6 +69,12 @@ func request(client *http.Client, method, url string, body []byte, headers []str
 	if err != nil {
 		out.Error = "body: " + err.Error()
 	}
+	if resp.TLS != nil {
+		out.Resumed = resp.TLS.DidResume
+		if len(resp.TLS.PeerCertificates) > 0 {
+			out.PeerCN = resp.TLS.PeerCertificates[0].Subject.CommonName
+		}
+	}
 	for name, values := range resp.Header {
 		out.Headers[strings.ToLower(name)] = strings.Join(values, ", ")
 	}
@@ -92,12 +100,16 @@ func main() {
 	bodyBytes := flag.Int("body-bytes", -1, "send a body of this many bytes (pattern i mod 251)")
 	requests := flag.Int("requests", 1, "requests per connection, one after another")
 	connections := flag.Int("connections", 1, "connections, all at once")
+	resume := flag.Bool("resume", false, "connections one after another, resuming the first one's session")
 	timeout := flag.Duration("timeout", 30*time.Second, "for everything")
 	var headers headerList
 	flag.Var(&headers, "header", "a request header `name: value` (repeatable)")
 	flag.Parse()
 
 	tlsConfig := &tls.Config{ServerName: *serverName, NextProtos: []string{http3.NextProtoH3}}
+	if *resume {
+		tlsConfig.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	}
 	if *caFile == "" {
 		tlsConfig.InsecureSkipVerify = true
 	} else {
@@ -120,11 +132,12 @@ func main() {
 	var wg sync.WaitGroup
 	for c := 0; c < *connections; c++ {
 		wg.Add(1)
-		go func(c int) {
+		connection := func(c int) {
 			defer wg.Done()
 			// One transport per connection: its requests share one QUIC connection.
 			transport := &http3.Transport{
-				TLSClientConfig: tlsConfig.Clone(),
+				// Shared: the session cache must outlive each connection.
+				TLSClientConfig: tlsConfig,
 				QUICConfig:      &quic.Config{MaxIdleTimeout: *timeout},
 				Dial: func(ctx context.Context, _ string, tlsConf *tls.Config, conf *quic.Config) (*quic.Conn, error) {
 					return quic.DialAddrEarly(ctx, *addr, tlsConf, conf)
@@ -135,7 +148,12 @@ func main() {
 			for r := 0; r < *requests; r++ {
 				results[c] = append(results[c], request(client, *method, url, body, headers))
 			}
-		}(c)
+		}
+		if *resume {
+			connection(c)
+		} else {
+			go connection(c)
+		}
 	}
 	wg.Wait()
 	all := []answer{}
