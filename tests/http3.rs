@@ -64,8 +64,11 @@ static WAITING: AtomicUsize = AtomicUsize::new(0);
 static RELEASE: Notify = Notify::const_new();
 
 /// Echoes a request: its body back, and what it saw as `x-seen-*` headers. A request to
-/// `/wait` is answered once the test releases it.
+/// `/wait` is answered once the test releases it, one to `/never` never.
 async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    if request.uri().path() == "/never" {
+        std::future::pending::<()>().await;
+    }
     if request.uri().path() == "/wait" {
         let released = RELEASE.notified();
         WAITING.fetch_add(1, Ordering::SeqCst);
@@ -336,4 +339,81 @@ async fn sigterm_answers_requests_in_flight_and_takes_no_new_connection() {
         server.child.try_wait().unwrap()
     });
     assert!(status.success(), "{status}");
+}
+
+/// A backend that sends no response head within `quic_backend_timeout`: 504, and the
+/// connection's other requests are not held up by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_without_an_answer_is_answered_504() {
+    let backend = echo_backend().await;
+    let extra = "quic_backend_timeout = \"300ms\"\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", extra);
+    let answers = tokio::task::spawn_blocking(move || h3(port, &["-path", "/never"]))
+        .await
+        .unwrap();
+    assert_eq!(answers[0]["status"], 504, "{}", answers[0]);
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_backend_errors_total{status=\"504\"} 1");
+}
+
+/// A backend that dies in the middle of its response body: the client's stream is reset
+/// (it sees an error, not a short body taken for whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_dying_mid_response_resets_the_stream() {
+    let backend = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = backend.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = backend.accept().await {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let promised = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n";
+            let _ = stream.write_all(promised).await;
+            let _ = stream.write_all(&[b'x'; 1000]).await;
+            // Dropped here: the connection closes 99,000 bytes short.
+        }
+    });
+    let (_dir, _server, port) = start_quic(&address.to_string(), "", "");
+    let answers = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    let answer = &answers[0];
+    assert_eq!(answer["status"], 200, "{answer}");
+    assert!(text(answer, "error").starts_with("body:"), "{answer}");
+    assert!(answer["body_len"].as_u64().unwrap() < 100_000, "{answer}");
+}
+
+/// 100 requests at once on one connection, each its own stream, all answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_streams_on_one_connection() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "");
+    let answers = tokio::task::spawn_blocking(move || {
+        h3(
+            port,
+            &[
+                "-requests",
+                "100",
+                "-concurrent",
+                "-method",
+                "POST",
+                "-body-bytes",
+                "20000",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(answers.len(), 100);
+    let expected = hex_sha256(&pattern(20_000));
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+        assert_eq!(text(answer, "body_sha256"), expected);
+    }
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_streams_total 100");
+    assert_eq!(metric(admin, "tlsterm_quic_connections_total", ""), 1.0);
 }

@@ -100,6 +100,7 @@ func main() {
 	bodyBytes := flag.Int("body-bytes", -1, "send a body of this many bytes (pattern i mod 251)")
 	requests := flag.Int("requests", 1, "requests per connection, one after another")
 	connections := flag.Int("connections", 1, "connections, all at once")
+	concurrent := flag.Bool("concurrent", false, "a connection's requests all at once (one stream each)")
 	resume := flag.Bool("resume", false, "connections one after another, resuming the first one's session")
 	timeout := flag.Duration("timeout", 30*time.Second, "for everything")
 	var headers headerList
@@ -145,9 +146,24 @@ func main() {
 			}
 			defer transport.Close()
 			client := &http.Client{Transport: transport, Timeout: *timeout}
-			for r := 0; r < *requests; r++ {
-				results[c] = append(results[c], request(client, *method, url, body, headers))
+			if !*concurrent {
+				for r := 0; r < *requests; r++ {
+					results[c] = append(results[c], request(client, *method, url, body, headers))
+				}
+				return
 			}
+			// The first request opens the connection; the others then share it.
+			results[c] = make([]answer, *requests)
+			results[c][0] = request(client, *method, url, body, headers)
+			var streams sync.WaitGroup
+			for r := 1; r < *requests; r++ {
+				streams.Add(1)
+				go func(r int) {
+					defer streams.Done()
+					results[c][r] = request(client, *method, url, body, headers)
+				}(r)
+			}
+			streams.Wait()
 		}
 		if *resume {
 			connection(c)
