@@ -19,23 +19,10 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::sync::Notify;
 
-/// The HTTP/3 test client, built once per test process.
+/// The HTTP/3 test client (tests/h3client), built once per test process.
 fn h3_client() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("h3client");
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3client");
-            run(Command::new(go())
-                .args(["build", "-o"])
-                .arg(&out)
-                .arg(".")
-                .current_dir(source)
-                .env("GOTOOLCHAIN", "local")
-                .env("GOFLAGS", "-mod=mod"));
-            out
-        })
-        .clone()
+    BUILT.get_or_init(|| go_build("h3client")).clone()
 }
 
 /// Runs the HTTP/3 client against 127.0.0.1:`port` (UDP); returns its answers.
@@ -130,6 +117,16 @@ fn start_quic(backend: &str, header: &str, extra: &str) -> (tempfile::TempDir, S
     (dir, server, port)
 }
 
+/// A new certificate for `cn` in `dir`, as a listener's `[[listener.certificate]]` table.
+fn certificate_table(dir: &Path, stem: &str, cn: &str, key: KeyType) -> String {
+    let (cert, key) = make_cert(dir, stem, cn, key);
+    format!(
+        "[[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    )
+}
+
 fn text<'a>(answer: &'a serde_json::Value, key: &str) -> &'a str {
     answer[key].as_str().unwrap_or_default()
 }
@@ -213,12 +210,7 @@ async fn an_unreachable_backend_is_answered_502() {
 async fn quic_handshake_signatures_are_made_by_the_engine() {
     let backend = echo_backend().await;
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = make_cert(dir.path(), "rsa", "localhost", KeyType::Rsa2048);
-    let certificate = format!(
-        "[[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
-        cert.display().to_string(),
-        key.display().to_string()
-    );
+    let certificate = certificate_table(dir.path(), "rsa", "localhost", KeyType::Rsa2048);
     let engine = "[engine]\nmode = \"batch\"\nsmall_batch_threshold = 1\npoll_delay = \"2ms\"\n";
     let (_dir, server, port) = start_quic(&backend.to_string(), engine, &certificate);
     let answers = tokio::task::spawn_blocking(move || h3(port, &["-connections", "3"]))
@@ -270,12 +262,7 @@ async fn many_connections_over_two_workers_all_complete() {
 async fn a_reload_serves_new_connections_the_new_certificate() {
     let backend = echo_backend().await;
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = make_cert(dir.path(), "site", "alpha.test", KeyType::EcdsaP256);
-    let certificate = format!(
-        "[[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
-        cert.display().to_string(),
-        key.display().to_string()
-    );
+    let certificate = certificate_table(dir.path(), "site", "alpha.test", KeyType::EcdsaP256);
     let (_dir, server, port) = start_quic(&backend.to_string(), "", &certificate);
     let before = tokio::task::spawn_blocking(move || h3(port, &[]))
         .await
@@ -357,7 +344,7 @@ async fn a_backend_without_an_answer_is_answered_504() {
 }
 
 /// A backend that dies in the middle of its response body: the client's stream is reset
-/// (it sees an error, not a short body taken for whole).
+/// with H3_INTERNAL_ERROR (it sees an error, not a short body taken for whole).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_dying_mid_response_resets_the_stream() {
     let backend = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -380,9 +367,13 @@ async fn a_backend_dying_mid_response_resets_the_stream() {
     let answers = tokio::task::spawn_blocking(move || h3(port, &[]))
         .await
         .unwrap();
+    // The reset may overtake the response head (quiche drops what it has not sent yet):
+    // either way the client sees an error, never a complete answer.
     let answer = &answers[0];
-    assert_eq!(answer["status"], 200, "{answer}");
-    assert!(text(answer, "error").starts_with("body:"), "{answer}");
+    assert!(
+        text(answer, "error").contains("H3_INTERNAL_ERROR"),
+        "{answer}"
+    );
     assert!(answer["body_len"].as_u64().unwrap() < 100_000, "{answer}");
 }
 

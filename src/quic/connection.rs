@@ -86,11 +86,8 @@ pub(super) async fn run(
     let waker = Waker::from(Arc::new(NotifyWaker(wake.clone())));
     AsMut::<boring::ssl::SslRef>::as_mut(&mut conn).set_task_waker(Some(waker));
     metrics::connection_opened();
-    let mut http: Option<h3::Connection> = None;
-    let mut streams: HashMap<u64, Stream> = HashMap::new();
-    let mut goaway_sent = false;
-    // Streams answered whose last bytes quiche may still have to send or resend.
-    let mut unacknowledged: Vec<u64> = Vec::new();
+    let mut established = false;
+    let mut http: Option<Requests> = None;
     let mut out = vec![0u8; MAX_DATAGRAM];
     let mut received: Vec<Datagram> = Vec::new();
     let handshake_deadline = tokio::time::Instant::now() + context.service.handshake_timeout;
@@ -104,39 +101,17 @@ pub(super) async fn run(
                 tracing::trace!(error = %err, "QUIC packet not processed");
             }
         }
-        if http.is_none() && conn.is_established() {
+        if !established && conn.is_established() {
+            established = true;
             metrics::record_handshake(conn.is_resumed());
-            match h3::Config::new().and_then(|c| h3::Connection::with_transport(&mut conn, &c)) {
-                Ok(h3) => http = Some(h3),
-                Err(err) => {
-                    tracing::debug!(error = %err, "HTTP/3 setup failed");
-                    let _ = conn.close(true, H3_INTERNAL_ERROR, b"");
-                }
-            }
+            http = Requests::start(&mut conn);
         }
-        if let Some(h3) = http.as_mut() {
-            poll_requests(h3, &mut conn, &mut streams, &context, &wake);
-            move_bodies(h3, &mut conn, &mut streams);
-            // Reading a body's last bytes queues its Finished event.
-            poll_requests(h3, &mut conn, &mut streams, &context, &wake);
-            send_replies(h3, &mut conn, &mut streams, &mut unacknowledged);
-            // quiche forgets a stream once both sides are done and acknowledged.
-            unacknowledged.retain(|id| conn.stream_capacity(*id).is_ok());
-            if *context.draining.borrow() {
-                if !goaway_sent {
-                    // Requests already received are answered; none after.
-                    let next = streams.keys().max().map_or(0, |id| id + 4);
-                    let _ = h3.send_goaway(&mut conn, next);
-                    goaway_sent = true;
-                }
-                // Once every answer has been acknowledged: quiche drops what is unsent
-                // when the connection closes.
-                if streams.is_empty() && unacknowledged.is_empty() {
-                    let _ = conn.close(true, H3_NO_ERROR, b"");
-                }
+        match http.as_mut() {
+            Some(requests) => requests.serve(&mut conn, &context, &wake),
+            None if *context.draining.borrow() => {
+                let _ = conn.close(true, H3_NO_ERROR, b"");
             }
-        } else if *context.draining.borrow() {
-            let _ = conn.close(true, H3_NO_ERROR, b"");
+            None => {}
         }
         flush(&mut conn, &context.socket, &mut out).await;
         if conn.is_closed() {
@@ -154,7 +129,7 @@ pub(super) async fn run(
             _ = wake.notified() => {}
             _ = context.draining.changed() => {}
             _ = sleep_until(deadline) => conn.on_timeout(),
-            _ = tokio::time::sleep_until(handshake_deadline), if http.is_none() => {
+            _ = tokio::time::sleep_until(handshake_deadline), if !established => {
                 tracing::debug!(client = %context.client, "QUIC handshake timed out");
                 let _ = conn.close(false, QUIC_NO_ERROR, b"");
             }
@@ -164,8 +139,68 @@ pub(super) async fn run(
     for id in &context.ids {
         routes.remove(id);
     }
-    metrics::connection_closed(http.is_some());
+    metrics::connection_closed(established);
     drop(context.permit);
+}
+
+/// The HTTP/3 layer of an established connection, and its request streams.
+struct Requests {
+    h3: h3::Connection,
+    streams: HashMap<u64, Stream>,
+    /// Streams answered whose last bytes quiche may still have to send or resend.
+    unacknowledged: Vec<u64>,
+    goaway_sent: bool,
+}
+
+impl Requests {
+    fn start(conn: &mut quiche::Connection) -> Option<Requests> {
+        match h3::Config::new().and_then(|c| h3::Connection::with_transport(conn, &c)) {
+            Ok(h3) => Some(Requests {
+                h3,
+                streams: HashMap::new(),
+                unacknowledged: Vec::new(),
+                goaway_sent: false,
+            }),
+            Err(err) => {
+                tracing::debug!(error = %err, "HTTP/3 setup failed");
+                let _ = conn.close(true, H3_INTERNAL_ERROR, b"");
+                None
+            }
+        }
+    }
+
+    /// Takes new requests, moves bodies both ways, and while draining sends GOAWAY and
+    /// closes the connection once every request is answered.
+    fn serve(
+        &mut self,
+        conn: &mut quiche::Connection,
+        context: &ConnectionContext,
+        wake: &Arc<Notify>,
+    ) {
+        let (h3, streams) = (&mut self.h3, &mut self.streams);
+        poll_requests(h3, conn, streams, context, wake);
+        move_bodies(h3, conn, streams);
+        // Reading a body's last bytes queues its Finished event.
+        poll_requests(h3, conn, streams, context, wake);
+        send_replies(h3, conn, streams, &mut self.unacknowledged);
+        // quiche forgets a stream once both sides are done and acknowledged.
+        self.unacknowledged
+            .retain(|id| conn.stream_capacity(*id).is_ok());
+        if !*context.draining.borrow() {
+            return;
+        }
+        if !self.goaway_sent {
+            // Requests already received are answered; none after.
+            let next = self.streams.keys().max().map_or(0, |id| id + 4);
+            let _ = self.h3.send_goaway(conn, next);
+            self.goaway_sent = true;
+        }
+        // Once every answer has been acknowledged: quiche drops what is unsent when the
+        // connection closes.
+        if self.streams.is_empty() && self.unacknowledged.is_empty() {
+            let _ = conn.close(true, H3_NO_ERROR, b"");
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<std::time::Instant>) {

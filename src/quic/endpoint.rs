@@ -63,16 +63,23 @@ where
             return;
         }
     };
-    let local = socket.local_addr().expect("a bound socket has an address");
     let total = limit.available_permits() as u32;
-    let routes: Routes = Rc::default();
     let (draining_tx, draining) = watch::channel(false);
-    let mut backends: Option<(Arc<QuicService>, Rc<Backends>)> = None;
+    let mut state = State {
+        worker,
+        local: socket.local_addr().expect("a bound socket has an address"),
+        socket,
+        current,
+        limit,
+        routes: Rc::default(),
+        draining,
+        backends: None,
+    };
     let mut buf = vec![0u8; MAX_UDP_PAYLOAD];
     loop {
-        let draining_now = *draining.borrow();
+        let draining_now = *state.draining.borrow();
         let (len, from) = tokio::select! {
-            received = socket.recv_from(&mut buf) => match received {
+            received = state.socket.recv_from(&mut buf) => match received {
                 Ok(received) => received,
                 Err(err) => {
                     tracing::debug!(error = %err, "UDP receive failed");
@@ -84,17 +91,38 @@ where
                 continue;
             }
             // Every connection has ended: the socket closes.
-            _ = limit.acquire_many(total), if draining_now => return,
+            _ = state.limit.acquire_many(total), if draining_now => return,
         };
-        let packet = &mut buf[..len];
+        state.receive(&mut buf[..len], from).await;
+    }
+}
+
+/// An endpoint's state between datagrams.
+struct State<S> {
+    worker: usize,
+    socket: Rc<UdpSocket>,
+    local: SocketAddr,
+    current: S,
+    limit: Arc<Semaphore>,
+    routes: Routes,
+    draining: watch::Receiver<bool>,
+    /// The worker's backend connections, for the service they were made for: a reload's
+    /// new pools get new ones.
+    backends: Option<(Arc<QuicService>, Rc<Backends>)>,
+}
+
+impl<S> State<S>
+where
+    S: Fn() -> Option<Arc<QuicService>>,
+{
+    /// Routes a datagram to its connection, or makes a connection of a client's first
+    /// Initial packet.
+    async fn receive(&mut self, packet: &mut [u8], from: SocketAddr) {
         let header = match quiche::Header::from_slice(packet, CID_LEN) {
             Ok(header) => header,
-            Err(_) => {
-                metrics::record_dropped(Dropped::BadHeader);
-                continue;
-            }
+            Err(_) => return metrics::record_dropped(Dropped::BadHeader),
         };
-        if let Some(queue) = routes.borrow().get(header.dcid.as_ref()) {
+        if let Some(queue) = self.routes.borrow().get(header.dcid.as_ref()) {
             let datagram = Datagram {
                 data: packet.to_vec(),
                 from,
@@ -102,71 +130,78 @@ where
             if let Err(mpsc::error::TrySendError::Full(_)) = queue.try_send(datagram) {
                 metrics::record_dropped(Dropped::QueueFull);
             }
-            continue;
+            return;
         }
         if header.ty != quiche::Type::Initial {
-            metrics::record_dropped(Dropped::UnknownConnection);
-            continue;
+            return metrics::record_dropped(Dropped::UnknownConnection);
         }
         if !quiche::version_is_supported(header.version) {
             let mut out = [0u8; 256];
             if let Ok(len) = quiche::negotiate_version(&header.scid, &header.dcid, &mut out) {
-                let _ = socket.send_to(&out[..len], from).await;
+                let _ = self.socket.send_to(&out[..len], from).await;
             }
-            continue;
+            return;
         }
-        let service = match (*draining.borrow(), current()) {
+        if let Err(why) = self.accept(header.dcid.to_vec(), packet, from) {
+            metrics::record_dropped(why);
+        }
+    }
+
+    /// Makes a connection of a client's first Initial packet (whose destination connection
+    /// ID, chosen by the client, is `client_chosen`) and starts its task.
+    fn accept(
+        &mut self,
+        client_chosen: Vec<u8>,
+        packet: &[u8],
+        from: SocketAddr,
+    ) -> Result<(), Dropped> {
+        let service = match (*self.draining.borrow(), (self.current)()) {
             (false, Some(service)) => service,
-            _ => {
-                metrics::record_dropped(Dropped::NotAccepting);
-                continue;
-            }
+            _ => return Err(Dropped::NotAccepting),
         };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            metrics::record_dropped(Dropped::MaxConnections);
-            continue;
-        };
-        // Backend connections are kept per state: a reload's new pools get new ones.
-        let backends = match &backends {
-            Some((of, kept)) if Arc::ptr_eq(of, &service) => kept.clone(),
-            _ => {
-                let fresh = Rc::new(Backends::default());
-                backends = Some((service.clone(), fresh.clone()));
-                fresh
-            }
-        };
-        let scid = cid::generate(worker);
-        let conn = match service.accept(&quiche::ConnectionId::from_ref(&scid), local, from) {
-            Ok(conn) => conn,
-            Err(err) => {
+        let permit =
+            (self.limit.clone().try_acquire_owned()).map_err(|_| Dropped::MaxConnections)?;
+        let scid = cid::generate(self.worker);
+        let conn = service
+            .accept(&quiche::ConnectionId::from_ref(&scid), self.local, from)
+            .map_err(|err| {
                 tracing::debug!(error = %err, client = %from, "QUIC connection refused");
-                metrics::record_dropped(Dropped::AcceptFailed);
-                continue;
-            }
-        };
+                Dropped::AcceptFailed
+            })?;
         let (queue, inbox) = mpsc::channel(INBOX);
-        let client_chosen = header.dcid.to_vec();
         let _ = queue.try_send(Datagram {
             data: packet.to_vec(),
             from,
         });
         {
-            let mut routes = routes.borrow_mut();
+            let mut routes = self.routes.borrow_mut();
             routes.insert(scid.to_vec(), queue.clone());
             // The client's retransmitted Initials still carry the ID it chose.
             routes.insert(client_chosen.clone(), queue);
         }
         let context = ConnectionContext {
-            socket: socket.clone(),
-            local,
+            socket: self.socket.clone(),
+            local: self.local,
             client: from,
+            backends: self.backends_for(&service),
             service,
-            backends,
-            routes: routes.clone(),
+            routes: self.routes.clone(),
             ids: vec![scid.to_vec(), client_chosen],
-            draining: draining.clone(),
+            draining: self.draining.clone(),
             permit,
         };
         tokio::task::spawn_local(connection::run(conn, inbox, context));
+        Ok(())
+    }
+
+    fn backends_for(&mut self, service: &Arc<QuicService>) -> Rc<Backends> {
+        match &self.backends {
+            Some((of, kept)) if Arc::ptr_eq(of, service) => kept.clone(),
+            _ => {
+                let fresh = Rc::new(Backends::default());
+                self.backends = Some((service.clone(), fresh.clone()));
+                fresh
+            }
+        }
     }
 }
