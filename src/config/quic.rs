@@ -76,3 +76,58 @@ impl ListenerConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn listener(keys: &str) -> String {
+        format!("[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n{keys}")
+    }
+
+    #[test]
+    fn quic_answers_on_the_listener_address_or_its_own() {
+        let config = Config::parse("t.toml", &listener("quic = true\n")).unwrap();
+        let address = config.listeners[0].quic_address();
+        assert_eq!(address, Some("127.0.0.1:1".parse().unwrap()));
+        let own = listener("quic = true\nquic_address = \"127.0.0.1:2\"\n");
+        let config = Config::parse("t.toml", &own).unwrap();
+        let address = config.listeners[0].quic_address();
+        assert_eq!(address, Some("127.0.0.1:2".parse().unwrap()));
+        let off = Config::parse("t.toml", &listener("")).unwrap();
+        assert_eq!(off.listeners[0].quic_address(), None);
+    }
+
+    #[test]
+    fn bad_quic_keys_name_key_and_line() {
+        let cases = [
+            (
+                "quic_address = \"127.0.0.1:2\"\n",
+                4,
+                "`quic_address` needs `quic = true`",
+            ),
+            (
+                "max_version = \"1.2\"\nquic = true\n",
+                5,
+                "QUIC is TLS 1.3 only",
+            ),
+            (
+                "quic = true\nquic_max_connections = 0\n",
+                5,
+                "`quic_max_connections`",
+            ),
+        ];
+        for (keys, line, message) in cases {
+            let err = Config::parse("t.toml", &listener(keys)).unwrap_err();
+            assert_eq!(err.line, Some(line), "{err}");
+            assert!(err.message.contains(message), "{err}");
+        }
+        let zero = listener("quic = true\nquic_idle_timeout = \"0s\"\n");
+        let err = Config::parse("t.toml", &zero).unwrap_err();
+        assert!(
+            err.message
+                .contains("`quic_idle_timeout` must be above zero"),
+            "{err}"
+        );
+    }
+}
