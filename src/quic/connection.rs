@@ -90,7 +90,9 @@ pub(super) async fn run(
     let mut http: Option<Requests> = None;
     let mut out = vec![0u8; MAX_DATAGRAM];
     let mut received: Vec<Datagram> = Vec::new();
-    let handshake_deadline = tokio::time::Instant::now() + context.service.handshake_timeout;
+    // Until the handshake completes or has been given up.
+    let mut handshake_deadline =
+        Some(std::time::Instant::now() + context.service.handshake_timeout);
     loop {
         for mut datagram in received.drain(..) {
             let info = quiche::RecvInfo {
@@ -103,6 +105,7 @@ pub(super) async fn run(
         }
         if !established && conn.is_established() {
             established = true;
+            handshake_deadline = None;
             metrics::record_handshake(conn.is_resumed());
             http = Requests::start(&mut conn);
         }
@@ -129,8 +132,9 @@ pub(super) async fn run(
             _ = wake.notified() => {}
             _ = context.draining.changed() => {}
             _ = sleep_until(deadline) => conn.on_timeout(),
-            _ = tokio::time::sleep_until(handshake_deadline), if !established => {
+            _ = sleep_until(handshake_deadline) => {
                 tracing::debug!(client = %context.client, "QUIC handshake timed out");
+                handshake_deadline = None;
                 let _ = conn.close(false, QUIC_NO_ERROR, b"");
             }
         }
