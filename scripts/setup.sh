@@ -7,7 +7,7 @@
 # Building: compilers, cmake, clang/libclang for BoringSSL's bindings, git for the patches
 # boring-sys applies to BoringSSL, and Rust (stable, via rustup) when cargo is missing.
 # Testing adds the TLS clients the tests drive, redis-server, valgrind for the
-# constant-time check, Go >= 1.25 for the post-quantum client test (Debian's golang-go is
+# constant-time check, Go >= 1.26 for the Go test clients (Debian's golang-go is
 # 1.19: a release from go.dev goes to /usr/local/go, checked against go.dev's published
 # SHA-256) and Pebble, the test ACME CA.
 set -euo pipefail
@@ -46,11 +46,12 @@ if "$run_only"; then
     exit 0
 fi
 
-# The Go test client needs crypto/tls with X25519MLKEM768 and ConnectionState().CurveID.
+# The Go test client needs crypto/tls with X25519MLKEM768 and ConnectionState().CurveID
+# (Go 1.25); the HTTP/3 one (quic-go 0.65) needs Go 1.26.
 go_new_enough() {
     local version
     version=$(GOTOOLCHAIN=local "$1" env GOVERSION 2>/dev/null) || return 1
-    python3 -c 'import sys; v = sys.argv[1].removeprefix("go").split("."); sys.exit(0 if (int(v[0]), int(v[1].split("rc")[0])) >= (1, 25) else 1)' "$version"
+    python3 -c 'import sys; v = sys.argv[1].removeprefix("go").split("."); sys.exit(0 if (int(v[0]), int(v[1].split("rc")[0])) >= (1, 26) else 1)' "$version"
 }
 if ! go_new_enough go && ! go_new_enough /usr/local/go/bin/go; then
     go_version=1.26.8

@@ -17,6 +17,7 @@
 //! | 1 | `proxy` | backends, the PROXY protocol header, the byte relay, the built-in HTTP responder |
 //! | 2 | `tls` | BoringSSL contexts: certificates, selection by SNI, per-name profiles, client certificates and CRLs, OCSP, ECH, the async private-key hook, the record of what a handshake negotiated and the reason code of one that failed |
 //! | 3 | `acme` | certificates obtained and renewed from an ACME CA: orders, TLS-ALPN-01 and HTTP-01 answers, storage, a fleet's shared lock and certificates |
+//! | 3 | `quic` | HTTP/3: a QUIC endpoint per worker and listener (quiche over the listener's TLS), connection IDs that name their worker, requests forwarded to the backends as HTTP/1.1 |
 //! | 3 | `server` | listeners, workers, one connection's life, reload and drain |
 //! | 4 | `speed`, `stats`, `main.rs` | the commands: `tlsterm speed`, `tlsterm stats`; `main.rs` parses the command line |
 //!
@@ -39,6 +40,7 @@ pub mod config;
 pub mod metrics;
 pub mod offload;
 pub mod proxy;
+pub mod quic;
 pub mod seal;
 pub mod server;
 pub mod session;

@@ -147,6 +147,11 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
             22,
         ),
         ("tlsterm_bytes_total", "bytes", 22),
+        ("tlsterm_quic_connections_total", "quic conns", 22),
+        ("tlsterm_quic_handshakes_total", "quic handshake", 22),
+        ("tlsterm_quic_streams_total", "quic requests", 22),
+        ("tlsterm_quic_packets_dropped_total", "quic dropped", 22),
+        ("tlsterm_quic_backend_errors_total", "quic backend", 22),
     ];
     for (metric, title, width) in counters {
         for (labels, count) in view.series(metric) {

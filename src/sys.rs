@@ -7,6 +7,9 @@
 //! the session hooks (ticket keys, cached sessions), CRLs, and HPKE keys for ECH. One file
 //! although it is long: it is the one place a reviewer of `unsafe` has to read.
 
+mod quic;
+pub use quic::{builder_sharing, quic_socket, steer_by_connection_id};
+
 use std::future::Future;
 use std::os::fd::AsRawFd;
 use std::os::raw::c_int;

@@ -126,6 +126,26 @@ pub struct ListenerConfig {
     pub server_names: Vec<ServerNameConfig>,
     /// Names to obtain certificates for from the `[acme]` CA.
     pub acme: Option<AcmeNames>,
+    /// HTTP/3 over QUIC (UDP) beside TCP: see docs/http3.md and `config/quic.rs`.
+    #[serde(default = "super::quic::default_quic")]
+    pub quic: Spanned<bool>,
+    /// The UDP address for HTTP/3, when not the listener's own `address`.
+    pub quic_address: Option<Spanned<SocketAddr>>,
+    /// A QUIC connection with no packets either way for this long is closed.
+    #[serde(
+        default = "super::quic::default_quic_idle_timeout",
+        with = "humantime_serde"
+    )]
+    pub quic_idle_timeout: Duration,
+    /// QUIC connections open at once per worker; new ones are refused beyond it.
+    #[serde(default = "super::quic::default_quic_max_connections")]
+    pub quic_max_connections: Spanned<usize>,
+    /// The longest an HTTP/3 request waits for the backend's response head (then 504).
+    #[serde(
+        default = "super::quic::default_quic_backend_timeout",
+        with = "humantime_serde"
+    )]
+    pub quic_backend_timeout: Duration,
     /// Filled at validation: every certificate to obtain for this listener (its own
     /// `acme` and its server names').
     #[serde(skip)]
@@ -141,18 +161,17 @@ impl ListenerConfig {
         *self.address_spanned.get_ref()
     }
 
-    /// Checks this listener and its server names, resolves its files against the
-    /// configuration's directory, collects the certificates it must obtain from `[acme]`
-    /// (`has_acme`: whether that section exists) and moves its server names' certificates
-    /// into its own list.
-    /// Checks the listener and resolves its files, concern by concern; the first problem
-    /// found is the error.
+    /// Checks this listener and its server names concern by concern (the first problem
+    /// found is the error), resolves its files against the configuration's directory,
+    /// collects the certificates it must obtain from `[acme]` (`has_acme`: whether that
+    /// section exists) and moves its server names' certificates into its own list.
     pub(super) fn validate(
         &mut self,
         map: &SourceMap<'_>,
         has_acme: bool,
     ) -> Result<(), ConfigError> {
         check_backends(map, &self.backends)?;
+        self.check_quic(map)?;
         let facts = ListenerFacts {
             has_ca: self.client_ca.is_some(),
             auth: self.client_auth,

@@ -25,6 +25,7 @@ mod engine;
 mod listener;
 mod ocsp;
 mod process;
+mod quic;
 mod server_name;
 mod session;
 mod source;

@@ -10,10 +10,9 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 
-use crate::config::AcceptMode;
-
 use super::state::ListenerState;
 use super::worker;
+use crate::config::{AcceptMode, ListenerConfig};
 
 /// One configured listener: its state, replaced on reload, and whether it was removed
 /// from the configuration (its accept loops then end).
@@ -41,8 +40,37 @@ pub(super) fn bind_reuseport(address: SocketAddr) -> anyhow::Result<std::net::Tc
     crate::sys::listening_socket(address, true).with_context(|| format!("cannot bind {address}"))
 }
 
-/// One listening socket for each worker: its own, or a handle on the one they share.
+/// A worker's sockets of a listener: TCP, and UDP when it answers HTTP/3.
+pub(super) struct WorkerSockets {
+    tcp: std::net::TcpListener,
+    quic: Option<std::net::UdpSocket>,
+}
+
+/// Each worker's sockets of a listener: its own TCP socket or a handle on the one they
+/// share (`mode`), and its own QUIC socket when the listener answers HTTP/3.
 pub(super) fn bind_per_worker(
+    config: &ListenerConfig,
+    workers: usize,
+    mode: AcceptMode,
+) -> anyhow::Result<Vec<WorkerSockets>> {
+    let mut quic = match config.quic_address() {
+        Some(address) => crate::quic::bind_per_worker(address, workers)?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => Vec::new(),
+    };
+    quic.resize_with(workers, || None);
+    let tcp = bind_tcp(config.address(), workers, mode)?;
+    Ok(tcp
+        .into_iter()
+        .zip(quic)
+        .map(|(tcp, quic)| WorkerSockets { tcp, quic })
+        .collect())
+}
+
+/// One TCP listening socket for each worker: its own, or a handle on the one they share.
+fn bind_tcp(
     address: SocketAddr,
     workers: usize,
     mode: AcceptMode,
@@ -67,14 +95,15 @@ pub(super) fn bind_per_worker(
 /// Hands each worker its socket of `listener`; each starts accepting on it.
 pub(super) fn open(
     listener: &Arc<Listener>,
-    sockets: Vec<std::net::TcpListener>,
+    sockets: Vec<WorkerSockets>,
     workers: &[UnboundedSender<worker::Command>],
 ) {
-    for (worker, socket) in workers.iter().zip(sockets) {
+    for (worker, sockets) in workers.iter().zip(sockets) {
         // A worker that has ended (only while stopping) needs no socket.
         let _ = worker.send(worker::Command::Open {
             listener: listener.clone(),
-            socket,
+            socket: sockets.tcp,
+            quic: sockets.quic,
         });
     }
 }
@@ -87,8 +116,7 @@ mod tests {
     /// be taken through any worker's handle.
     #[test]
     fn shared_sockets_are_one_socket() {
-        let sockets =
-            bind_per_worker("127.0.0.1:0".parse().unwrap(), 3, AcceptMode::Shared).unwrap();
+        let sockets = bind_tcp("127.0.0.1:0".parse().unwrap(), 3, AcceptMode::Shared).unwrap();
         assert_eq!(sockets.len(), 3);
         let address = sockets[0].local_addr().unwrap();
         assert!(sockets.iter().all(|s| s.local_addr().unwrap() == address));
@@ -104,7 +132,7 @@ mod tests {
     fn per_worker_sockets_share_the_port() {
         let first = bind_reuseport("127.0.0.1:0".parse().unwrap()).unwrap();
         let address = first.local_addr().unwrap();
-        let sockets = bind_per_worker(address, 2, AcceptMode::PerWorker).unwrap();
+        let sockets = bind_tcp(address, 2, AcceptMode::PerWorker).unwrap();
         assert!(sockets.iter().all(|s| s.local_addr().unwrap() == address));
     }
 }

@@ -96,6 +96,7 @@ pub fn register_all() {
     LazyLock::force(&METRICS);
     crate::offload::metrics::register();
     crate::proxy::metrics::register();
+    crate::quic::metrics::register();
     crate::tls::metrics::register();
 }
 

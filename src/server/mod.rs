@@ -109,7 +109,7 @@ pub fn run(source: ConfigSource) -> anyhow::Result<()> {
 
     let sockets = listeners
         .iter()
-        .map(|l| bind_per_worker(l.address, workers, config.accept))
+        .map(|l| bind_per_worker(&l.state.load().config, workers, config.accept))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut handles = Vec::new();
     let mut commands = Vec::new();

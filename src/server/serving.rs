@@ -60,6 +60,7 @@ impl Serving {
                         tls,
                         file_certificates: state.file_certificates.clone(),
                         pools: state.pools.clone(),
+                        quic: state.quic.clone(),
                         metrics: metrics::ListenerMetrics::new(listener.address),
                     });
                     listener.state.store(fresh.clone());
@@ -124,9 +125,12 @@ impl Serving {
         for state in &fresh {
             let address = state.config.address();
             if !self.listeners.iter().any(|l| l.address == address) {
-                let sockets =
-                    bind_per_worker(address, self.workers.len(), self.started_with.accept())
-                        .refused_for(Bind)?;
+                let sockets = bind_per_worker(
+                    &state.config,
+                    self.workers.len(),
+                    self.started_with.accept(),
+                )
+                .refused_for(Bind)?;
                 opened.push((Listener::new(state.clone()), sockets));
             }
         }

@@ -27,6 +27,8 @@ pub struct ListenerState {
     /// `[[listener.server_name]]` (sharing the listener's when it names no backends).
     pub pools: Vec<Arc<BackendPool>>,
     pub metrics: metrics::ListenerMetrics,
+    /// HTTP/3, when the listener has `quic = true`.
+    pub quic: Option<Arc<crate::quic::QuicService>>,
 }
 
 impl ListenerState {
@@ -253,7 +255,9 @@ pub fn build_states(
                     None => listener_pool.clone(),
                 });
             }
+            let quic = build_quic(listener, &file_certificates, acme, sessions, config, &pools)?;
             Ok(Arc::new(ListenerState {
+                quic,
                 config: listener.clone(),
                 tls,
                 file_certificates,
@@ -262,6 +266,26 @@ pub fn build_states(
             }))
         })
         .collect::<anyhow::Result<Vec<_>>>()
+}
+
+/// A listener's QUIC service, with the same certificates and backends as its TCP side.
+fn build_quic(
+    listener: &ListenerConfig,
+    file_certificates: &[CertifiedKey],
+    acme: AcmeCertificates<'_>,
+    sessions: &Sessions,
+    config: &Config,
+    pools: &[Arc<BackendPool>],
+) -> anyhow::Result<Option<Arc<crate::quic::QuicService>>> {
+    if listener.quic_address().is_none() {
+        return Ok(None);
+    }
+    let mut certs = file_certificates.to_vec();
+    certs.extend(acme_certificates(acme, listener));
+    let service =
+        crate::quic::QuicService::build(listener, certs, sessions, &config.session, pools.to_vec())
+            .with_context(|| format!("listener {}: QUIC", listener.address()))?;
+    Ok(Some(Arc::new(service)))
 }
 
 pub(super) fn uses_builtin(config: &Config) -> bool {

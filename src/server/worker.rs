@@ -20,6 +20,8 @@ pub enum Command {
     Open {
         listener: Arc<Listener>,
         socket: std::net::TcpListener,
+        /// Its UDP socket for HTTP/3, when the listener has one.
+        quic: Option<std::net::UdpSocket>,
     },
 }
 
@@ -74,11 +76,19 @@ impl Worker {
                 command = self.commands.recv() => command,
                 _ = shutdown.wait_for(|stop| *stop) => break,
             };
-            let Some(Command::Open { listener, socket }) = command else {
+            let Some(Command::Open {
+                listener,
+                socket,
+                quic,
+            }) = command
+            else {
                 // The main thread is gone: it only returns after stopping us.
                 let _ = shutdown.wait_for(|stop| *stop).await;
                 break;
             };
+            if let Some(socket) = quic {
+                limits.push(serve_quic(self.index, &listener, socket, &self.shutdown));
+            }
             let max_connections = listener.max_connections;
             let limit = Arc::new(Semaphore::new(max_connections));
             limits.push((limit.clone(), max_connections));
@@ -113,6 +123,36 @@ impl Worker {
             );
         }
     }
+}
+
+/// Starts the worker's QUIC endpoint of `listener`; its connections' permits, for drain.
+fn serve_quic(
+    worker: usize,
+    listener: &Arc<Listener>,
+    socket: std::net::UdpSocket,
+    shutdown: &watch::Receiver<bool>,
+) -> (Arc<Semaphore>, usize) {
+    let total = *listener.state.load().config.quic_max_connections.get_ref();
+    let limit = Arc::new(Semaphore::new(total));
+    // Stops on SIGTERM or when a reload removes the listener.
+    let (stop_tx, stop) = watch::channel(false);
+    let (mut closed, mut shutdown) = (listener.closed.subscribe(), shutdown.clone());
+    tokio::task::spawn_local(async move {
+        tokio::select! {
+            _ = closed.wait_for(|closed| *closed) => {}
+            _ = shutdown.wait_for(|stop| *stop) => {}
+        }
+        let _ = stop_tx.send(true);
+    });
+    let state = listener.clone();
+    tokio::task::spawn_local(crate::quic::serve(crate::quic::Endpoint {
+        worker,
+        socket,
+        current: move || state.state.load().quic.clone(),
+        limit: limit.clone(),
+        stop,
+    }));
+    (limit, total)
 }
 
 /// Why an accept loop ended.

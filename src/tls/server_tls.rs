@@ -6,8 +6,8 @@ use std::sync::{Arc, LazyLock};
 
 use boring::ex_data::Index;
 use boring::ssl::{
-    AsyncSelectCertError, BoxSelectCertFinish, Ssl, SslContext, SslContextBuilder, SslEchKeys,
-    SslMethod,
+    AsyncSelectCertError, BoxSelectCertFinish, Ssl, SslContext, SslContextBuilder, SslContextRef,
+    SslEchKeys, SslMethod,
 };
 
 use super::certificate::CertifiedKey;
@@ -68,6 +68,11 @@ impl ServerTls {
     /// Which `[[listener.server_name]]` a connection with this SNI follows (0: none).
     pub fn profile_index(&self, sni: Option<&str>) -> usize {
         self.profiles.index(sni)
+    }
+
+    /// The context connections are made from, for QUIC (quiche makes them itself).
+    pub fn base_context(&self) -> &SslContextRef {
+        &self.base
     }
 
     /// A connection object for a client at `client`.

@@ -702,21 +702,23 @@ pub async fn write_in_pieces(stream: &mut TcpStream, bytes: &[u8], piece: usize)
 /// /usr/local/go/bin/go (scripts/setup.sh installs one). Without one the test fails.
 pub fn go_client() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let go = go();
-            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("goclient");
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goclient");
-            run(Command::new(go)
-                .args(["build", "-o"])
-                .arg(&out)
-                .arg(".")
-                .current_dir(source)
-                .env("GOTOOLCHAIN", "local")
-                .env("GOFLAGS", "-mod=mod"));
-            out
-        })
-        .clone()
+    BUILT.get_or_init(|| go_build("goclient")).clone()
+}
+
+/// Builds the Go program of tests/`name` into the target's temporary directory.
+pub fn go_build(name: &str) -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(name);
+    run(Command::new(go())
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(source)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod"));
+    out
 }
 
 /// A Go of at least 1.25: `go` on PATH or /usr/local/go/bin/go (scripts/setup.sh installs

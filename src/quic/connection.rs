@@ -1,0 +1,408 @@
+//! One QUIC connection's task: quiche's state, its HTTP/3 layer, and the streams of its
+//! requests. It reads the datagrams the endpoint routes to it, runs quiche's timers,
+//! moves request bodies to their request tasks and responses back, and sends what quiche
+//! has to send. Signatures of its handshake go through the worker's engine queue: the
+//! private-key method's future wakes this task when one is ready.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Wake, Waker};
+
+use bytes::Bytes;
+use quiche::h3;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit};
+
+use super::backend::{Backends, BodyAborted, RequestBody};
+use super::endpoint::{Datagram, Routes};
+use super::metrics;
+use super::request::{self, Reply, RequestContext, REPLY_QUEUE};
+use super::service::QuicService;
+use super::tls::MAX_DATAGRAM;
+
+/// QUIC's code for a close without an error (RFC 9000, 20.1).
+const QUIC_NO_ERROR: u64 = 0x0;
+const QUIC_INTERNAL_ERROR: u64 = 0x1;
+/// HTTP/3's error codes (RFC 9114, 8.1) that tlsterm sends.
+const H3_NO_ERROR: u64 = 0x100;
+const H3_INTERNAL_ERROR: u64 = 0x102;
+const H3_REQUEST_CANCELLED: u64 = 0x10c;
+
+/// Request-body chunks waiting for the backend, per request: with QUIC's stream window,
+/// what bounds a request's memory.
+const BODY_QUEUE: usize = 4;
+/// The most body read from QUIC at once.
+const BODY_CHUNK: usize = 16 * 1024;
+
+/// What a connection's task is given besides its connection.
+pub(super) struct ConnectionContext {
+    pub socket: Rc<UdpSocket>,
+    pub local: SocketAddr,
+    pub client: SocketAddr,
+    pub service: Arc<QuicService>,
+    pub backends: Rc<Backends>,
+    pub routes: Routes,
+    /// The connection IDs the endpoint routes to this connection, removed at its end.
+    pub ids: Vec<Vec<u8>>,
+    /// True once the listener drains (SIGTERM, or the listener removed).
+    pub draining: watch::Receiver<bool>,
+    /// A place under the listener's `quic_max_connections`, held until the end.
+    pub permit: OwnedSemaphorePermit,
+}
+
+/// Wakes the connection's task through its `Notify`: the waker BoringSSL's asynchronous
+/// callbacks use (they run inside quiche, outside any future of this task).
+struct NotifyWaker(Arc<Notify>);
+
+impl Wake for NotifyWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.notify_one();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.notify_one();
+    }
+}
+
+/// A request stream.
+struct Stream {
+    /// Toward the backend; `None` once the request body has ended.
+    body: Option<mpsc::Sender<Result<Bytes, BodyAborted>>>,
+    replies: mpsc::Receiver<Reply>,
+    /// A reply taken from the channel that quiche had no room for yet.
+    unsent: Option<Reply>,
+    /// The response has ended (or the stream was reset).
+    done: bool,
+}
+
+pub(super) async fn run(
+    mut conn: quiche::Connection,
+    mut inbox: mpsc::Receiver<Datagram>,
+    mut context: ConnectionContext,
+) {
+    let wake = Arc::new(Notify::new());
+    let waker = Waker::from(Arc::new(NotifyWaker(wake.clone())));
+    AsMut::<boring::ssl::SslRef>::as_mut(&mut conn).set_task_waker(Some(waker));
+    metrics::connection_opened();
+    let mut established = false;
+    let mut http: Option<Requests> = None;
+    let mut out = vec![0u8; MAX_DATAGRAM];
+    let mut received: Vec<Datagram> = Vec::new();
+    // Until the handshake completes or has been given up.
+    let mut handshake_deadline =
+        Some(std::time::Instant::now() + context.service.handshake_timeout);
+    loop {
+        for mut datagram in received.drain(..) {
+            let info = quiche::RecvInfo {
+                from: datagram.from,
+                to: context.local,
+            };
+            if let Err(err) = conn.recv(&mut datagram.data, info) {
+                tracing::trace!(error = %err, "QUIC packet not processed");
+            }
+        }
+        if !established && conn.is_established() {
+            established = true;
+            handshake_deadline = None;
+            metrics::record_handshake(conn.is_resumed());
+            http = Requests::start(&mut conn);
+        }
+        match http.as_mut() {
+            Some(requests) => requests.serve(&mut conn, &context, &wake),
+            None if *context.draining.borrow() => {
+                let _ = conn.close(true, H3_NO_ERROR, b"");
+            }
+            None => {}
+        }
+        flush(&mut conn, &context.socket, &mut out).await;
+        if conn.is_closed() {
+            break;
+        }
+        let deadline = conn.timeout_instant();
+        tokio::select! {
+            datagram = inbox.recv() => {
+                let Some(datagram) = datagram else { break };
+                received.push(datagram);
+                while let Ok(more) = inbox.try_recv() {
+                    received.push(more);
+                }
+            }
+            _ = wake.notified() => {}
+            _ = context.draining.changed() => {}
+            _ = sleep_until(deadline) => conn.on_timeout(),
+            _ = sleep_until(handshake_deadline) => {
+                tracing::debug!(client = %context.client, "QUIC handshake timed out");
+                handshake_deadline = None;
+                let _ = conn.close(false, QUIC_NO_ERROR, b"");
+            }
+        }
+    }
+    let mut routes = context.routes.borrow_mut();
+    for id in &context.ids {
+        routes.remove(id);
+    }
+    metrics::connection_closed(established);
+    drop(context.permit);
+}
+
+/// The HTTP/3 layer of an established connection, and its request streams.
+struct Requests {
+    h3: h3::Connection,
+    streams: HashMap<u64, Stream>,
+    /// Streams answered whose last bytes quiche may still have to send or resend.
+    unacknowledged: Vec<u64>,
+    goaway_sent: bool,
+}
+
+impl Requests {
+    fn start(conn: &mut quiche::Connection) -> Option<Requests> {
+        match h3::Config::new().and_then(|c| h3::Connection::with_transport(conn, &c)) {
+            Ok(h3) => Some(Requests {
+                h3,
+                streams: HashMap::new(),
+                unacknowledged: Vec::new(),
+                goaway_sent: false,
+            }),
+            Err(err) => {
+                tracing::debug!(error = %err, "HTTP/3 setup failed");
+                let _ = conn.close(true, H3_INTERNAL_ERROR, b"");
+                None
+            }
+        }
+    }
+
+    /// Takes new requests, moves bodies both ways, and while draining sends GOAWAY and
+    /// closes the connection once every request is answered.
+    fn serve(
+        &mut self,
+        conn: &mut quiche::Connection,
+        context: &ConnectionContext,
+        wake: &Arc<Notify>,
+    ) {
+        let (h3, streams) = (&mut self.h3, &mut self.streams);
+        poll_requests(h3, conn, streams, context, wake);
+        move_bodies(h3, conn, streams);
+        // Reading a body's last bytes queues its Finished event.
+        poll_requests(h3, conn, streams, context, wake);
+        send_replies(h3, conn, streams, &mut self.unacknowledged);
+        // quiche forgets a stream once both sides are done and acknowledged.
+        self.unacknowledged
+            .retain(|id| conn.stream_capacity(*id).is_ok());
+        if !*context.draining.borrow() {
+            return;
+        }
+        if !self.goaway_sent {
+            // Requests already received are answered; none after.
+            let next = self.streams.keys().max().map_or(0, |id| id + 4);
+            let _ = self.h3.send_goaway(conn, next);
+            self.goaway_sent = true;
+        }
+        // Once every answer has been acknowledged: quiche drops what is unsent when the
+        // connection closes.
+        if self.streams.is_empty() && self.unacknowledged.is_empty() {
+            let _ = conn.close(true, H3_NO_ERROR, b"");
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends every packet quiche has ready.
+async fn flush(conn: &mut quiche::Connection, socket: &UdpSocket, out: &mut [u8]) {
+    loop {
+        let (len, info) = match conn.send(out) {
+            Ok(sent) => sent,
+            Err(quiche::Error::Done) => return,
+            Err(err) => {
+                tracing::debug!(error = %err, "QUIC send failed");
+                let _ = conn.close(false, QUIC_INTERNAL_ERROR, b"");
+                return;
+            }
+        };
+        if let Err(err) = socket.send_to(&out[..len], info.to).await {
+            tracing::debug!(error = %err, to = %info.to, "UDP send failed");
+        }
+    }
+}
+
+/// Takes HTTP/3's events: new requests start their task; a reset aborts one.
+fn poll_requests(
+    h3: &mut h3::Connection,
+    conn: &mut quiche::Connection,
+    streams: &mut HashMap<u64, Stream>,
+    context: &ConnectionContext,
+    wake: &Arc<Notify>,
+) {
+    loop {
+        match h3.poll(conn) {
+            Ok((id, h3::Event::Headers { list, more_frames })) => {
+                if streams.contains_key(&id) {
+                    // Trailers of a request: HTTP/1.1 gets them as nothing (the body ends).
+                    continue;
+                }
+                metrics::record_stream();
+                streams.insert(id, start_request(list, more_frames, context, conn, wake));
+            }
+            Ok((id, h3::Event::Finished)) => {
+                if let Some(stream) = streams.get_mut(&id) {
+                    stream.body = None;
+                }
+            }
+            Ok((id, h3::Event::Reset(_))) => {
+                if let Some(stream) = streams.remove(&id) {
+                    if let Some(body) = stream.body {
+                        let _ = body.try_send(Err(BodyAborted));
+                    }
+                }
+            }
+            // Body data is read by `move_bodies`, as fast as each backend takes it.
+            Ok((_, h3::Event::Data | h3::Event::PriorityUpdate | h3::Event::GoAway)) => {}
+            Err(h3::Error::Done) => return,
+            Err(err) => {
+                tracing::debug!(error = %err, "HTTP/3 error");
+                // quiche has closed the connection itself on a protocol error; this covers the rest.
+                let _ = conn.close(true, H3_INTERNAL_ERROR, b"");
+                return;
+            }
+        }
+    }
+}
+
+fn start_request(
+    fields: Vec<h3::Header>,
+    has_body: bool,
+    context: &ConnectionContext,
+    conn: &quiche::Connection,
+    wake: &Arc<Notify>,
+) -> Stream {
+    let (body_tx, body) = if has_body {
+        let (tx, rx) = mpsc::channel(BODY_QUEUE);
+        (Some(tx), RequestBody::streamed(rx, wake.clone()))
+    } else {
+        (None, RequestBody::empty())
+    };
+    let (replies_tx, replies) = mpsc::channel(REPLY_QUEUE);
+    let request_context = RequestContext {
+        service: context.service.clone(),
+        backends: context.backends.clone(),
+        sni: conn.server_name().map(str::to_owned),
+        client: context.client.ip(),
+        wake: wake.clone(),
+    };
+    tokio::task::spawn_local(request::forward(fields, body, request_context, replies_tx));
+    Stream {
+        body: body_tx,
+        replies,
+        unsent: None,
+        done: false,
+    }
+}
+
+/// Moves request-body data from QUIC to the request tasks while their channels have room;
+/// what stays unread holds QUIC's flow-control window shut.
+fn move_bodies(
+    h3: &mut h3::Connection,
+    conn: &mut quiche::Connection,
+    streams: &mut HashMap<u64, Stream>,
+) {
+    let mut chunk = [0u8; BODY_CHUNK];
+    for (id, stream) in streams.iter_mut() {
+        let Some(body) = stream.body.as_ref() else {
+            continue;
+        };
+        while let Ok(room) = body.try_reserve() {
+            match h3.recv_body(conn, *id, &mut chunk) {
+                Ok(read) => room.send(Ok(Bytes::copy_from_slice(&chunk[..read]))),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// Writes the request tasks' replies to their streams while quiche has room, and forgets
+/// a stream whose response has ended (adding it to `answered`).
+fn send_replies(
+    h3: &mut h3::Connection,
+    conn: &mut quiche::Connection,
+    streams: &mut HashMap<u64, Stream>,
+    answered: &mut Vec<u64>,
+) {
+    for (id, stream) in streams.iter_mut() {
+        while !stream.done {
+            let reply = match stream.unsent.take() {
+                Some(reply) => reply,
+                None => match stream.replies.try_recv() {
+                    Ok(reply) => reply,
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    // The task ended without a last reply: it panicked, or was cancelled.
+                    Err(mpsc::error::TryRecvError::Disconnected) => Reply::Abort,
+                },
+            };
+            match write_reply(h3, conn, *id, reply) {
+                Ok(ended) => stream.done = ended,
+                Err(rest) => {
+                    stream.unsent = Some(rest);
+                    break;
+                }
+            }
+        }
+    }
+    streams.retain(|id, stream| {
+        if !stream.done {
+            return true;
+        }
+        answered.push(*id);
+        if stream.body.is_some() {
+            // Answered before the whole request body came: the rest is not wanted.
+            let _ = conn.stream_shutdown(*id, quiche::Shutdown::Read, H3_NO_ERROR);
+        }
+        false
+    });
+}
+
+/// Writes one reply: `Ok(true)` when it ended the response, `Err` with what is left of it
+/// when the stream has no room now.
+fn write_reply(
+    h3: &mut h3::Connection,
+    conn: &mut quiche::Connection,
+    id: u64,
+    reply: Reply,
+) -> Result<bool, Reply> {
+    match reply {
+        Reply::Head { fields, fin } => match h3.send_response(conn, id, &fields, fin) {
+            Ok(()) => Ok(fin),
+            Err(h3::Error::StreamBlocked) => Err(Reply::Head { fields, fin }),
+            Err(_) => Ok(true),
+        },
+        Reply::Data(mut data) => match h3.send_body(conn, id, &data, false) {
+            Ok(written) if written == data.len() => Ok(false),
+            Ok(written) => Err(Reply::Data(data.split_off(written))),
+            Err(h3::Error::Done) => Err(Reply::Data(data)),
+            Err(_) => Ok(true),
+        },
+        Reply::Trailers(fields) => {
+            match h3.send_additional_headers(conn, id, &fields, true, true) {
+                Ok(()) => Ok(true),
+                Err(h3::Error::StreamBlocked) => Err(Reply::Trailers(fields)),
+                Err(_) => Ok(true),
+            }
+        }
+        Reply::End => match h3.send_body(conn, id, &[], true) {
+            Ok(_) => Ok(true),
+            Err(h3::Error::Done) => Err(Reply::End),
+            Err(_) => Ok(true),
+        },
+        Reply::Abort => {
+            let _ = conn.stream_shutdown(id, quiche::Shutdown::Write, H3_INTERNAL_ERROR);
+            let _ = conn.stream_shutdown(id, quiche::Shutdown::Read, H3_REQUEST_CANCELLED);
+            Ok(true)
+        }
+    }
+}

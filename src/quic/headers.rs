@@ -1,0 +1,182 @@
+//! HTTP/3 header fields to an HTTP/1.1 request and back: pseudo-headers to the request
+//! line and Host, connection-specific fields dropped (HTTP/3 has none, HTTP/1.1 framing is
+//! hyper's), the client's own `Forwarded`/`X-Forwarded-*` replaced by tlsterm's.
+
+use std::net::IpAddr;
+
+use hyper::header::{HeaderName, HeaderValue, COOKIE, HOST};
+use hyper::{HeaderMap, Method, Request, Uri};
+use quiche::h3::{Header, NameValue};
+
+/// Fields that describe one HTTP/1.1 connection, never forwarded either way.
+const CONNECTION_SPECIFIC: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// Fields tlsterm sets toward the backend; a client's own copies are dropped, so a
+/// backend can trust them.
+const FORWARDING: [&str; 3] = ["forwarded", "x-forwarded-for", "x-forwarded-proto"];
+
+/// Why a request cannot be forwarded (answered 400).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct BadRequest(pub &'static str);
+
+/// The HTTP/1.1 request head for an HTTP/3 request's header fields, from a client at
+/// `client`; the body is added by the caller.
+pub(super) fn request_head(
+    fields: &[Header],
+    client: IpAddr,
+) -> Result<hyper::http::request::Builder, BadRequest> {
+    let (mut method, mut path, mut authority) = (None, None, None);
+    let mut headers = HeaderMap::new();
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    for field in fields {
+        let (name, value) = (field.name(), field.value());
+        match name {
+            b":method" => method = Some(value),
+            b":path" => path = Some(value),
+            b":authority" => authority = Some(value),
+            b":scheme" | b":protocol" => {}
+            _ if name.starts_with(b":") => return Err(BadRequest("unknown pseudo-header")),
+            b"cookie" => cookies.push(value),
+            _ => {
+                let name =
+                    HeaderName::from_bytes(name).map_err(|_| BadRequest("invalid field name"))?;
+                if skipped(&name) {
+                    continue;
+                }
+                let value = HeaderValue::from_bytes(value)
+                    .map_err(|_| BadRequest("invalid field value"))?;
+                headers.append(name, value);
+            }
+        }
+    }
+    let method = Method::from_bytes(method.ok_or(BadRequest("no :method"))?)
+        .map_err(|_| BadRequest("invalid :method"))?;
+    if method == Method::CONNECT {
+        return Err(BadRequest("CONNECT is not forwarded"));
+    }
+    let path = Uri::try_from(path.ok_or(BadRequest("no :path"))?)
+        .map_err(|_| BadRequest("invalid :path"))?;
+    if let Some(authority) = authority {
+        // :authority is the request's host; a Host field beside it must not disagree.
+        let host =
+            HeaderValue::from_bytes(authority).map_err(|_| BadRequest("invalid :authority"))?;
+        headers.insert(HOST, host);
+    }
+    if !headers.contains_key(HOST) {
+        return Err(BadRequest("no :authority or Host"));
+    }
+    if !cookies.is_empty() {
+        // HTTP/3 may split the Cookie field; HTTP/1.1 wants it whole (RFC 9114, 4.2.1).
+        let joined = cookies.join(&b"; "[..]);
+        let cookie = HeaderValue::from_bytes(&joined).map_err(|_| BadRequest("invalid cookie"))?;
+        headers.insert(COOKIE, cookie);
+    }
+    headers.insert(
+        "x-forwarded-for",
+        HeaderValue::from_str(&client.to_string()).expect("an address is a valid value"),
+    );
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    let mut builder = Request::builder().method(method).uri(path);
+    if let Some(map) = builder.headers_mut() {
+        *map = headers;
+    }
+    Ok(builder)
+}
+
+fn skipped(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    CONNECTION_SPECIFIC.contains(&name) || FORWARDING.contains(&name)
+}
+
+/// The HTTP/3 fields of a backend's response head (or, without a status, its trailers).
+pub(super) fn response_fields(status: Option<u16>, headers: &HeaderMap) -> Vec<Header> {
+    let mut fields = Vec::with_capacity(headers.len() + 1);
+    if let Some(status) = status {
+        fields.push(Header::new(b":status", status.to_string().as_bytes()));
+    }
+    for (name, value) in headers {
+        if !CONNECTION_SPECIFIC.contains(&name.as_str()) {
+            fields.push(Header::new(name.as_str().as_bytes(), value.as_bytes()));
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(list: &[(&str, &str)]) -> Vec<Header> {
+        list.iter()
+            .map(|(n, v)| Header::new(n.as_bytes(), v.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn pseudo_headers_become_the_request_line_and_host() {
+        let request = request_head(
+            &fields(&[
+                (":method", "POST"),
+                (":scheme", "https"),
+                (":authority", "example.com"),
+                (":path", "/upload?x=1"),
+                ("cookie", "a=1"),
+                ("cookie", "b=2"),
+                ("x-forwarded-for", "6.6.6.6"),
+                ("forwarded", "for=6.6.6.6"),
+                ("connection", "close"),
+                ("content-type", "text/plain"),
+            ]),
+            "192.0.2.7".parse().unwrap(),
+        )
+        .unwrap()
+        .body(())
+        .unwrap();
+        assert_eq!(request.method(), Method::POST);
+        assert_eq!(request.uri(), "/upload?x=1");
+        let h = request.headers();
+        assert_eq!(h["host"], "example.com");
+        assert_eq!(h["cookie"], "a=1; b=2");
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert!(h.get("forwarded").is_none() && h.get("connection").is_none());
+        assert_eq!(h["content-type"], "text/plain");
+    }
+
+    #[test]
+    fn a_request_without_what_http1_needs_is_refused() {
+        let client = "::1".parse().unwrap();
+        let no_path = fields(&[(":method", "GET"), (":authority", "a")]);
+        assert_eq!(
+            request_head(&no_path, client).err(),
+            Some(BadRequest("no :path"))
+        );
+        let no_host = fields(&[(":method", "GET"), (":path", "/")]);
+        assert_eq!(
+            request_head(&no_host, client).err(),
+            Some(BadRequest("no :authority or Host"))
+        );
+        let connect = fields(&[(":method", "CONNECT"), (":authority", "a:1")]);
+        assert!(request_head(&connect, client).is_err());
+    }
+
+    #[test]
+    fn response_fields_start_with_the_status_and_drop_connection_fields() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-length", HeaderValue::from_static("5"));
+        headers.insert("connection", HeaderValue::from_static("keep-alive"));
+        headers.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        let out = response_fields(Some(200), &headers);
+        let names: Vec<&[u8]> = out.iter().map(|f| f.name()).collect();
+        assert_eq!(names, [&b":status"[..], b"content-length"]);
+        assert_eq!(out[0].value(), b"200");
+    }
+}

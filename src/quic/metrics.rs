@@ -1,0 +1,126 @@
+//! HTTP/3's series: QUIC connections, handshakes, request streams, the packets the
+//! endpoint dropped and why, and the answers made for backends that failed.
+
+use std::sync::LazyLock;
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
+
+use crate::metrics;
+
+struct QuicMetrics {
+    connections: IntCounter,
+    open: IntGauge,
+    handshakes: IntCounterVec,
+    handshake_failures: IntCounter,
+    streams: IntCounter,
+    dropped: IntCounterVec,
+    backend_errors: IntCounterVec,
+}
+
+static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
+    QuicMetrics {
+    connections: metrics::counter(
+        "quic_connections_total",
+        "QUIC connections accepted (a client's first Initial packet)",
+    ),
+    open: metrics::gauge("quic_connections", "QUIC connections open now"),
+    handshakes: metrics::counter_vec(
+        "quic_handshakes_total",
+        "QUIC handshakes completed, full or resumed (a ticket)",
+        &["kind"],
+    ),
+    handshake_failures: metrics::counter(
+        "quic_handshake_failures_total",
+        "QUIC connections closed before their handshake completed",
+    ),
+    streams: metrics::counter("quic_streams_total", "HTTP/3 requests received"),
+    dropped: metrics::counter_vec(
+        "quic_packets_dropped_total",
+        "UDP datagrams the QUIC endpoint dropped before any connection read them, by reason",
+        &["reason"],
+    ),
+    backend_errors: metrics::counter_vec(
+        "quic_backend_errors_total",
+        "HTTP/3 requests answered by tlsterm because the backend failed: 502 (unreachable, broken answer) or 504 (no answer in quic_backend_timeout)",
+        &["status"],
+    ),
+}
+});
+
+/// Registers the series, so that they are exported from the start.
+pub fn register() {
+    LazyLock::force(&METRICS);
+}
+
+/// Why the endpoint dropped a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dropped {
+    /// Not a QUIC packet header.
+    BadHeader,
+    /// A short-header or non-Initial packet for no connection of this worker.
+    UnknownConnection,
+    /// A new connection beyond `quic_max_connections`.
+    MaxConnections,
+    /// A new connection while the listener drains or no longer serves QUIC.
+    NotAccepting,
+    /// The connection's task is behind by a whole queue of datagrams.
+    QueueFull,
+    /// quiche refused to make a connection of the Initial (bad token, TLS setup).
+    AcceptFailed,
+}
+
+impl Dropped {
+    fn label(self) -> &'static str {
+        match self {
+            Dropped::BadHeader => "bad_header",
+            Dropped::UnknownConnection => "unknown_connection",
+            Dropped::MaxConnections => "max_connections",
+            Dropped::NotAccepting => "not_accepting",
+            Dropped::QueueFull => "queue_full",
+            Dropped::AcceptFailed => "accept_failed",
+        }
+    }
+}
+
+// Connection counts are kept whether or not hot-path series are recorded: the gauge must
+// stay balanced.
+
+pub(super) fn connection_opened() {
+    METRICS.connections.inc();
+    METRICS.open.inc();
+}
+
+pub(super) fn connection_closed(established: bool) {
+    METRICS.open.dec();
+    if !established {
+        METRICS.handshake_failures.inc();
+    }
+}
+
+pub(super) fn record_handshake(resumed: bool) {
+    if metrics::enabled() {
+        let kind = if resumed { "resumed" } else { "full" };
+        METRICS.handshakes.with_label_values(&[kind]).inc();
+    }
+}
+
+pub(super) fn record_stream() {
+    if metrics::enabled() {
+        METRICS.streams.inc();
+    }
+}
+
+pub(super) fn record_dropped(why: Dropped) {
+    if metrics::enabled() {
+        METRICS.dropped.with_label_values(&[why.label()]).inc();
+    }
+}
+
+pub(super) fn record_backend_error(status: u16) {
+    if metrics::enabled() {
+        METRICS
+            .backend_errors
+            .with_label_values(&[&status.to_string()])
+            .inc();
+    }
+}

@@ -1,0 +1,27 @@
+//! HTTP/3: a QUIC endpoint per worker and listener (`quic = true`), whose requests go to
+//! the listener's backends as HTTP/1.1.
+//!
+//! QUIC is quiche's, over the same BoringSSL as the TCP path: the listener's TLS is built
+//! by `tls::ServerTls` (certificates, selection by SNI, per-name settings, client
+//! certificates, the asynchronous private-key method that queues signatures for the
+//! worker's engine) with ALPN `h3`, and handed to quiche. Each worker has its own UDP
+//! socket of the address (SO_REUSEPORT); the connection IDs it issues name the worker, and
+//! the socket group's reuseport program sends a packet to the worker its destination
+//! connection ID names, so a connection stays on its worker when the client's address
+//! changes. One task per connection runs quiche; one task per request stream talks
+//! HTTP/1.1 to a backend, with bodies streamed both ways under QUIC's flow control.
+
+mod backend;
+pub mod cid;
+mod connection;
+mod endpoint;
+mod headers;
+pub mod metrics;
+mod request;
+mod service;
+mod sockets;
+mod tls;
+
+pub use endpoint::{serve, Endpoint};
+pub use service::QuicService;
+pub use sockets::bind_per_worker;

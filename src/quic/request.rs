@@ -1,0 +1,139 @@
+//! One HTTP/3 request: sent to a backend as HTTP/1.1, and its response handed back to the
+//! connection's task piece by piece (head, body chunks, trailers), each waiting for room
+//! in a short channel, so a large or slow response is never held whole.
+
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use quiche::h3::Header;
+use tokio::sync::{mpsc, Notify};
+
+use super::backend::{Backends, RequestBody};
+use super::headers::{request_head, response_fields};
+use super::metrics;
+use super::service::QuicService;
+
+/// What the request's task tells the connection's task.
+pub(super) enum Reply {
+    /// The response head; `fin` when no body follows.
+    Head {
+        fields: Vec<Header>,
+        fin: bool,
+    },
+    Data(Bytes),
+    /// Trailers, which end the response.
+    Trailers(Vec<Header>),
+    /// The body is complete.
+    End,
+    /// The backend failed after the head was sent: the stream is reset.
+    Abort,
+}
+
+/// Replies waiting for the connection's task, per request.
+pub(super) const REPLY_QUEUE: usize = 4;
+
+/// What a request needs besides its own fields and body.
+pub(super) struct RequestContext {
+    pub service: Arc<QuicService>,
+    pub backends: Rc<Backends>,
+    pub sni: Option<String>,
+    pub client: IpAddr,
+    /// Woken whenever a reply is queued.
+    pub wake: Arc<Notify>,
+}
+
+/// Forwards one request and streams its response into `replies`; ends early when the
+/// connection's task drops its end (the stream was reset or the connection closed).
+pub(super) async fn forward(
+    fields: Vec<Header>,
+    body: RequestBody,
+    context: RequestContext,
+    replies: mpsc::Sender<Reply>,
+) {
+    let send = |reply: Reply| {
+        let (replies, wake) = (&replies, &context.wake);
+        async move {
+            let sent = replies.send(reply).await.is_ok();
+            wake.notify_one();
+            sent
+        }
+    };
+    let head = match request_head(&fields, context.client) {
+        Ok(head) => head,
+        Err(bad) => {
+            tracing::debug!(reason = bad.0, "HTTP/3 request refused");
+            send(simple_answer(400)).await;
+            return;
+        }
+    };
+    let request = head.body(body).expect("a head checked field by field");
+    let pool = context.service.pool_for(context.sni.as_deref()).clone();
+    let sent = tokio::time::timeout(
+        context.service.backend_timeout,
+        context.backends.send(&pool, request),
+    )
+    .await;
+    let (response, connection) = match sent {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(err)) => {
+            tracing::debug!(error = %err, "HTTP/3 request: no answer from the backend");
+            metrics::record_backend_error(502);
+            send(simple_answer(502)).await;
+            return;
+        }
+        Err(_) => {
+            metrics::record_backend_error(504);
+            send(simple_answer(504)).await;
+            return;
+        }
+    };
+    let (parts, mut body) = response.into_parts();
+    let fin = hyper::body::Body::is_end_stream(&body);
+    let fields = response_fields(Some(parts.status.as_u16()), &parts.headers);
+    if !send(Reply::Head { fields, fin }).await || fin {
+        if fin {
+            context.backends.give_back(&pool, connection);
+        }
+        return;
+    }
+    loop {
+        let reply = match body.frame().await {
+            None => Reply::End,
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if data.is_empty() => continue,
+                Ok(data) => Reply::Data(data),
+                Err(frame) => match frame.into_trailers() {
+                    Ok(trailers) => Reply::Trailers(response_fields(None, &trailers)),
+                    Err(_) => continue,
+                },
+            },
+            Some(Err(err)) => {
+                tracing::debug!(error = %err, "backend response ended early");
+                send(Reply::Abort).await;
+                return;
+            }
+        };
+        let last = matches!(reply, Reply::End | Reply::Trailers(_));
+        if !send(reply).await {
+            return;
+        }
+        if last {
+            break;
+        }
+    }
+    context.backends.give_back(&pool, connection);
+}
+
+/// A response tlsterm makes itself: a status and no body.
+fn simple_answer(status: u16) -> Reply {
+    Reply::Head {
+        fields: vec![
+            Header::new(b":status", status.to_string().as_bytes()),
+            Header::new(b"content-length", b"0"),
+        ],
+        fin: true,
+    }
+}

@@ -1,0 +1,60 @@
+//! What a listener's QUIC connections are made with: its quiche configuration (over the
+//! listener's TLS), its backend pools and its timeouts (the idle timeout is quiche's,
+//! in its configuration). Built with the listener's state and
+//! replaced whole with it on reload: a new connection takes the current one, an
+//! established connection keeps its own.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::config::{ListenerConfig, SessionConfig};
+use crate::proxy::pool::BackendPool;
+use crate::session::Sessions;
+use crate::tls::{CertifiedKey, ServerTls};
+
+pub struct QuicService {
+    /// quiche needs it mutably to make a connection: held only for that.
+    config: Mutex<quiche::Config>,
+    tls: ServerTls,
+    /// As the listener's: by `ServerTls::profile_index`.
+    pools: Vec<Arc<BackendPool>>,
+    pub(super) backend_timeout: Duration,
+    /// The listener's `handshake_timeout`: a connection not established by then is closed.
+    pub(super) handshake_timeout: Duration,
+}
+
+impl QuicService {
+    pub fn build(
+        listener: &ListenerConfig,
+        certs: Vec<CertifiedKey>,
+        sessions: &Sessions,
+        session_config: &SessionConfig,
+        pools: Vec<Arc<BackendPool>>,
+    ) -> anyhow::Result<QuicService> {
+        let (config, tls) = super::tls::build(listener, certs, sessions, session_config)?;
+        Ok(QuicService {
+            config: Mutex::new(config),
+            tls,
+            pools,
+            backend_timeout: listener.quic_backend_timeout,
+            handshake_timeout: listener.handshake_timeout,
+        })
+    }
+
+    /// A server connection for a client's first Initial packet.
+    pub(super) fn accept(
+        &self,
+        scid: &quiche::ConnectionId<'_>,
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) -> quiche::Result<quiche::Connection> {
+        let mut config = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        quiche::accept(scid, None, local, peer, &mut config)
+    }
+
+    /// The backends of a connection with this SNI.
+    pub(super) fn pool_for(&self, sni: Option<&str>) -> &Arc<BackendPool> {
+        &self.pools[self.tls.profile_index(sni)]
+    }
+}

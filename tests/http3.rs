@@ -1,0 +1,410 @@
+//! HTTP/3 through `serve` (`quic = true`): quic-go's HTTP/3 client (tests/h3client) against
+//! a tlsterm process whose backend is a real HTTP/1.1 server in this test that echoes what
+//! it received: requests and bodies both ways, the forwarding headers, backend failures,
+//! signatures made by the engine, and many connections over two workers.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::sync::Notify;
+
+/// The HTTP/3 test client (tests/h3client), built once per test process.
+fn h3_client() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| go_build("h3client")).clone()
+}
+
+/// Runs the HTTP/3 client against 127.0.0.1:`port` (UDP); returns its answers.
+fn h3(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
+    let out = run(Command::new(h3_client())
+        .arg("-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(args));
+    serde_json::from_slice(&out.stdout).expect("the HTTP/3 client prints JSON")
+}
+
+/// What the client sends with `-body-bytes n`: byte i is i mod 251.
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+fn hex_sha256(data: &[u8]) -> String {
+    boring::sha::sha256(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Requests to `/wait` that the backend holds, and what lets them go.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+static RELEASE: Notify = Notify::const_new();
+
+/// Echoes a request: its body back, and what it saw as `x-seen-*` headers. A request to
+/// `/wait` is answered once the test releases it, one to `/never` never.
+async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    if request.uri().path() == "/never" {
+        std::future::pending::<()>().await;
+    }
+    if request.uri().path() == "/wait" {
+        let released = RELEASE.notified();
+        WAITING.fetch_add(1, Ordering::SeqCst);
+        released.await;
+    }
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let seen = |name: &str| {
+        parts
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("?").to_string())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let mut response = Response::builder()
+        .header("x-seen-method", parts.method.as_str())
+        .header("x-seen-path", parts.uri.to_string())
+        .header("x-seen-body-len", body.len().to_string());
+    for name in [
+        "host",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "forwarded",
+        "x-custom",
+    ] {
+        response = response.header(format!("x-seen-{name}"), seen(name));
+    }
+    Ok(response.body(Full::new(body)).unwrap())
+}
+
+/// A real HTTP/1.1 backend on a free port, serving `echo` until the test ends.
+async fn echo_backend() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), hyper::service::service_fn(echo)),
+            );
+        }
+    });
+    address
+}
+
+/// tlsterm with one listener answering HTTP/3 on its port, forwarding to `backend`.
+fn start_quic(backend: &str, header: &str, extra: &str) -> (tempfile::TempDir, Server, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listener =
+        format!("address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\nquic = true\n{extra}");
+    let config = write_config(dir.path(), header, &[listener]);
+    let server = Server::start(&config);
+    (dir, server, port)
+}
+
+/// A new certificate for `cn` in `dir`, as a listener's `[[listener.certificate]]` table.
+fn certificate_table(dir: &Path, stem: &str, cn: &str, key: KeyType) -> String {
+    let (cert, key) = make_cert(dir, stem, cn, key);
+    format!(
+        "[[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    )
+}
+
+fn text<'a>(answer: &'a serde_json::Value, key: &str) -> &'a str {
+    answer[key].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_and_post_reach_the_backend_as_http1_with_forwarding_headers() {
+    let backend = echo_backend().await;
+    let (_dir, _server, port) = start_quic(&backend.to_string(), "", "");
+    let client = tokio::task::spawn_blocking(move || {
+        let get = h3(
+            port,
+            &[
+                "-path",
+                "/hello?x=1",
+                "-header",
+                "X-Forwarded-For: 6.6.6.6",
+                "-header",
+                "Forwarded: for=6.6.6.6",
+                "-header",
+                "X-Custom: kept",
+            ],
+        );
+        let post = h3(
+            port,
+            &[
+                "-method",
+                "POST",
+                "-path",
+                "/upload",
+                "-body-bytes",
+                "3000000",
+            ],
+        );
+        (get, post)
+    });
+    let (get, post) = client.await.unwrap();
+
+    let get = &get[0];
+    assert_eq!(get["status"], 200, "{get}");
+    assert_eq!(text(get, "proto"), "HTTP/3.0");
+    let seen = &get["headers"];
+    assert_eq!(text(seen, "x-seen-method"), "GET");
+    assert_eq!(text(seen, "x-seen-path"), "/hello?x=1");
+    assert_eq!(text(seen, "x-seen-host"), "localhost");
+    // tlsterm's own, once; the client's copies are gone.
+    assert_eq!(text(seen, "x-seen-x-forwarded-for"), "127.0.0.1");
+    assert_eq!(text(seen, "x-seen-x-forwarded-proto"), "https");
+    assert_eq!(text(seen, "x-seen-forwarded"), "");
+    assert_eq!(text(seen, "x-seen-x-custom"), "kept");
+    assert_eq!(get["body_len"], 0);
+
+    let post = &post[0];
+    assert_eq!(post["status"], 200, "{post}");
+    assert_eq!(text(&post["headers"], "x-seen-method"), "POST");
+    assert_eq!(text(&post["headers"], "x-seen-body-len"), "3000000");
+    assert_eq!(post["body_len"], 3_000_000, "the body comes back whole");
+    assert_eq!(text(post, "body_sha256"), hex_sha256(&pattern(3_000_000)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_backend_is_answered_502() {
+    // Bound, never listening: connections are refused.
+    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+    refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let backend = refusing.local_addr().unwrap().to_string();
+    let (_dir, server, port) = start_quic(&backend, "", "");
+    let answers = tokio::task::spawn_blocking(move || h3(port, &["-requests", "2"]))
+        .await
+        .unwrap();
+    for answer in &answers {
+        assert_eq!(answer["status"], 502, "{answer}");
+    }
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_backend_errors_total{status=\"502\"} 2");
+}
+
+/// The QUIC handshake's signature goes through the worker's engine queue (the
+/// asynchronous private-key method, resumed by the connection's task when the batch is
+/// done), not through BoringSSL inline: the engine's counters say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_handshake_signatures_are_made_by_the_engine() {
+    let backend = echo_backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let certificate = certificate_table(dir.path(), "rsa", "localhost", KeyType::Rsa2048);
+    let engine = "[engine]\nmode = \"batch\"\nsmall_batch_threshold = 1\npoll_delay = \"2ms\"\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), engine, &certificate);
+    let answers = tokio::task::spawn_blocking(move || h3(port, &["-connections", "3"]))
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 3);
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+    }
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"full\"} 3");
+    let batch = metric(admin, "tlsterm_engine_operations_total", "path=\"batch\"");
+    let inline = metric(admin, "tlsterm_engine_operations_total", "path=\"inline\"");
+    assert_eq!(
+        (batch, inline),
+        (3.0, 0.0),
+        "one engine signature per handshake"
+    );
+}
+
+/// Two workers, each with its own UDP socket of the port: every connection's packets
+/// reach the worker that made it (the reuseport program reads the worker from the
+/// connection ID), so all of many connections at once complete all their requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_over_two_workers_all_complete() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "");
+    let answers = tokio::task::spawn_blocking(move || {
+        h3(
+            port,
+            &["-connections", "40", "-requests", "3", "-path", "/many"],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(answers.len(), 120);
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+        assert_eq!(text(&answer["headers"], "x-seen-path"), "/many");
+    }
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_streams_total 120");
+    assert_eq!(metric(admin, "tlsterm_quic_connections_total", ""), 40.0);
+    wait_for_metric(admin, "tlsterm_quic_connections 0");
+}
+
+/// A reload's new certificate serves new QUIC connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_serves_new_connections_the_new_certificate() {
+    let backend = echo_backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let certificate = certificate_table(dir.path(), "site", "alpha.test", KeyType::EcdsaP256);
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", &certificate);
+    let before = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    assert_eq!(text(&before[0], "peer_cn"), "alpha.test", "{}", before[0]);
+
+    make_cert(dir.path(), "site", "beta.test", KeyType::EcdsaP256);
+    let verdict = server.reload();
+    assert!(verdict.contains("reloaded"), "{verdict}");
+    let after = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    assert_eq!(after[0]["status"], 200, "{}", after[0]);
+    assert_eq!(text(&after[0], "peer_cn"), "beta.test");
+}
+
+/// A second connection resumes the first one's session (a ticket), counted as resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_connection_resumes_with_a_ticket() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "");
+    let answers = tokio::task::spawn_blocking(move || h3(port, &["-connections", "2", "-resume"]))
+        .await
+        .unwrap();
+    assert_eq!(answers[0]["resumed"], false, "{}", answers[0]);
+    assert_eq!(answers[1]["resumed"], true, "{}", answers[1]);
+    assert_eq!(answers[1]["status"], 200);
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"resumed\"} 1");
+}
+
+/// SIGTERM: a request in flight is answered (the connection gets GOAWAY and ends after
+/// it), a new connection is not taken, and the process exits once drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_requests_in_flight_and_takes_no_new_connection() {
+    let backend = echo_backend().await;
+    let (_dir, mut server, port) = start_quic(&backend.to_string(), "", "");
+    let admin = admin_address(&server.config).unwrap();
+    let in_flight = tokio::task::spawn_blocking(move || h3(port, &["-path", "/wait"]));
+    wait_until("the backend holds the request", || {
+        WAITING.load(Ordering::SeqCst) == 1
+    });
+    server.signal("TERM");
+    server.log.wait_for("stopping", 0);
+    let refused = tokio::task::spawn_blocking(move || h3(port, &["-timeout", "2s"]))
+        .await
+        .unwrap();
+    assert!(refused[0]["error"].is_string(), "{}", refused[0]);
+    assert!(
+        metric(
+            admin,
+            "tlsterm_quic_packets_dropped_total",
+            "reason=\"not_accepting\""
+        ) >= 1.0
+    );
+
+    RELEASE.notify_waiters();
+    let answered = in_flight.await.unwrap();
+    assert_eq!(answered[0]["status"], 200, "{}", answered[0]);
+    let status = eventually("tlsterm exits once drained", || {
+        server.child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}");
+}
+
+/// A backend that sends no response head within `quic_backend_timeout`: 504, and the
+/// connection's other requests are not held up by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_without_an_answer_is_answered_504() {
+    let backend = echo_backend().await;
+    let extra = "quic_backend_timeout = \"300ms\"\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", extra);
+    let answers = tokio::task::spawn_blocking(move || h3(port, &["-path", "/never"]))
+        .await
+        .unwrap();
+    assert_eq!(answers[0]["status"], 504, "{}", answers[0]);
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_backend_errors_total{status=\"504\"} 1");
+}
+
+/// A backend that dies in the middle of its response body: the client's stream is reset
+/// with H3_INTERNAL_ERROR (it sees an error, not a short body taken for whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_dying_mid_response_resets_the_stream() {
+    let backend = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = backend.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = backend.accept().await {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let promised = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n";
+            let _ = stream.write_all(promised).await;
+            let _ = stream.write_all(&[b'x'; 1000]).await;
+            // Dropped here: the connection closes 99,000 bytes short.
+        }
+    });
+    let (_dir, _server, port) = start_quic(&address.to_string(), "", "");
+    let answers = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    // The reset may overtake the response head (quiche drops what it has not sent yet):
+    // either way the client sees an error, never a complete answer.
+    let answer = &answers[0];
+    assert!(
+        text(answer, "error").contains("H3_INTERNAL_ERROR"),
+        "{answer}"
+    );
+    assert!(answer["body_len"].as_u64().unwrap() < 100_000, "{answer}");
+}
+
+/// 100 requests at once on one connection, each its own stream, all answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_streams_on_one_connection() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "");
+    let answers = tokio::task::spawn_blocking(move || {
+        h3(
+            port,
+            &[
+                "-requests",
+                "100",
+                "-concurrent",
+                "-method",
+                "POST",
+                "-body-bytes",
+                "20000",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(answers.len(), 100);
+    let expected = hex_sha256(&pattern(20_000));
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+        assert_eq!(text(answer, "body_sha256"), expected);
+    }
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_streams_total 100");
+    assert_eq!(metric(admin, "tlsterm_quic_connections_total", ""), 1.0);
+}
