@@ -2,9 +2,10 @@
 //!
 //! Every signature a handshake needs comes here through BoringSSL's asynchronous private
 //! key hook (see `tls::keymethod`). In `inline` mode it is computed at once by BoringSSL.
-//! In `batch` mode an RSA operation joins its worker's queue and the handshake is
-//! suspended; the worker's queue runs the multi-buffer engine when the batch is full, when
-//! every handshake of the worker is waiting on it, or when the poll delay expires.
+//! In `batch` mode an RSA signature, and an ECDSA P-256 one where the CPU has AVX-512 IFMA,
+//! joins its worker's queue and the handshake is suspended; the worker's queue runs the
+//! multi-buffer engine when a kind's batch is full, when every handshake of the worker is
+//! waiting on it, or when the poll delay expires.
 
 mod key;
 pub mod key_share;
