@@ -1,4 +1,5 @@
-//! Session resumption end to end: tickets shared through a key file, in-memory key
+//! Session resumption end to end: how many TLS 1.3 tickets a handshake sends
+//! (`num_tickets`, counted by `openssl s_client`), tickets shared through a key file, in-memory key
 //! rotation with a grace period, session IDs and ticket keys shared through a real Redis
 //! (plain and TLS), Redis dying under load, the session cache bound. The client is BoringSSL in-process, with its own session
 //! capture (the common `tls_connect` does not resume).
