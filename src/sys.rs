@@ -196,6 +196,18 @@ pub fn set_session_lifetime(builder: &mut SslContextBuilder, seconds: u32) {
     }
 }
 
+/// How many TLS 1.3 tickets (NewSessionTicket messages) a server context sends after each
+/// handshake; 0 sends none. BoringSSL caps the number at [`MAX_TLS13_TICKETS`].
+pub fn set_tls13_ticket_count(builder: &mut SslContextBuilder, count: u8) {
+    // SAFETY: `builder.as_ptr()` is a valid SSL_CTX owned by the builder; the setter only
+    // stores the (capped) number in it and always succeeds.
+    unsafe { boring_sys::SSL_CTX_set_num_tickets(builder.as_ptr(), usize::from(count)) };
+}
+
+/// The most tickets BoringSSL sends after one handshake (`kMaxTickets`, ssl/internal.h):
+/// it silently lowers a larger count to this.
+pub const MAX_TLS13_TICKETS: u8 = 16;
+
 // ---- Session hooks ----
 
 /// A serialized TLS 1.2 session. It holds the session's master secret, so its bytes are

@@ -1,4 +1,5 @@
-//! Session resumption end to end: tickets shared through a key file, in-memory key
+//! Session resumption end to end: how many TLS 1.3 tickets a handshake sends
+//! (`num_tickets`, counted by `openssl s_client`), tickets shared through a key file, in-memory key
 //! rotation with a grace period, session IDs and ticket keys shared through a real Redis
 //! (plain and TLS), Redis dying under load, the session cache bound. The client is BoringSSL in-process, with its own session
 //! capture (the common `tls_connect` does not resume).
@@ -790,6 +791,67 @@ async fn cache_bound_holds_under_many_sessions() {
         resumed_oldest == 0,
         "{resumed_oldest} evicted sessions resumed"
     );
+}
+
+/// How many NewSessionTicket messages `openssl s_client` reports after a TLS 1.3 handshake
+/// and one request; the last ticket is written to `session_file` (when there is one).
+fn tls13_tickets_received(port: u16, session_file: &std::path::Path) -> usize {
+    let file = session_file.to_str().unwrap();
+    let out = s_client(port, &["-tls1_3", "-ign_eof", "-sess_out", file], GET_CLOSE);
+    assert!(out.contains("HTTP/1.1 200"), "{out}");
+    out.matches("Post-Handshake New Session Ticket arrived")
+        .count()
+}
+
+/// Whether `openssl s_client` resumes the session in `session_file`.
+fn openssl_resumes(port: u16, session_file: &std::path::Path) -> bool {
+    let file = session_file.to_str().unwrap();
+    let out = s_client(port, &["-tls1_3", "-sess_in", file], "");
+    assert!(out.contains("TLSv1.3"), "{out}");
+    out.contains("Reused, TLSv1.3")
+}
+
+/// `num_tickets`: a full TLS 1.3 handshake sends that many tickets (one by default), each
+/// resumes; 0 sends none, so the next handshake is a full one; a reload applies a new count.
+#[tokio::test]
+async fn num_tickets_is_how_many_tls13_tickets_a_handshake_sends() {
+    let s = setup();
+    let default = s.start("default", &Section::default());
+    let file = s.dir.join("default.session");
+    assert_eq!(tls13_tickets_received(default.port, &file), 1);
+    assert!(openssl_resumes(default.port, &file));
+
+    let two = Section::default().set("num_tickets", 2);
+    let a = s.start("a", &two);
+    let file = s.dir.join("a.session");
+    assert_eq!(tls13_tickets_received(a.port, &file), 2);
+    assert!(openssl_resumes(a.port, &file));
+
+    // Down to none on reload: no ticket, and the session of that handshake does not resume.
+    s.config("a", a.port, a.admin, &two.clone().set("num_tickets", 0));
+    assert!(a.server.reload().contains("reloaded"));
+    let none = s.dir.join("none.session");
+    assert_eq!(tls13_tickets_received(a.port, &none), 0);
+    if none.exists() {
+        assert!(!openssl_resumes(a.port, &none));
+    }
+    // A ticket issued before the reload still resumes: the keys are the same.
+    assert!(openssl_resumes(a.port, &file));
+
+    s.config("a", a.port, a.admin, &two.set("num_tickets", 1));
+    assert!(a.server.reload().contains("reloaded"));
+    assert_eq!(tls13_tickets_received(a.port, &file), 1);
+    assert!(openssl_resumes(a.port, &file));
+
+    // Out of range: refused, naming the key.
+    let bad = s.config(
+        "bad",
+        free_port(),
+        free_port(),
+        &Section::default().set("num_tickets", 17),
+    );
+    let stderr = check_refuses(&bad);
+    assert!(stderr.contains("num_tickets"), "{stderr}");
 }
 
 #[test]

@@ -44,7 +44,7 @@ pub use listener::{
 pub use ocsp::OcspConfig;
 pub use process::{default_admin_address, AcceptMode, AdminConfig, LogConfig, ProcessSettings};
 pub use server_name::{is_dns_label, normal_name, ServerNameConfig};
-pub use session::{redis_uses_tls, SessionConfig};
+pub use session::{redis_uses_tls, SessionConfig, TicketCount};
 pub use source::{ConfigError, SourceMap};
 pub use tls_names::{
     group_id, group_name, tls13_cipher_id, CertCompression, TlsVersion, BORINGSSL_MAX_EARLY_DATA,

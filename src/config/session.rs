@@ -7,6 +7,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::sys::MAX_TLS13_TICKETS;
+
 /// With `redis_ticket_keys`, how many epochs of keys a ticket can outlive its own by.
 const MAX_SHARED_EPOCHS: u32 = 1000;
 
@@ -19,6 +21,8 @@ const MAX_TICKET_KEY_TIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600)
 pub struct SessionConfig {
     /// Issue and accept session tickets (TLS 1.2 and 1.3).
     pub tickets: bool,
+    /// With `tickets`: how many TLS 1.3 tickets a handshake (full or resumed) sends.
+    pub num_tickets: TicketCount,
     /// Ticket keys: base64 lines of 80 bytes (16-byte name, 32-byte HMAC key, 32-byte AES
     /// key); the last line encrypts, all lines decrypt. Re-read on SIGHUP. Without it, keys
     /// are generated in memory and rotated.
@@ -72,6 +76,7 @@ impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
             tickets: true,
+            num_tickets: TicketCount::DEFAULT,
             ticket_key_file: None,
             ticket_rotation: Duration::from_secs(3600),
             ticket_grace: Duration::from_secs(3600),
@@ -88,6 +93,37 @@ impl Default for SessionConfig {
             early_data_replay_entries: 100_000,
             early_data_replay_client_share: 0.01,
         }
+    }
+}
+
+/// `num_tickets`: the TLS 1.3 NewSessionTicket messages sent after a handshake, 0 to
+/// BoringSSL's most. A ticket is single-use for a TLS 1.3 client, so a client resumes as
+/// many connections at once as it holds tickets; each one costs the server a sealed
+/// session and a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "i64")]
+pub struct TicketCount(u8);
+
+impl TicketCount {
+    pub const DEFAULT: TicketCount = TicketCount(1);
+
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl TryFrom<i64> for TicketCount {
+    type Error = String;
+
+    /// Refuses what BoringSSL would silently lower (more than its most) or cannot hold.
+    fn try_from(count: i64) -> Result<TicketCount, String> {
+        u8::try_from(count)
+            .ok()
+            .filter(|&count| count <= MAX_TLS13_TICKETS)
+            .map(TicketCount)
+            .ok_or_else(|| {
+                format!("key `num_tickets`: {count} is not between 0 and {MAX_TLS13_TICKETS} (the most tickets BoringSSL sends after a handshake)")
+            })
     }
 }
 
@@ -188,6 +224,25 @@ mod tests {
         ))
         .unwrap_err();
         assert!(err.to_string().contains("at most 1000 times"), "{err}");
+    }
+
+    #[test]
+    fn num_tickets_is_0_to_16_and_a_bad_one_names_its_line() {
+        let parse = |text: &str| toml::from_str::<SessionConfig>(text).map(|c| c.num_tickets);
+        assert_eq!(parse("").unwrap(), TicketCount::DEFAULT);
+        for count in [0, 1, 16] {
+            let got = parse(&format!("num_tickets = {count}\n")).unwrap();
+            assert_eq!(i64::from(got.get()), count);
+        }
+        for bad in ["17", "-1", "256", "\"2\""] {
+            let text = format!("[[listener]]\naddress = \"127.0.0.1:1\"\nbackends = [\"builtin\"]\n[session]\ntickets = true\nnum_tickets = {bad}\n");
+            let err = crate::config::Config::parse("t.toml", &text).unwrap_err();
+            assert_eq!(err.line, Some(6), "{bad}: {err}");
+            if bad != "\"2\"" {
+                assert!(err.message.contains("key `num_tickets`"), "{err}");
+                assert!(err.message.contains("between 0 and 16"), "{err}");
+            }
+        }
     }
 
     #[test]

@@ -191,12 +191,28 @@ impl BackendPool {
         let count = self.backends.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let now = now_micros();
-        let (healthy, marked): (Vec<&Backend>, Vec<&Backend>) = (0..count)
-            .map(|i| &self.backends[(start + i) % count])
-            .partition(|b| b.down_until.load(Ordering::Relaxed) <= now);
-        let candidates: Vec<&Backend> = healthy.into_iter().chain(marked).collect();
+        // Those marked down at `now` wait until the others have been tried; `marked` stays
+        // unallocated while none is, which is every connection of a healthy pool.
+        let mut marked = Vec::new();
         let mut last = String::new();
-        for backend in &candidates {
+        let mut tried = 0;
+        let (mut next, mut next_marked) = (0, 0);
+        loop {
+            let backend = if next < count {
+                let backend = &self.backends[(start + next) % count];
+                next += 1;
+                if backend.down_until.load(Ordering::Relaxed) > now {
+                    marked.push(backend);
+                    continue;
+                }
+                backend
+            } else if let Some(&backend) = marked.get(next_marked) {
+                next_marked += 1;
+                backend
+            } else {
+                break;
+            };
+            tried += 1;
             let attempt = Instant::now();
             let result =
                 tokio::time::timeout(self.connect_timeout, backend.address.connect()).await;
@@ -213,10 +229,7 @@ impl BackendPool {
             backend.down_until.store(until, Ordering::Relaxed);
             tracing::warn!(backend = %backend.address, error = %last, "backend unavailable, skipping it for {:?}", self.retry_after);
         }
-        Err(ConnectError {
-            tried: candidates.len(),
-            last,
-        })
+        Err(ConnectError { tried, last })
     }
 }
 

@@ -240,7 +240,7 @@ impl ConnectionEnd {
             sni = %n.and_then(|n| n.sni.as_deref()).unwrap_or("-"),
             alpn = %n.and_then(|n| n.alpn.as_deref()).map(String::from_utf8_lossy).as_deref().unwrap_or("-"),
             version = %n.map_or("-", |n| n.version),
-            cipher = %n.map_or("", |n| n.cipher.as_str()),
+            cipher = %n.map_or("", |n| n.cipher),
             group = %n.and_then(|n| n.group).unwrap_or("-"),
             resumed = n.is_some_and(|n| n.resumed),
             ech = %n.and_then(|n| n.ech).unwrap_or("-"),

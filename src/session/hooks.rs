@@ -39,6 +39,9 @@ impl Sessions {
         if config.tickets {
             let ok = crate::sys::set_ticket_key_hook::<TicketKeyRing>(base);
             anyhow::ensure!(ok, "cannot install the session ticket callback");
+            // BoringSSL reads the count from the session context, this base, even after the
+            // select-certificate callback has switched to a per-certificate context.
+            crate::sys::set_tls13_ticket_count(base, config.num_tickets.get());
         } else {
             base.set_options(SslOptions::NO_TICKET);
         }

@@ -1,5 +1,6 @@
 //! SNI names mapped to values: exact names and one-label wildcards.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::config::normal_name;
@@ -29,8 +30,14 @@ impl<T: Default> NameTable<T> {
 
     /// The value for `sni`; a fully qualified name ("example.com.") is the same name.
     pub(super) fn lookup(&self, sni: &str) -> Option<&T> {
-        let sni = normal_name(sni);
-        self.exact.get(&sni).or_else(|| {
+        // Clients send names in lower case: look those up as they are, without the copy
+        // `normal_name` makes (this runs several times per handshake); the same name as it.
+        let sni = sni.strip_suffix('.').unwrap_or(sni);
+        let sni: Cow<'_, str> = match sni.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => Cow::Owned(sni.to_ascii_lowercase()),
+            false => Cow::Borrowed(sni),
+        };
+        self.exact.get(sni.as_ref()).or_else(|| {
             let (_, parent) = sni.split_once('.')?;
             self.wildcard.get(parent)
         })

@@ -14,8 +14,9 @@ pub struct Negotiated {
     pub sni: Option<String>,
     pub alpn: Option<Vec<u8>>,
     pub version: &'static str,
-    /// The suite's standard (IANA) name, or BoringSSL's where it has none.
-    pub cipher: String,
+    /// The suite's standard (IANA) name, or BoringSSL's where it has none (both static
+    /// strings of BoringSSL's: nothing is copied per connection).
+    pub cipher: &'static str,
     /// The key-exchange group (e.g. X25519MLKEM768); none on a TLS 1.2 resumption.
     pub group: Option<&'static str>,
     pub resumed: bool,
@@ -98,8 +99,7 @@ impl Negotiated {
             version: ssl.version_str(),
             cipher: ssl
                 .current_cipher()
-                .map(|c| c.standard_name().unwrap_or(c.name()).to_string())
-                .unwrap_or_default(),
+                .map_or("", |c| c.standard_name().unwrap_or(c.name())),
             group: ssl.curve_name(),
             resumed: ssl.session_reused(),
             ech: ech_configured.then(|| ech_outcome(ssl)),
@@ -120,7 +120,7 @@ impl Negotiated {
             // a backend comparing it with its names sees what tlsterm saw.
             sni: self.sni.as_deref().map(normal_name),
             version: self.version.to_string(),
-            cipher: self.cipher.clone(),
+            cipher: self.cipher.to_string(),
             key_alg: None,
             client_cert: self.client_cert.clone(),
             early_data: self.early_data,
