@@ -56,7 +56,7 @@ pub use p256::{
     ecdsa_p256_sign_batch, ecdsa_p256_sign_batch_with_fault, EcdsaP256Key, EcdsaRequest, P256Kernel,
 };
 pub use padding::{Hash, RsaPadding};
-pub use rsa::RsaPrivateKey;
+pub use rsa::{RsaComponents, RsaPrivateKey};
 #[cfg(target_arch = "x86_64")]
 pub use x25519::ct_ifma_lanes;
 pub use x25519::{
