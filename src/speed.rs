@@ -12,8 +12,8 @@ use boring::sign::Signer;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 use tlsterm_engine::{
-    EcdsaP256Key, EcdsaRequest, Hash, Kernel, P256Kernel, RsaPadding, RsaPrivateKey, SignRequest,
-    MAX_BATCH,
+    EcdsaP256Key, EcdsaRequest, Hash, Kernel, P256Kernel, RsaComponents, RsaPadding, RsaPrivateKey,
+    SignRequest, MAX_BATCH,
 };
 
 mod key_shares;
@@ -148,16 +148,16 @@ fn rsa_setup(bits: u32) -> anyhow::Result<RsaSetup> {
     let c = |x: Option<&boring::bn::BigNumRef>| -> anyhow::Result<Vec<u8>> {
         Ok(x.context("missing CRT component")?.to_vec())
     };
-    let key = RsaPrivateKey::from_components(
-        &rsa.n().to_vec(),
-        &rsa.e().to_vec(),
-        &rsa.d().to_vec(),
-        &c(rsa.p())?,
-        &c(rsa.q())?,
-        &c(rsa.dmp1())?,
-        &c(rsa.dmq1())?,
-        &c(rsa.iqmp())?,
-    )?;
+    let key = RsaPrivateKey::from_components(&RsaComponents {
+        n: &rsa.n().to_vec(),
+        e: &rsa.e().to_vec(),
+        d: &rsa.d().to_vec(),
+        p: &c(rsa.p())?,
+        q: &c(rsa.q())?,
+        dp: &c(rsa.dmp1())?,
+        dq: &c(rsa.dmq1())?,
+        qinv: &c(rsa.iqmp())?,
+    })?;
     Ok(RsaSetup {
         pkey: PKey::from_rsa(rsa)?,
         key,

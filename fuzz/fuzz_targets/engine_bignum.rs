@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use boring::rsa::Rsa;
 use libfuzzer_sys::fuzz_target;
 use num_bigint::BigUint;
-use tlsterm_engine::{rsa_private_batch, EngineError, Kernel, RsaPrivateKey};
+use tlsterm_engine::{rsa_private_batch, EngineError, Kernel, RsaComponents, RsaPrivateKey};
 
 struct Key {
     engine: RsaPrivateKey,
@@ -40,16 +40,16 @@ impl Key {
 
 fn load(pem: &[u8]) -> Key {
     let rsa = Rsa::private_key_from_pem(pem).expect("test key");
-    let engine = RsaPrivateKey::from_components(
-        &rsa.n().to_vec(),
-        &rsa.e().to_vec(),
-        &rsa.d().to_vec(),
-        &rsa.p().unwrap().to_vec(),
-        &rsa.q().unwrap().to_vec(),
-        &rsa.dmp1().unwrap().to_vec(),
-        &rsa.dmq1().unwrap().to_vec(),
-        &rsa.iqmp().unwrap().to_vec(),
-    )
+    let engine = RsaPrivateKey::from_components(&RsaComponents {
+        n: &rsa.n().to_vec(),
+        e: &rsa.e().to_vec(),
+        d: &rsa.d().to_vec(),
+        p: &rsa.p().unwrap().to_vec(),
+        q: &rsa.q().unwrap().to_vec(),
+        dp: &rsa.dmp1().unwrap().to_vec(),
+        dq: &rsa.dmq1().unwrap().to_vec(),
+        qinv: &rsa.iqmp().unwrap().to_vec(),
+    })
     .expect("engine accepts the test key");
     let p = BigUint::from_bytes_be(&rsa.p().unwrap().to_vec());
     let q = BigUint::from_bytes_be(&rsa.q().unwrap().to_vec());
@@ -91,9 +91,16 @@ fuzz_target!(|data: &[u8]| {
             fields.push(&tail[..len]);
             rest = &tail[len..];
         }
-        let _ = RsaPrivateKey::from_components(
-            fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6], fields[7],
-        );
+        let _ = RsaPrivateKey::from_components(&RsaComponents {
+            n: fields[0],
+            e: fields[1],
+            d: fields[2],
+            p: fields[3],
+            q: fields[4],
+            dp: fields[5],
+            dq: fields[6],
+            qinv: fields[7],
+        });
         return;
     }
     // control: low 2 bits = batch size - 1 (1..=4 requests, 2..=8 lanes), the next bits

@@ -206,8 +206,17 @@ fn engine_key(pkey: &PKey<Private>) -> anyhow::Result<tlsterm_engine::RsaPrivate
     let [n, e, d, p, q, dp, dq, qinv] = &parts[..] else {
         unreachable!("eight components")
     };
-    tlsterm_engine::RsaPrivateKey::from_components(n, e, d, p, q, dp, dq, qinv)
-        .map_err(|err| anyhow::anyhow!("engine rejected the RSA key: {err}"))
+    tlsterm_engine::RsaPrivateKey::from_components(&tlsterm_engine::RsaComponents {
+        n,
+        e,
+        d,
+        p,
+        q,
+        dp,
+        dq,
+        qinv,
+    })
+    .map_err(|err| anyhow::anyhow!("engine rejected the RSA key: {err}"))
 }
 
 /// Copies the P-256 private scalar out of BoringSSL into the engine's key type.

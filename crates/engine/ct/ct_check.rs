@@ -23,16 +23,16 @@ use tlsterm_engine::*;
 
 fn key(bits: u32) -> (Rsa<boring::pkey::Private>, RsaPrivateKey) {
     let r = Rsa::generate(bits).unwrap();
-    let k = RsaPrivateKey::from_components(
-        &r.n().to_vec(),
-        &r.e().to_vec(),
-        &r.d().to_vec(),
-        &r.p().unwrap().to_vec(),
-        &r.q().unwrap().to_vec(),
-        &r.dmp1().unwrap().to_vec(),
-        &r.dmq1().unwrap().to_vec(),
-        &r.iqmp().unwrap().to_vec(),
-    )
+    let k = RsaPrivateKey::from_components(&RsaComponents {
+        n: &r.n().to_vec(),
+        e: &r.e().to_vec(),
+        d: &r.d().to_vec(),
+        p: &r.p().unwrap().to_vec(),
+        q: &r.q().unwrap().to_vec(),
+        dp: &r.dmp1().unwrap().to_vec(),
+        dq: &r.dmq1().unwrap().to_vec(),
+        qinv: &r.iqmp().unwrap().to_vec(),
+    })
     .unwrap();
     (r, k)
 }
@@ -107,16 +107,16 @@ fn main() {
                 ct::mark_secret(part);
             }
             let [d, p, q, dp, dq, qinv] = &parts;
-            let k = RsaPrivateKey::from_components(
-                &r.n().to_vec(),
-                &r.e().to_vec(),
+            let k = RsaPrivateKey::from_components(&RsaComponents {
+                n: &r.n().to_vec(),
+                e: &r.e().to_vec(),
                 d,
                 p,
                 q,
                 dp,
                 dq,
                 qinv,
-            )
+            })
             .expect("valid key");
             let msg = [1u8; 40];
             let req = SignRequest {

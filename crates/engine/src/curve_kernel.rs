@@ -33,6 +33,7 @@ impl CurveKernel {
             .unwrap_or(CurveKernel::Portable)
     }
 
+    /// Whether this CPU can run the kernel (detected at run time).
     pub fn is_available(self) -> bool {
         match self {
             CurveKernel::Portable => true,
@@ -43,6 +44,7 @@ impl CurveKernel {
         }
     }
 
+    /// The kernel's name in configuration and logs (`avx512ifma`, `portable`).
     pub fn name(self) -> &'static str {
         match self {
             CurveKernel::Ifma => "avx512ifma",

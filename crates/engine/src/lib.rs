@@ -20,6 +20,8 @@
 //! valgrind client requests of the optional `ct-valgrind` feature, and the
 //! volatile read back of a declassified value).
 
+#![warn(missing_docs)]
+
 mod bn;
 #[doc(hidden)]
 pub mod ct;
@@ -56,7 +58,7 @@ pub use p256::{
     ecdsa_p256_sign_batch, ecdsa_p256_sign_batch_with_fault, EcdsaP256Key, EcdsaRequest, P256Kernel,
 };
 pub use padding::{Hash, RsaPadding};
-pub use rsa::RsaPrivateKey;
+pub use rsa::{RsaComponents, RsaPrivateKey};
 #[cfg(target_arch = "x86_64")]
 pub use x25519::ct_ifma_lanes;
 pub use x25519::{
@@ -64,6 +66,11 @@ pub use x25519::{
 };
 
 use kernel::{MontKernel, Portable};
+
+// The README's example compiles as a doc test, so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 /// Signatures that fill one multi-buffer pass: each signature takes two
 /// lanes (its mod-p and mod-q exponentiations), and a pass has 8 lanes.
@@ -156,6 +163,7 @@ impl Kernel {
         !matches!(self, Kernel::Portable)
     }
 
+    /// Whether this CPU can run the kernel (detected at run time).
     pub fn is_available(self) -> bool {
         match self {
             Kernel::Portable => true,
@@ -170,6 +178,8 @@ impl Kernel {
         }
     }
 
+    /// The kernel's name in configuration and logs (`avx512ifma`, `avx512f`,
+    /// `avx2`, `portable`).
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Ifma => "avx512ifma",
@@ -187,7 +197,9 @@ impl Kernel {
 
 /// One signature to compute.
 pub struct SignRequest<'a> {
+    /// The key to sign with.
     pub key: &'a RsaPrivateKey,
+    /// The signature scheme (PKCS#1 v1.5 or PSS) and its hash.
     pub padding: RsaPadding,
     /// The full data to sign; the engine hashes it.
     pub message: &'a [u8],
@@ -196,6 +208,35 @@ pub struct SignRequest<'a> {
 /// Signs every request (keys and sizes may differ; requests are grouped by
 /// size and computed in multi-buffer passes). Every signature is verified
 /// with the public key; a mismatch gives [`EngineError::FaultDetected`].
+/// Results are in request order, each the modulus-length big-endian
+/// signature or the error of that request alone.
+///
+/// # Example
+///
+/// ```
+/// use tlsterm_engine::{sign_batch, Hash, Kernel, RsaComponents, RsaPadding, RsaPrivateKey, SignRequest};
+///
+/// # fn load() -> [Vec<u8>; 8] {
+/// #     let r = boring::rsa::Rsa::generate(2048).unwrap();
+/// #     [r.n(), r.e(), r.d(), r.p().unwrap(), r.q().unwrap(), r.dmp1().unwrap(),
+/// #      r.dmq1().unwrap(), r.iqmp().unwrap()].map(|x| x.to_vec())
+/// # }
+/// // The big-endian components of a 2048-bit key, e.g. from a PKCS#1 file.
+/// let [n, e, d, p, q, dp, dq, qinv] = load();
+/// let key = RsaPrivateKey::from_components(&RsaComponents {
+///     n: &n, e: &e, d: &d, p: &p, q: &q, dp: &dp, dq: &dq, qinv: &qinv,
+/// })?;
+/// let requests = [
+///     SignRequest { key: &key, padding: RsaPadding::Pss(Hash::Sha256), message: b"first" },
+///     SignRequest { key: &key, padding: RsaPadding::Pkcs1v15(Hash::Sha384), message: b"second" },
+/// ];
+/// // The fastest kernel this CPU runs (the portable one at worst).
+/// let kernel = Kernel::detect();
+/// for signature in sign_batch(kernel, &requests) {
+///     assert_eq!(signature?.len(), key.modulus_len());
+/// }
+/// # Ok::<(), tlsterm_engine::EngineError>(())
+/// ```
 pub fn sign_batch(kernel: Kernel, reqs: &[SignRequest<'_>]) -> Vec<Result<Vec<u8>, EngineError>> {
     let encoded: Vec<Result<Vec<u8>, EngineError>> = reqs
         .iter()
@@ -221,6 +262,10 @@ pub fn sign_batch(kernel: Kernel, reqs: &[SignRequest<'_>]) -> Vec<Result<Vec<u8
 /// [`sign_batch`]: `inputs[i]` (big-endian, below the modulus) with
 /// `keys[i]`. Results are modulus-length big-endian and checked with the
 /// public key.
+///
+/// # Panics
+///
+/// If `keys` and `inputs` differ in length.
 pub fn rsa_private_batch(
     kernel: Kernel,
     keys: &[&RsaPrivateKey],

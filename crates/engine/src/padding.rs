@@ -6,8 +6,11 @@ use sha2::{Digest, Sha256, Sha384, Sha512};
 /// Hash functions TLS uses with RSA signatures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Hash {
+    /// SHA-256.
     Sha256,
+    /// SHA-384.
     Sha384,
+    /// SHA-512.
     Sha512,
 }
 
@@ -15,11 +18,14 @@ pub enum Hash {
 /// length = hash length, random salt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RsaPadding {
+    /// PKCS#1 v1.5 (RFC 8017 §9.2) with this hash.
     Pkcs1v15(Hash),
+    /// PSS (RFC 8017 §9.1) with this hash, MGF1 with the same hash.
     Pss(Hash),
 }
 
 impl Hash {
+    /// Digest length in bytes.
     pub fn output_len(self) -> usize {
         match self {
             Hash::Sha256 => 32,
@@ -28,6 +34,7 @@ impl Hash {
         }
     }
 
+    /// The digest of the concatenation of `parts`.
     pub fn digest(self, parts: &[&[u8]]) -> Vec<u8> {
         fn run<D: Digest>(parts: &[&[u8]]) -> Vec<u8> {
             let mut h = D::new();

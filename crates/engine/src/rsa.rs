@@ -112,21 +112,57 @@ fn byte_bits(x: &[u8]) -> usize {
     }
 }
 
+/// The components of an RSA private key, each a big-endian unsigned integer
+/// (as `BN_bn2bin` or a PKCS#1 `RSAPrivateKey` gives them; leading zero bytes
+/// are allowed). Named fields, so that two components cannot be swapped by
+/// position.
+#[derive(Clone, Copy)]
+pub struct RsaComponents<'a> {
+    /// The modulus `n = p * q`.
+    pub n: &'a [u8],
+    /// The public exponent `e` (odd, at least 3, below 2^64).
+    pub e: &'a [u8],
+    /// The private exponent `d` (only its length is checked: the engine
+    /// computes with the CRT exponents).
+    pub d: &'a [u8],
+    /// The first prime `p`.
+    pub p: &'a [u8],
+    /// The second prime `q`.
+    pub q: &'a [u8],
+    /// `dp = d mod (p - 1)`.
+    pub dp: &'a [u8],
+    /// `dq = d mod (q - 1)`.
+    pub dq: &'a [u8],
+    /// `qinv = q^-1 mod p`.
+    pub qinv: &'a [u8],
+}
+
+impl core::fmt::Debug for RsaComponents<'_> {
+    // The components are secret: only the modulus size is shown.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RsaComponents")
+            .field("n_bits", &byte_bits(self.n))
+            .finish_non_exhaustive()
+    }
+}
+
 impl RsaPrivateKey {
-    /// Builds a key from big-endian unsigned components (as `BN_bn2bin` gives
-    /// them). Supports 2048, 3072 and 4096-bit moduli with primes of exactly
-    /// half the modulus size and a public exponent below 2^64.
-    #[allow(clippy::too_many_arguments)]
-    pub fn from_components(
-        n: &[u8],
-        e: &[u8],
-        d: &[u8],
-        p: &[u8],
-        q: &[u8],
-        dp: &[u8],
-        dq: &[u8],
-        qinv: &[u8],
-    ) -> Result<Self, EngineError> {
+    /// Builds a key from its components. Supports 2048, 3072 and 4096-bit
+    /// moduli with primes of exactly half the modulus size and a public
+    /// exponent below 2^64; the components are checked for consistency
+    /// (`p * q = n`, `dp < p`, `dq < q`, `qinv < p`, odd primes of the right
+    /// size) without branching on their values.
+    pub fn from_components(c: &RsaComponents<'_>) -> Result<Self, EngineError> {
+        let RsaComponents {
+            n,
+            e,
+            d,
+            p,
+            q,
+            dp,
+            dq,
+            qinv,
+        } = *c;
         let bits = byte_bits(n);
         if !matches!(bits, 2048 | 3072 | 4096) {
             return Err(EngineError::UnsupportedKeySize(bits));

@@ -331,16 +331,16 @@ fn inconsistent_key_gives_fault_not_a_wrong_signature() {
     let mut bad_dp = k.dmp1().unwrap().to_vec();
     let last = bad_dp.len() - 1;
     bad_dp[last] ^= 2;
-    let key = RsaPrivateKey::from_components(
-        &k.n().to_vec(),
-        &k.e().to_vec(),
-        &k.d().to_vec(),
-        &k.p().unwrap().to_vec(),
-        &k.q().unwrap().to_vec(),
-        &bad_dp,
-        &k.dmq1().unwrap().to_vec(),
-        &k.iqmp().unwrap().to_vec(),
-    )
+    let key = RsaPrivateKey::from_components(&RsaComponents {
+        n: &k.n().to_vec(),
+        e: &k.e().to_vec(),
+        d: &k.d().to_vec(),
+        p: &k.p().unwrap().to_vec(),
+        q: &k.q().unwrap().to_vec(),
+        dp: &bad_dp,
+        dq: &k.dmq1().unwrap().to_vec(),
+        qinv: &k.iqmp().unwrap().to_vec(),
+    })
     .unwrap();
     for kernel in kernels() {
         let out = sign_batch(
@@ -370,15 +370,27 @@ fn key_validation() {
             r.iqmp().unwrap().to_vec(),
         ]
     };
+    // The components in BoringSSL's order, by name.
+    fn named(k: &[Vec<u8>; 8]) -> RsaComponents<'_> {
+        let [n, e, d, p, q, dp, dq, qinv] = k;
+        RsaComponents {
+            n,
+            e,
+            d,
+            p,
+            q,
+            dp,
+            dq,
+            qinv,
+        }
+    }
     let s = c(&small);
     assert_eq!(
-        RsaPrivateKey::from_components(&s[0], &s[1], &s[2], &s[3], &s[4], &s[5], &s[6], &s[7])
-            .unwrap_err(),
+        RsaPrivateKey::from_components(&named(&s)).unwrap_err(),
         EngineError::UnsupportedKeySize(1024)
     );
     let k = c(&keys(2048)[0].boring);
-    let ok = RsaPrivateKey::from_components(&k[0], &k[1], &k[2], &k[3], &k[4], &k[5], &k[6], &k[7])
-        .unwrap();
+    let ok = RsaPrivateKey::from_components(&named(&k)).unwrap();
     assert_eq!((ok.modulus_bits(), ok.modulus_len()), (2048, 256));
     // Debug must not print secrets.
     let dbg = format!("{ok:?}");
@@ -386,18 +398,27 @@ fn key_validation() {
     // p swapped with another prime: p*q != n.
     let other = c(&keys(2048)[1].boring);
     assert!(matches!(
-        RsaPrivateKey::from_components(&k[0], &k[1], &k[2], &other[3], &k[4], &k[5], &k[6], &k[7]),
+        RsaPrivateKey::from_components(&RsaComponents {
+            p: &other[3],
+            ..named(&k)
+        }),
         Err(EngineError::InvalidKey(_))
     ));
     // dp >= p.
     let big = vec![0xffu8; 128];
     assert!(matches!(
-        RsaPrivateKey::from_components(&k[0], &k[1], &k[2], &k[3], &k[4], &big, &k[6], &k[7]),
+        RsaPrivateKey::from_components(&RsaComponents {
+            dp: &big,
+            ..named(&k)
+        }),
         Err(EngineError::InvalidKey(_))
     ));
     // Even e.
     assert!(matches!(
-        RsaPrivateKey::from_components(&k[0], &[1, 0], &k[2], &k[3], &k[4], &k[5], &k[6], &k[7]),
+        RsaPrivateKey::from_components(&RsaComponents {
+            e: &[1, 0],
+            ..named(&k)
+        }),
         Err(EngineError::InvalidKey(_))
     ));
     fn assert_send_sync<T: Send + Sync>() {}
@@ -436,16 +457,16 @@ fn a_key_with_p_below_q() {
         // qinv for the order (p = lo, q = hi): hi^-1 mod lo.
         let mut qinv = BigNum::new().unwrap();
         qinv.mod_inverse(hi, lo, &mut ctx).unwrap();
-        let key = RsaPrivateKey::from_components(
-            &b.n().to_vec(),
-            &b.e().to_vec(),
-            &b.d().to_vec(),
-            &lo.to_vec(),
-            &hi.to_vec(),
-            &dlo.to_vec(),
-            &dhi.to_vec(),
-            &qinv.to_vec(),
-        )
+        let key = RsaPrivateKey::from_components(&RsaComponents {
+            n: &b.n().to_vec(),
+            e: &b.e().to_vec(),
+            d: &b.d().to_vec(),
+            p: &lo.to_vec(),
+            q: &hi.to_vec(),
+            dp: &dlo.to_vec(),
+            dq: &dhi.to_vec(),
+            qinv: &qinv.to_vec(),
+        })
         .expect("p < q is a valid key");
         for kernel in kernels() {
             for count in [1, 3, 4, 8] {

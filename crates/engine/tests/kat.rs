@@ -46,16 +46,16 @@ fn wycheproof_pkcs1_sig_gen() {
                 // Documented limitation: the engine needs primes of half the
                 // modulus size (as every mainstream key generator makes).
                 let c = |x: Option<&boring::bn::BigNumRef>| x.unwrap().to_vec();
-                let r = RsaPrivateKey::from_components(
-                    &rsa.n().to_vec(),
-                    &rsa.e().to_vec(),
-                    &rsa.d().to_vec(),
-                    &c(rsa.p()),
-                    &c(rsa.q()),
-                    &c(rsa.dmp1()),
-                    &c(rsa.dmq1()),
-                    &c(rsa.iqmp()),
-                );
+                let r = RsaPrivateKey::from_components(&RsaComponents {
+                    n: &rsa.n().to_vec(),
+                    e: &rsa.e().to_vec(),
+                    d: &rsa.d().to_vec(),
+                    p: &c(rsa.p()),
+                    q: &c(rsa.q()),
+                    dp: &c(rsa.dmp1()),
+                    dq: &c(rsa.dmq1()),
+                    qinv: &c(rsa.iqmp()),
+                });
                 assert!(
                     matches!(r, Err(EngineError::InvalidKey(_))),
                     "unbalanced {pb}/{qb}-bit primes"
@@ -159,16 +159,16 @@ fn nist_pss_sig_gen_with_given_salt() {
                 let dq = &db % (&q - 1u32);
                 let qinv = q.modpow(&(&p - 2u32), &p);
                 key = Some(
-                    RsaPrivateKey::from_components(
-                        &n,
-                        &e,
-                        &d,
-                        &p.to_bytes_be(),
-                        &q.to_bytes_be(),
-                        &dp.to_bytes_be(),
-                        &dq.to_bytes_be(),
-                        &qinv.to_bytes_be(),
-                    )
+                    RsaPrivateKey::from_components(&RsaComponents {
+                        n: &n,
+                        e: &e,
+                        d: &d,
+                        p: &p.to_bytes_be(),
+                        q: &q.to_bytes_be(),
+                        dp: &dp.to_bytes_be(),
+                        dq: &dq.to_bytes_be(),
+                        qinv: &qinv.to_bytes_be(),
+                    })
                     .unwrap(),
                 );
             }

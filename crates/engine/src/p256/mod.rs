@@ -130,6 +130,7 @@ impl core::fmt::Debug for EcdsaP256Key {
 
 /// One ECDSA signature to compute.
 pub struct EcdsaRequest<'a> {
+    /// The key to sign with.
     pub key: &'a EcdsaP256Key,
     /// The hash of the TLS signature scheme; its digest's leftmost 256 bits
     /// are e.
@@ -143,6 +144,24 @@ pub struct EcdsaRequest<'a> {
 /// the IFMA kernel: DER-encoded (r, s), as TLS sends it. Every signature is
 /// fault-checked (see the module documentation); a failure gives
 /// [`EngineError::FaultDetected`] for that request only.
+///
+/// # Example
+///
+/// ```
+/// use tlsterm_engine::{ecdsa_p256_sign_batch, EcdsaP256Key, EcdsaRequest, Hash, P256Kernel};
+///
+/// // A 32-byte big-endian private scalar in [1, n - 1].
+/// let key = EcdsaP256Key::from_private_scalar(&[0x42; 32])?;
+/// let requests = [
+///     EcdsaRequest { key: &key, hash: Hash::Sha256, message: b"first" },
+///     EcdsaRequest { key: &key, hash: Hash::Sha384, message: b"second" },
+/// ];
+/// for signature in ecdsa_p256_sign_batch(P256Kernel::detect(), &requests) {
+///     let der = signature?;
+///     assert_eq!(der[0], 0x30); // DER SEQUENCE { r, s }
+/// }
+/// # Ok::<(), tlsterm_engine::EngineError>(())
+/// ```
 pub fn ecdsa_p256_sign_batch(
     kernel: P256Kernel,
     reqs: &[EcdsaRequest<'_>],

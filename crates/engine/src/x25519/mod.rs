@@ -23,7 +23,9 @@ use zeroize::{Zeroize, Zeroizing};
 /// One server key share: our public value and the shared secret with the
 /// client's share.
 pub struct X25519Share {
+    /// Our public value (the key share sent to the client).
     pub public: [u8; 32],
+    /// The shared secret with the client's share (zeroized on drop).
     pub shared: Zeroizing<[u8; 32]>,
 }
 
@@ -107,8 +109,12 @@ pub fn x25519_base_batch(kernel: X25519Kernel, scalars: &[[u8; 32]]) -> Vec<[u8;
 
 /// `out[i] = X25519(scalars[i], points[i])` (scalars clamped, bit 255 of each
 /// point ignored, as RFC 7748 says): the raw function, for tests and known
-/// answers. No result is refused here. Panics if the kernel is not available
-/// on this CPU or the slices differ in length.
+/// answers. No result is refused here.
+///
+/// # Panics
+///
+/// If the kernel is not available on this CPU, or `scalars` and `points`
+/// differ in length.
 pub fn x25519_batch(
     kernel: X25519Kernel,
     scalars: &[[u8; 32]],

@@ -6,7 +6,7 @@ use boring::bn::BigNum;
 use boring::pkey::Private;
 use boring::rsa::Rsa;
 use std::sync::OnceLock;
-use tlsterm_engine::{Kernel, RsaPrivateKey};
+use tlsterm_engine::{Kernel, RsaComponents, RsaPrivateKey};
 
 pub struct TestKey {
     pub boring: Rsa<Private>,
@@ -14,16 +14,16 @@ pub struct TestKey {
 }
 
 pub fn convert(r: &Rsa<Private>) -> RsaPrivateKey {
-    RsaPrivateKey::from_components(
-        &r.n().to_vec(),
-        &r.e().to_vec(),
-        &r.d().to_vec(),
-        &r.p().unwrap().to_vec(),
-        &r.q().unwrap().to_vec(),
-        &r.dmp1().unwrap().to_vec(),
-        &r.dmq1().unwrap().to_vec(),
-        &r.iqmp().unwrap().to_vec(),
-    )
+    RsaPrivateKey::from_components(&RsaComponents {
+        n: &r.n().to_vec(),
+        e: &r.e().to_vec(),
+        d: &r.d().to_vec(),
+        p: &r.p().unwrap().to_vec(),
+        q: &r.q().unwrap().to_vec(),
+        dp: &r.dmp1().unwrap().to_vec(),
+        dq: &r.dmq1().unwrap().to_vec(),
+        qinv: &r.iqmp().unwrap().to_vec(),
+    })
     .expect("valid key")
 }
 
