@@ -7,6 +7,7 @@ mod common;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use common::*;
 
@@ -99,30 +100,37 @@ fn service_manager_hears_ready_reloading_and_stopping() {
     assert!(child.wait().unwrap().success());
 }
 
-/// The package built by `cargo deb` from this build's binary, in a temporary directory;
-/// `None` (and a line saying so) where cargo-deb is not installed.
-fn build_package(dir: &Path) -> Option<PathBuf> {
-    let has_cargo_deb = Command::new("cargo")
-        .args(["deb", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_cargo_deb {
+/// The package built by `cargo deb` from this build's binary, once for every test of this
+/// file (it takes seconds of CPU), in cargo's directory for test files; `None` (and a line
+/// saying so) where cargo-deb is not installed.
+fn package() -> Option<&'static Path> {
+    static PACKAGE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let package = PACKAGE.get_or_init(|| {
+        let has_cargo_deb = Command::new("cargo")
+            .args(["deb", "--version"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !has_cargo_deb {
+            return None;
+        }
+        let out = run(Command::new("cargo")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["deb", "--no-build", "--no-strip", "--output"])
+            .arg(env!("CARGO_TARGET_TMPDIR")));
+        let path = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .lines()
+            .last()
+            .map(PathBuf::from);
+        let path = path.filter(|p| p.extension().is_some_and(|e| e == "deb"));
+        Some(path.expect("cargo deb prints the package's path"))
+    });
+    if package.is_none() {
         eprintln!("skipped: cargo-deb is not installed (scripts/setup.sh installs it)");
-        return None;
     }
-    let out = run(Command::new("cargo")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["deb", "--no-build", "--no-strip", "--output"])
-        .arg(dir));
-    let path = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .lines()
-        .last()
-        .map(PathBuf::from);
-    let path = path.filter(|p| p.extension().is_some_and(|e| e == "deb"));
-    Some(path.expect("cargo deb prints the package's path"))
+    package.as_deref()
 }
 
 fn dpkg_deb(args: &[&str], package: &Path) -> String {
@@ -135,10 +143,10 @@ fn dpkg_deb(args: &[&str], package: &Path) -> String {
 #[test]
 fn debian_package_holds_binary_configuration_unit_and_user() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(package) = build_package(dir.path()) else {
+    let Some(package) = package() else {
         return;
     };
-    let files = dpkg_deb(&["--contents"], &package);
+    let files = dpkg_deb(&["--contents"], package);
     let mode_of = |path: &str| {
         let line = files
             .lines()
@@ -154,7 +162,7 @@ fn debian_package_holds_binary_configuration_unit_and_user() {
     );
     assert_eq!(mode_of("/system/tlsterm.service"), "-rw-r--r--");
 
-    let control = dpkg_deb(&["--field"], &package);
+    let control = dpkg_deb(&["--field"], package);
     assert!(control.contains("Package: tlsterm"), "{control}");
     let depends = control
         .lines()
@@ -168,7 +176,7 @@ fn debian_package_holds_binary_configuration_unit_and_user() {
     let info = dir.path().join("control");
     run(Command::new("dpkg-deb")
         .arg("--control")
-        .arg(&package)
+        .arg(package)
         .arg(&info));
     let conffiles = std::fs::read_to_string(info.join("conffiles")).unwrap();
     assert!(
@@ -182,7 +190,7 @@ fn debian_package_holds_binary_configuration_unit_and_user() {
     let tree = dir.path().join("tree");
     run(Command::new("dpkg-deb")
         .arg("--extract")
-        .arg(&package)
+        .arg(package)
         .arg(&tree));
     let unit_path = files
         .lines()
@@ -224,8 +232,7 @@ fn debian_package_installs_and_purges() {
         eprintln!("skipped: set TLSTERM_TEST_DPKG=1 to let this test install a package (as root)");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let Some(package) = build_package(dir.path()) else {
+    let Some(package) = package() else {
         return;
     };
     /// Purges the package however the checks end.
@@ -236,7 +243,7 @@ fn debian_package_installs_and_purges() {
         }
     }
     let purge = Purge;
-    run(Command::new("dpkg").arg("-i").arg(&package));
+    run(Command::new("dpkg").arg("-i").arg(package));
     run(Command::new("id").arg("tlsterm"));
     run(Command::new("/usr/bin/tlsterm").args([
         "serve",
