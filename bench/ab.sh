@@ -8,7 +8,9 @@
 # options after it (`early_data` also makes the client send its resumed requests as 0-RTT;
 # `inline` signs with BoringSSL instead of batching: `[engine] mode = "inline"`;
 # `shares=MODE` sets `[engine] key_shares` (e.g. `shares=inline`: BoringSSL computes them);
-# `group=NAME` makes the client offer only that key-exchange group; `acme` turns ACME on:
+# `group=NAME` makes the client offer only that key-exchange group; `unix` relays to the
+# backend over a unix-domain socket instead of TCP (each run also prints the CPU of
+# tlsterm and backend together, the figure that compares the two); `acme` turns ACME on:
 # the listener also obtains a certificate for a.example from Pebble, the test ACME CA,
 # which the script starts on loopback (installed by scripts/setup.sh), and the script
 # prints how long the first one took from start to installed; the benchmark's handshakes
@@ -38,6 +40,8 @@ openssl req -x509 -nodes -days 2 -newkey "$newkey" -keyout "$WORK/key.pem" -out 
     -subj /CN=localhost 2>/dev/null
 "$CLIENT" backend --listen 127.0.0.1:9719 2>/dev/null &
 backend=$!
+"$CLIENT" backend --listen "unix:$WORK/backend.sock" 2>/dev/null &
+backend+=" $!"
 trap 'kill $backend 2>/dev/null; rm -rf "$WORK"' EXIT
 
 # Pebble and its DNS helper (every name resolves to 127.0.0.1), validating TLS-ALPN-01 on
@@ -85,6 +89,8 @@ for variant in "$@"; do
     if [[ $spec =~ group=([a-z0-9]+) ]]; then
         client_flags[$name]="--group ${BASH_REMATCH[1]}"
     fi
+    backend_address=127.0.0.1:9719
+    [[ $spec == *,unix* ]] && backend_address=unix:$WORK/backend.sock
     acme[$name]=false
     certificate=$'[[listener.certificate]]\ncert = "'"$WORK/cert.pem"$'"\nkey = "'"$WORK/key.pem"'"'
     acme_section=
@@ -113,14 +119,14 @@ enabled = $metrics
 address = "127.0.0.1:9718"
 [[listener]]
 address = "127.0.0.1:9717"
-backends = ["127.0.0.1:9719"]
+backends = ["$backend_address"]
 early_data = $early_data
 $certificate
 CONF
     names+=("$name")
 done
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_ticks() { awk '{s += $14 + $15} END {print s}' $(printf '/proc/%s/stat ' "$@"); }
 echo "key=$KEY mode=$MODE tls=$TLS runs=$RUNS seconds=$SECS load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq 1 "$RUNS"); do
     for name in "${names[@]}"; do
@@ -136,18 +142,22 @@ for run in $(seq 1 "$RUNS"); do
             fi
         fi
         before=$(cpu_ticks $server)
+        backend_before=$(cpu_ticks $backend)
         handshakes=$(taskset -c 1 "$CLIENT" bench https://127.0.0.1:9717/ --insecure --json -c 64 \
             -d "${SECS}s" --mode "$MODE" --tls-version "$TLS" ${client_flags[$name]} 2>/dev/null \
             | python3 -c 'import json,sys; print(json.load(sys.stdin)["handshakes"])')
         after=$(cpu_ticks $server)
+        backend_ticks=$(($(cpu_ticks $backend) - backend_before))
         kill $server; wait $server 2>/dev/null || true
         ticks=$((after - before))
-        echo "run $run $name handshakes=$handshakes server_cpu_s=$(echo "scale=2; $ticks/100" | bc) per_cpu_s=$((handshakes * 100 / ticks))" \
+        echo "run $run $name handshakes=$handshakes server_cpu_s=$(echo "scale=2; $ticks/100" | bc) per_cpu_s=$((handshakes * 100 / ticks)) with_backend_per_cpu_s=$((handshakes * 100 / (ticks + backend_ticks)))" \
             | tee -a "$WORK/results"
     done
 done
 echo "load avg after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for name in "${names[@]}"; do
-    grep " $name " "$WORK/results" | sed 's/.*per_cpu_s=//' | sort -n \
-        | awk -v name="$name" '{v[NR]=$1} END {m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "median %s: %d handshakes per server CPU-second\n", name, m}'
+        for figure in per_cpu_s with_backend_per_cpu_s; do
+        grep " $name " "$WORK/results" | sed "s/.* $figure=\([0-9]*\).*/\1/" | sort -n \
+            | awk -v name="$name" -v figure="$figure" '{v[NR]=$1} END {m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "median %s: %d handshakes per %s CPU-second\n", name, m, (figure == "per_cpu_s") ? "server" : "server+backend"}'
+    done
 done

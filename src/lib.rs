@@ -40,6 +40,11 @@ pub mod config;
 pub mod metrics;
 pub mod offload;
 pub mod proxy;
+#[cfg(feature = "http3")]
+pub mod quic;
+/// Without the `http3` feature: the same entry points, which refuse `quic = true`.
+#[cfg(not(feature = "http3"))]
+#[path = "quic/off.rs"]
 pub mod quic;
 pub mod seal;
 pub mod server;

@@ -49,6 +49,12 @@ impl ListenerConfig {
         if !enabled {
             return Ok(());
         }
+        if !cfg!(feature = "http3") {
+            return Err(map.error(
+                &self.quic,
+                "key `quic`: this build has no HTTP/3 (feature `http3`)",
+            ));
+        }
         if self.max_version < TlsVersion::Tls13 {
             return Err(map.error(
                 &self.quic,
