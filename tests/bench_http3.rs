@@ -107,6 +107,40 @@ fn bulk_mode_keeps_connections_and_counts_the_bytes_of_large_responses() {
     wait_for_metric(admin, "tlsterm_quic_connections 0");
 }
 
+/// With `--cacert`, the server's certificate is verified: for the name it carries the
+/// handshakes complete; for another name every one fails with the client's TLS alert.
+#[test]
+fn the_server_certificate_is_verified_against_the_name_asked_for() {
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = make_cert(certs.path(), "site", "localhost", KeyType::EcdsaP256);
+    let table = format!(
+        "quic = true\n[[listener.certificate]]\ncert = {:?}\nkey = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    );
+    let (_dir, _server, port) = start_listener("builtin", &table);
+    let bench = |sni: &str| {
+        let out = run(Command::new(TLSTERM)
+            .args(["bench", &format!("https://127.0.0.1:{port}/"), "--http3"])
+            .args([
+                "--json", "--quiet", "-c", "1", "-n", "2", "--sni", sni, "--cacert",
+            ])
+            .arg(&cert));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let good = bench("localhost");
+    assert_eq!(good["errors_total"], 0, "{good}");
+    assert_eq!(good["handshakes"], 2, "{good}");
+    let bad = bench("other.test");
+    assert_eq!(bad["handshakes"], 0, "{bad}");
+    assert_eq!(bad["errors_total"], 2, "{bad}");
+    let kinds = bad["errors"].as_object().unwrap();
+    assert!(
+        kinds.keys().all(|k| k.starts_with("handshake: TLS alert")),
+        "{bad}"
+    );
+}
+
 #[test]
 fn options_that_mean_nothing_over_quic_are_refused() {
     for extra in [

@@ -361,13 +361,21 @@ impl Link {
     fn close_reason(&mut self, stage: &str) -> String {
         if let Some(e) = self.conn.peer_error() {
             let reason = String::from_utf8_lossy(&e.reason);
-            return format!(
-                "{stage}: closed by the server (code {:#x}) {reason}",
-                e.error_code
-            );
+            return match e.error_code {
+                code @ 0x100..=0x1ff if !e.is_app => {
+                    format!("{stage}: TLS alert {} received {reason}", code - 0x100)
+                }
+                code => format!("{stage}: closed by the server (code {code:#x}) {reason}"),
+            };
         }
         if let Some(e) = self.conn.local_error() {
-            return format!("{stage}: closed (code {:#x})", e.error_code);
+            // QUIC carries a TLS alert as the transport error 0x100 + alert (RFC 9001).
+            return match e.error_code {
+                code @ 0x100..=0x1ff if !e.is_app => {
+                    format!("{stage}: TLS alert {} sent", code - 0x100)
+                }
+                code => format!("{stage}: closed (code {code:#x})"),
+            };
         }
         if self.conn.is_timed_out() {
             return format!("{stage}: idle timeout");
