@@ -1,5 +1,6 @@
 //! Minimal HTTP/1.1 client side: build a GET request, read one response framed by
-//! Content-Length (or by the end of the stream when the server closes).
+//! Content-Length (or by the end of the stream when the server closes). And the same GET
+//! as HTTP/3 header fields.
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -30,6 +31,20 @@ pub fn request(path: &str, host: &str, close: bool) -> Vec<u8> {
     let conn = if close { "close" } else { "keep-alive" };
     format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: tlsterm-bench\r\nConnection: {conn}\r\n\r\n")
         .into_bytes()
+}
+
+/// The header fields of an HTTP/3 GET of `path` (`:authority` as HTTP/1.1's `Host`).
+pub fn h3_request(path: &str, authority: &str) -> Vec<quiche::h3::Header> {
+    [
+        (":method", "GET"),
+        (":scheme", "https"),
+        (":authority", authority),
+        (":path", path),
+        ("user-agent", "tlsterm-bench"),
+    ]
+    .iter()
+    .map(|(name, value)| quiche::h3::Header::new(name.as_bytes(), value.as_bytes()))
+    .collect()
 }
 
 /// A reusable read buffer; bytes past the end of one response stay for the next.

@@ -1,9 +1,11 @@
 //! `tlsterm bench`: a TLS load generator (full handshakes, resumed sessions, bulk
-//! keep-alive transfers, open-loop latency) and an in-memory record-layer benchmark.
+//! keep-alive transfers, open-loop latency), over TCP or, with `--http3`, over QUIC; and
+//! an in-memory record-layer benchmark.
 
 pub mod http;
 pub mod idle;
 pub mod load;
+pub mod quic;
 pub mod record;
 pub mod stats;
 pub mod tls;
@@ -98,6 +100,11 @@ pub struct BenchArgs {
     /// full/resume mode, requests in bulk mode); latency counts from the scheduled start.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// HTTP/3 over QUIC (UDP to the URL's port) instead of HTTP/1.1 over TLS, with the
+    /// full, resume and bulk modes. TLS 1.3 only; no 0-RTT, ECH or certificate
+    /// compression.
+    #[arg(long)]
+    pub http3: bool,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -216,6 +223,9 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
     if args.early_data && mode != Mode::Resume {
         bail!("--early-data needs --mode resume");
     }
+    if args.http3 {
+        refuse_for_http3(args)?;
+    }
     if args.concurrency == 0 || args.threads == 0 || args.per_session == 0 {
         bail!("--concurrency, --threads and --per-session must be at least 1");
     }
@@ -264,7 +274,28 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         cacert: args.cacert.clone(),
         ech_config: args.ech_config.clone(),
     })?;
-    let decompressors = tls::offer_cert_compression(&mut tls, &args.cert_compression)?;
+    let decompressors = if args.http3 {
+        Vec::new()
+    } else {
+        tls::offer_cert_compression(&mut tls, &args.cert_compression)?
+    };
+    let http3 = if args.http3 {
+        let opts = quic::QuicOptions {
+            group: args.group.clone(),
+            insecure: args.insecure,
+            cacert: args.cacert.clone(),
+            // An address is no server name: nothing is sent, as rustls does.
+            server_name: match &server_name {
+                ServerName::DnsName(name) => Some(name.as_ref().to_string()),
+                _ => None,
+            },
+        };
+        // Built once here so that bad options fail before the run, not in its threads.
+        quic::Client::new(&opts)?;
+        Some((opts, http::h3_request(&path, &host_header)))
+    } else {
+        None
+    };
     let cfg = LoadConfig {
         mode,
         addr,
@@ -284,6 +315,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         rate: args.rate,
         timeout: args.timeout,
         tls: Arc::new(tls),
+        http3,
     };
 
     let live = Arc::new(Live::default());
@@ -317,6 +349,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
     Ok(Report {
         url: url.to_string(),
         mode: format!("{:?}", args.mode).to_lowercase(),
+        http3: args.http3,
         concurrency: args.concurrency,
         threads: args.threads,
         rate: args.rate,
@@ -352,6 +385,26 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
             0.0
         },
     })
+}
+
+/// Refuses the options that mean nothing over QUIC, rather than ignoring them.
+fn refuse_for_http3(args: &BenchArgs) -> anyhow::Result<()> {
+    let refused = [
+        (args.early_data, "--early-data"),
+        (args.ech_config.is_some(), "--ech-config"),
+        (args.cipher.is_some(), "--cipher"),
+        (!args.alpn.is_empty(), "--alpn (HTTP/3 is always h3)"),
+        (
+            args.tls_version.as_deref().is_some_and(|v| v != "1.3"),
+            "--tls-version other than 1.3",
+        ),
+    ];
+    for (given, option) in refused {
+        if given {
+            bail!("--http3 does not take {option}");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

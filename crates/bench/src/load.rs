@@ -18,7 +18,8 @@ use tokio::task::{JoinSet, LocalSet};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::http::{self, HttpError};
+use crate::http::{self, HttpError, Response};
+use crate::quic::{self, H3Conn, QuicOptions};
 use crate::stats::{micros, Hist, Live, Stats};
 use crate::tls;
 
@@ -52,6 +53,9 @@ pub struct LoadConfig {
     pub timeout: Duration,
     /// Base TLS config with resumption disabled.
     pub tls: Arc<ClientConfig>,
+    /// HTTP/3 over QUIC instead of HTTP/1.1 over TLS: the client's options and the
+    /// request's header fields.
+    pub http3: Option<(QuicOptions, Vec<quiche::h3::Header>)>,
 }
 
 /// How much work is left: a deadline, a count, or both.
@@ -81,6 +85,8 @@ struct Ctx {
     stats: RefCell<Stats>,
     /// (protocol version, cipher suite, key-exchange group) codes seen.
     negotiated: RefCell<HashMap<(u16, u16, u16), u64>>,
+    /// The thread's HTTP/3 client, with `--http3`.
+    quic: Option<quic::Client>,
 }
 
 /// The state a unit of work carries from one unit to the next.
@@ -90,6 +96,10 @@ struct Slot {
     /// Bulk mode: the kept-alive connection.
     conn: Option<TlsStream<TcpStream>>,
     reader: http::Reader,
+    /// HTTP/3, resume mode: the newest ticket of the chain and connections made in it.
+    quic_chain: Option<(Option<Vec<u8>>, u32)>,
+    /// HTTP/3, bulk mode: the kept-alive connection.
+    h3: Option<H3Conn>,
 }
 
 impl Slot {
@@ -98,6 +108,22 @@ impl Slot {
             chain: None,
             conn: None,
             reader: http::Reader::default(),
+            quic_chain: None,
+            h3: None,
+        }
+    }
+
+    /// Restart the session chain, after a failure.
+    fn drop_chain(&mut self) {
+        self.chain = None;
+        self.quic_chain = None;
+    }
+
+    /// The run is over: a kept-alive HTTP/3 connection is closed, so that the server
+    /// forgets it now rather than at its idle timeout.
+    async fn finish(&mut self) {
+        if let Some(conn) = self.h3.take() {
+            conn.close().await;
         }
     }
 
@@ -106,6 +132,7 @@ impl Slot {
     /// that connection, and read as the start of the next one's response would fail it too.
     fn drop_conn(&mut self) {
         self.conn = None;
+        self.h3 = None;
         self.reader.reset();
     }
 }
@@ -187,12 +214,17 @@ fn thread_main(
         .enable_all()
         .build()
         .expect("tokio runtime");
+    // `run_load` has built a client from the same options before the run.
+    let quic = cfg.http3.as_ref().map(|(opts, _)| {
+        quic::Client::new(opts).expect("the QUIC client was built before the run")
+    });
     let ctx = Rc::new(Ctx {
         cfg,
         live,
         budget,
         stats: RefCell::new(Stats::default()),
         negotiated: RefCell::new(HashMap::new()),
+        quic,
     });
     let local = LocalSet::new();
     local.block_on(&rt, async {
@@ -233,6 +265,7 @@ async fn closed_loop(ctx: &Rc<Ctx>, conns: usize) {
                 }
                 unit(&ctx, &mut slot, now).await;
             }
+            slot.finish().await;
         });
     }
     while set.join_next().await.is_some() {}
@@ -275,6 +308,10 @@ async fn open_loop(ctx: &Rc<Ctx>, conns: usize, rate: f64) {
         });
     }
     while set.join_next().await.is_some() {}
+    let mut idle = std::mem::take(&mut *slots.borrow_mut());
+    for slot in &mut idle {
+        slot.finish().await;
+    }
 }
 
 /// One unit of work, bounded by the timeout. Work cut short because the run is
@@ -302,7 +339,7 @@ async fn unit(ctx: &Ctx, slot: &mut Slot, sched: Instant) {
     };
     // Any failure drops the connection and restarts the session chain.
     slot.drop_conn();
-    slot.chain = None;
+    slot.drop_chain();
     ctx.stats.borrow_mut().error(&err);
     ctx.live.errors.fetch_add(1, Relaxed);
 }
@@ -362,6 +399,9 @@ fn record_handshake(ctx: &Ctx, conn: &ClientConnection, start: Instant) {
 }
 
 async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), String> {
+    if let (Some(client), Some((_, request))) = (&ctx.quic, &ctx.cfg.http3) {
+        return unit_h3(ctx, client, request, slot, sched).await;
+    }
     let cfg = &ctx.cfg;
     let keepalive = cfg.mode == Mode::Bulk;
     let mut handshaking = false;
@@ -414,6 +454,19 @@ async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), St
             HttpError::Read(e) => format!("read: {e}"),
             HttpError::Parse(e) => format!("http: {e}"),
         })?;
+    record_response(ctx, &resp, t0, sched)?;
+    if keepalive && !resp.close {
+        slot.conn = Some(conn);
+    } else {
+        // The connection is dropped: the server has closed (Connection: close).
+        slot.drop_conn();
+    }
+    Ok(())
+}
+
+/// Counts a response read completely (sent at `t0`, its unit scheduled at `sched`); a
+/// status other than 2xx is an error.
+fn record_response(ctx: &Ctx, resp: &Response, t0: Instant, sched: Instant) -> Result<(), String> {
     let now = Instant::now();
     {
         let mut stats = ctx.stats.borrow_mut();
@@ -429,11 +482,67 @@ async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), St
     if !(200..300).contains(&resp.status) {
         return Err(format!("http status {}", resp.status));
     }
-    if keepalive && !resp.close {
-        slot.conn = Some(conn);
-    } else {
-        // The connection is dropped: the server has closed (Connection: close).
-        slot.drop_conn();
-    }
     Ok(())
+}
+
+/// One unit of work over HTTP/3: as for TCP, a new connection per request (full), chains
+/// of `per_session` connections resuming with the newest ticket (resume), or requests on
+/// a kept-alive connection (bulk).
+async fn unit_h3(
+    ctx: &Ctx,
+    client: &quic::Client,
+    request: &[quiche::h3::Header],
+    slot: &mut Slot,
+    sched: Instant,
+) -> Result<(), String> {
+    let cfg = &ctx.cfg;
+    let mut conn = match slot.h3.take() {
+        Some(conn) => conn,
+        None => {
+            let mut session = None;
+            if cfg.mode == Mode::Resume {
+                if slot
+                    .quic_chain
+                    .as_ref()
+                    .is_none_or(|c| c.1 >= cfg.per_session)
+                {
+                    slot.quic_chain = Some((None, 0));
+                }
+                let chain = slot.quic_chain.as_mut().expect("chain set above");
+                chain.1 += 1;
+                session = chain.0.clone();
+            }
+            let conn = H3Conn::connect(client, cfg.addr, session.as_deref()).await?;
+            record_h3_handshake(ctx, &conn, sched);
+            conn
+        }
+    };
+    let t0 = Instant::now();
+    let resp = conn.get(request).await?;
+    if let Some(chain) = slot.quic_chain.as_mut() {
+        if let Some(ticket) = conn.session() {
+            chain.0 = Some(ticket);
+        }
+    }
+    let counted = record_response(ctx, &resp, t0, sched);
+    if counted.is_ok() && cfg.mode == Mode::Bulk && conn.reusable() {
+        slot.h3 = Some(conn);
+    } else {
+        conn.close().await;
+    }
+    counted
+}
+
+fn record_h3_handshake(ctx: &Ctx, conn: &H3Conn, start: Instant) {
+    let mut stats = ctx.stats.borrow_mut();
+    stats.record(Hist::Handshake, micros(start.elapsed()));
+    stats.handshakes += 1;
+    ctx.live.handshakes.fetch_add(1, Relaxed);
+    if conn.is_resumed() {
+        stats.resumed += 1;
+        ctx.live.resumed.fetch_add(1, Relaxed);
+    }
+    if let Some((opts, _)) = &ctx.cfg.http3 {
+        *stats.negotiated.entry(opts.negotiated()).or_default() += 1;
+    }
 }

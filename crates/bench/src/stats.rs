@@ -193,6 +193,8 @@ impl Latency {
 pub struct Report {
     pub url: String,
     pub mode: String,
+    /// HTTP/3 over QUIC (`--http3`) rather than HTTP/1.1 over TLS.
+    pub http3: bool,
     pub concurrency: usize,
     pub threads: usize,
     /// Target rate for open-loop runs (units of work per second).
@@ -260,9 +262,14 @@ impl Report {
             .rate
             .map(|r| format!(", open loop at {r}/s"))
             .unwrap_or_default();
+        let over = if self.http3 {
+            " (HTTP/3 over QUIC)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
-            "{} mode, {} connections, {} thread(s){rate}, {:.2}s",
+            "{} mode{over}, {} connections, {} thread(s){rate}, {:.2}s",
             self.mode, self.concurrency, self.threads, self.elapsed_s
         );
         let _ = writeln!(

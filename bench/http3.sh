@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# HTTP/3 benchmark: QUIC full handshakes per server CPU-second, tlsterm vs HAProxy 3.3 +
+# AWS-LC (USE_QUIC=1), RSA-2048 and ECDSA P-256, and both servers' TLS 1.3 figure over TCP
+# in the same run. Each server has one worker (one thread) and the same backend
+# (`tlsterm backend`); server and backend are pinned to CPU 0, the client (`tlsterm bench`,
+# `--http3` for QUIC) to CPU 1, as in bench/peers.py, whose setup this reuses
+# (certificates, process pinning, CPU time from /proc/PID/stat utime + stime).
+#
+# Scenarios are interleaved (each run goes through every server and certificate before the
+# next run starts), repeated --runs times; the table gives medians.
+#
+# Run as root from anywhere:  bench/http3.sh [--runs 3] [--duration 8] [--concurrency 32]
+#                                              [--json bench/results/http3.json]
+# $HAPROXY_AWSLC names another HAProxy binary (default /opt/haproxy-awslc/sbin/haproxy).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x target/release/tlsterm ] || cargo build --release
+exec python3 - "$@" <<'PY'
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, "bench")
+import peers  # noqa: E402  (bench/peers.py: setup and CPU accounting)
+from peers import (BACKEND, CLIENT_CPU, HAPROXY_AWSLC, LISTEN, NICE, RUN, TLSTERM,  # noqa: E402
+                   Proc, cpu_seconds, log, make_certs, port_free, raise_priority,
+                   start_backend, wait_port)
+
+ADMIN = ("127.0.0.1", 8444)
+LISTEN_AT = f"{LISTEN[0]}:{LISTEN[1]}"
+BACKEND_AT = f"{BACKEND[0]}:{BACKEND[1]}"
+
+
+def tlsterm_config(crt, key):
+    """One worker answering TLS over TCP and HTTP/3 over QUIC on the same port."""
+    return f"""workers = 1
+pin_workers = false
+
+[log]
+level = "warn"
+connections = false
+
+[admin]
+address = "{ADMIN[0]}:{ADMIN[1]}"
+
+[[listener]]
+address = "{LISTEN_AT}"
+backends = ["{BACKEND_AT}"]
+alpn = []
+max_version = "1.3"
+max_connections = 10000
+quic = true
+
+[[listener.certificate]]
+cert = "{crt}"
+key = "{key}"
+default = true
+"""
+
+
+def haproxy_config(pem):
+    """One thread, HTTP/3 on UDP and TLS on TCP of the same port, the same backend. QUIC
+    Retry is kept off (tlsterm has none), as is 0-RTT (HAProxy's default, and tlsterm's)."""
+    return f"""global
+    nbthread 1
+    maxconn 4000
+    tune.ssl.cachesize 100000
+    tune.quic.fe.sec.retry-threshold 1000000
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    option http-keep-alive
+    http-reuse always
+
+frontend fe
+    bind quic4@{LISTEN_AT} ssl crt {pem} alpn h3
+    bind {LISTEN_AT} ssl crt {pem} ssl-min-ver TLSv1.3
+    default_backend be
+
+backend be
+    server s1 {BACKEND_AT} maxconn 1000
+"""
+
+
+def start_server(name, cert, certs):
+    crt, key, pem = certs / f"{cert}.crt", certs / f"{cert}.key", certs / f"{cert}.pem"
+    if name == "tlsterm":
+        conf = RUN / "http3-tlsterm.toml"
+        conf.write_text(tlsterm_config(crt, key))
+        server = Proc(name, [TLSTERM, "serve", "-c", conf])
+    else:
+        conf = RUN / "http3-haproxy.cfg"
+        conf.write_text(haproxy_config(pem))
+        server = Proc(name, [HAPROXY_AWSLC, "-db", "-f", conf])
+    # Both bind TCP and UDP together: the TCP port answering means QUIC is up too.
+    wait_port(LISTEN)
+    return server
+
+
+def quic_handshakes():
+    """tlsterm's own count of QUIC handshakes by kind (its /metrics)."""
+    text = urllib.request.urlopen(f"http://{ADMIN[0]}:{ADMIN[1]}/metrics", timeout=2).read().decode()
+    out = {"full": 0, "resumed": 0}
+    for line in text.splitlines():
+        m = re.match(r'tlsterm_quic_handshakes_total\{kind="(\w+)"\} (\d+)', line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def bench(transport, args):
+    extra = (["--http3"] if transport == "quic"
+             else ["--tls-version", "1.3", "--cipher", "TLS_AES_128_GCM_SHA256"])
+    cmd = NICE + ["taskset", "-c", CLIENT_CPU, TLSTERM, "bench", f"https://{LISTEN_AT}/",
+                  "--mode", "full", "--insecure", "--json", "--quiet",
+                  "-c", str(args.concurrency), "-d", f"{args.duration}s"] + extra
+    out = subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True,
+                         timeout=args.duration + 60)
+    return json.loads(out.stdout)
+
+
+def measure(server, transport, args):
+    before = quic_handshakes() if server.name == "tlsterm" and transport == "quic" else None
+    pids = server.pids()
+    cpu0 = cpu_seconds(pids)
+    report = bench(transport, args)
+    cpu = cpu_seconds(sorted(set(pids) | set(server.pids()))) - cpu0
+    result = {
+        "handshakes": report["handshakes"],
+        "resumed": report["resumed"],
+        "errors": report["errors_total"],
+        "error_kinds": report["errors"],
+        "elapsed_s": report["elapsed_s"],
+        "handshakes_per_s": report["handshakes_per_s"],
+        "server_cpu_s": cpu,
+        "server_util": cpu / report["elapsed_s"],
+        "handshakes_per_server_cpu_s": report["handshakes"] / cpu if cpu > 0 else 0.0,
+        "client_cpu_util": report["client_cpu_util"],
+        "hs_p50_us": report["handshake_latency"]["p50_us"],
+        "hs_p99_us": report["handshake_latency"]["p99_us"],
+    }
+    if before is not None:
+        after = quic_handshakes()
+        result["server_full"] = after["full"] - before["full"]
+        result["server_resumed"] = after["resumed"] - before["resumed"]
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description="QUIC full handshakes per server CPU-second")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=8, help="seconds per measurement")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--json", default=str(peers.RESULTS / "http3.json"))
+    args = ap.parse_args()
+    if not HAPROXY_AWSLC.exists():
+        sys.exit(f"no HAProxy + AWS-LC at {HAPROXY_AWSLC} (bench/peers.sh builds it)")
+    RUN.mkdir(parents=True, exist_ok=True)
+    raise_priority(-20)
+    certs = make_certs()
+    backend = start_backend("tlsterm")
+    results = []
+    try:
+        for run in range(1, args.runs + 1):
+            for cert in ("rsa", "ecdsa"):
+                for name in ("tlsterm", "haproxy-awslc"):
+                    server = start_server(name, cert, certs)
+                    try:
+                        for transport in ("quic", "tcp"):
+                            r = measure(server, transport, args)
+                            r.update(run=run, cert=cert, server=name, transport=transport)
+                            log(f"run {run} {cert} {name} {transport}: "
+                                f"{r['handshakes_per_server_cpu_s']:.0f} hs/server-CPU-s, "
+                                f"{r['handshakes_per_s']:.0f} hs/s, server {r['server_util']:.0%}, "
+                                f"client {r['client_cpu_util']:.0%}, errors {r['errors']}"
+                                + (f", server counted full {r['server_full']} resumed "
+                                   f"{r['server_resumed']}" if "server_full" in r else ""))
+                            results.append(r)
+                    finally:
+                        server.stop()
+                        port_free(LISTEN)
+    finally:
+        backend.stop()
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(results, indent=1))
+    print_table(results)
+
+
+def print_table(results):
+    def med(cert, name, transport, key):
+        values = [r[key] for r in results
+                  if (r["cert"], r["server"], r["transport"]) == (cert, name, transport)]
+        return statistics.median(values) if values else float("nan")
+
+    print("| certificate | transport | server | full handshakes per server CPU-second (median) "
+          "| handshakes/s | server CPU | client CPU | errors (all runs) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for cert in ("rsa", "ecdsa"):
+        for transport in ("quic", "tcp"):
+            for name in ("tlsterm", "haproxy-awslc"):
+                errors = sum(r["errors"] for r in results
+                             if (r["cert"], r["server"], r["transport"]) == (cert, name, transport))
+                print(f"| {cert} | {transport} | {name} "
+                      f"| {med(cert, name, transport, 'handshakes_per_server_cpu_s'):.0f} "
+                      f"| {med(cert, name, transport, 'handshakes_per_s'):.0f} "
+                      f"| {med(cert, name, transport, 'server_util'):.0%} "
+                      f"| {med(cert, name, transport, 'client_cpu_util'):.0%} | {errors} |")
+    print()
+    for cert in ("rsa", "ecdsa"):
+        for transport in ("quic", "tcp"):
+            t = med(cert, "tlsterm", transport, "handshakes_per_server_cpu_s")
+            h = med(cert, "haproxy-awslc", transport, "handshakes_per_server_cpu_s")
+            print(f"{cert} {transport}: tlsterm / haproxy-awslc = {t / h:.2f}")
+        q = med(cert, "tlsterm", "quic", "handshakes_per_server_cpu_s")
+        t = med(cert, "tlsterm", "tcp", "handshakes_per_server_cpu_s")
+        print(f"{cert}: tlsterm quic / tcp = {q / t:.2f}")
+
+
+main()
+PY
