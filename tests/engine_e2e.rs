@@ -57,6 +57,8 @@ struct Load {
     batched: f64,
     batches: f64,
     ops_in_batches: f64,
+    /// Batches below their kind's small-batch threshold, signed one by one inline.
+    small_batches: f64,
     /// `tlsterm_engine_info` labels: the kernel that signs, and "batch" or "inline".
     kernel: String,
     signing: String,
@@ -96,12 +98,16 @@ async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) ->
         keyfile.display().to_string()
     );
     // Every batch goes to the kernel, however small, unless the test sets its own threshold.
-    let threshold = if engine.contains("small_batch_threshold") {
-        ""
-    } else {
-        "small_batch_threshold = 1\n"
-    };
-    let header = format!("[engine]\n{engine}\n{threshold}poll_delay = \"2ms\"\n");
+    let mut thresholds = String::new();
+    for key in ["small_batch_threshold", "ecdsa_small_batch_threshold"] {
+        if !engine
+            .lines()
+            .any(|line| line.starts_with(&format!("{key} =")))
+        {
+            thresholds += &format!("{key} = 1\n");
+        }
+    }
+    let header = format!("[engine]\n{engine}\n{thresholds}poll_delay = \"2ms\"\n");
     let config = write_config(dir.path(), &header, &[listener]);
     let _server = Server::start(&config);
     let admin = admin_address(&config).unwrap();
@@ -132,6 +138,7 @@ async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) ->
     );
     let batches = metric(admin, "tlsterm_engine_batch_operations_count", "");
     let ops_in_batches = metric(admin, "tlsterm_engine_batch_operations_sum", "");
+    let small_batches = metric(admin, "tlsterm_engine_flushes_total", "cause=\"small\"");
     assert_eq!(
         signatures,
         (clients * per_client) as f64,
@@ -153,6 +160,7 @@ async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) ->
         batched,
         batches,
         ops_in_batches,
+        small_batches,
         kernel: label("kernel"),
         signing: label("signing"),
     }
@@ -237,6 +245,36 @@ async fn ecdsa_p256_handshakes_are_batched_with_ifma() {
     } else {
         eprintln!("note: no IFMA kernel on this CPU; checking that P-256 signs inline");
         assert_eq!(load.batched, 0.0);
+    }
+}
+
+/// `[engine] ecdsa = "inline"`: BoringSSL signs every P-256 signature at once, and RSA
+/// signatures are batched as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecdsa_inline_signs_p256_inline_and_leaves_rsa_batched() {
+    let engine = "mode = \"batch\"\necdsa = \"inline\"";
+    let load = run_load(engine, "ec:P-256", 8, 2).await;
+    assert_eq!(load.batched, 0.0, "no P-256 signature was batched");
+    assert_eq!(load.batches + load.small_batches, 0.0, "none was queued");
+    let load = run_load(engine, "rsa:2048", 8, 2).await;
+    assert_path(&load, best_kernel(), "rsa2048 beside ecdsa = \"inline\"");
+}
+
+/// ECDSA P-256 batches follow `ecdsa_small_batch_threshold`, not RSA's threshold (1 here):
+/// with at most 4 handshakes in flight, no batch reaches 8, so each P-256 signature is
+/// queued and then signed inline as part of a small batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_ecdsa_batch_is_signed_inline() {
+    let engine = "mode = \"batch\"\necdsa_small_batch_threshold = 8";
+    let load = run_load(engine, "ec:P-256", 4, 3).await;
+    assert_eq!(load.batched, 0.0);
+    assert_eq!(load.batches, 0.0);
+    if P256Kernel::Ifma.is_available() && best_kernel() != "none" {
+        assert!(load.small_batches > 0.0, "P-256 signatures were queued");
+        assert_eq!(load.signing, "batch", "RSA signing is still batched");
+    } else {
+        eprintln!("note: no IFMA kernel on this CPU; checking that P-256 signs inline");
+        assert_eq!(load.small_batches, 0.0);
     }
 }
 

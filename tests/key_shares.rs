@@ -167,3 +167,56 @@ fn a_bad_key_shares_value_is_refused_with_its_line() {
         "{err}"
     );
 }
+
+/// A handshake that the certificate selection refuses (an unknown name, `unknown_sni =
+/// "refuse"`) fails before its key share is computed: no share joins the engine's queue.
+/// Shares are counted as they are computed only on the batch path (AVX-512 IFMA).
+#[test]
+fn a_refused_handshake_computes_no_key_share() {
+    if x25519_path() != "batch" {
+        println!("a_refused_handshake_computes_no_key_share skipped: no batch path to count");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (cert, key) = make_cert(dir.path(), "known", "known.test", KeyType::EcdsaP256);
+    let config = ConfigBuilder::new()
+        .section("engine", |e| e.set("x25519_small_batch_threshold", 1))
+        .listener(|l| {
+            l.port(port)
+                .backend("builtin")
+                .set("unknown_sni", "refuse")
+                .cert(&cert, &key)
+        })
+        .write(dir.path());
+    let server = Server::start(&config);
+    let admin = admin_address(&server.config).unwrap();
+    let flushes = "tlsterm_engine_key_share_flushes_total";
+    let client = |name: &str| {
+        let args = [
+            "-servername",
+            name,
+            "-tls1_3",
+            "-groups",
+            "X25519",
+            "-ign_eof",
+        ];
+        s_client(port, &args, GET_CLOSE)
+    };
+    let out = client("other.test");
+    assert!(!out.contains("Hello from tlsterm"), "{out}");
+    wait_for_metric(
+        admin,
+        "tlsterm_handshake_failures_total{reason=\"unknown_sni\"} 1",
+    );
+    assert_eq!(
+        metric(admin, flushes, ""),
+        0.0,
+        "a refused handshake's share"
+    );
+    // The same client with a known name: its share is computed, and counted.
+    let out = client("known.test");
+    assert!(out.contains("Hello from tlsterm"), "{out}");
+    wait_shares(admin, "X25519", "batch", 1);
+    assert_eq!(metric(admin, flushes, ""), 1.0);
+}

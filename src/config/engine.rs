@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
+use toml::Spanned;
 
 use super::source::{ConfigError, SourceMap};
 
@@ -12,7 +13,8 @@ use super::source::{ConfigError, SourceMap};
 pub enum EngineMode {
     /// Every private-key operation is computed by BoringSSL as soon as it is asked for.
     Inline,
-    /// RSA operations are queued per worker and computed in multi-buffer batches.
+    /// RSA signatures, and ECDSA P-256 ones where `ecdsa` lets them, are queued per
+    /// worker and computed in multi-buffer batches.
     Batch,
 }
 
@@ -22,13 +24,13 @@ pub struct EngineConfig {
     #[serde(default = "default_engine_mode")]
     pub mode: EngineMode,
     /// Flush as soon as this many operations are queued (at most the engine's lane capacity).
-    pub batch_size: Option<usize>,
+    pub batch_size: Option<Spanned<usize>>,
     /// The longest an operation waits for companions before the batch runs anyway.
     #[serde(default = "default_poll_delay", with = "humantime_serde")]
     pub poll_delay: Duration,
     /// Batches smaller than this are computed one operation at a time (default: the
     /// measured break-even of the kernel in use).
-    pub small_batch_threshold: Option<usize>,
+    pub small_batch_threshold: Option<Spanned<usize>>,
     /// Which multi-buffer kernel computes batches.
     #[serde(default)]
     pub kernel: EngineKernel,
@@ -37,7 +39,25 @@ pub struct EngineConfig {
     pub key_shares: KeyShares,
     /// Batches of X25519 key shares smaller than this are computed one by one by aws-lc
     /// (default: the measured break-even of the kernel in use).
-    pub x25519_small_batch_threshold: Option<usize>,
+    pub x25519_small_batch_threshold: Option<Spanned<usize>>,
+    /// Whether ECDSA P-256 signatures are batched by the curve kernel, apart from RSA.
+    #[serde(default)]
+    pub ecdsa: EcdsaMode,
+    /// Batches of ECDSA P-256 signatures smaller than this are signed one by one by
+    /// BoringSSL (default: the measured break-even of the curve kernel in use).
+    pub ecdsa_small_batch_threshold: Option<Spanned<usize>>,
+}
+
+/// `[engine] ecdsa`: whether ECDSA P-256 signatures are batched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EcdsaMode {
+    /// Queued per worker and signed in multi-buffer batches where the CPU has the curve
+    /// kernel (AVX-512 IFMA) and `mode` batches; else inline.
+    #[default]
+    Batch,
+    /// Signed at once by BoringSSL, whatever RSA signatures and key shares do.
+    Inline,
 }
 
 /// `[engine] key_shares`: who computes the server's key share of a TLS 1.3 handshake.
@@ -83,6 +103,8 @@ impl Default for EngineConfig {
             kernel: EngineKernel::Auto,
             key_shares: KeyShares::Auto,
             x25519_small_batch_threshold: None,
+            ecdsa: EcdsaMode::Batch,
+            ecdsa_small_batch_threshold: None,
         }
     }
 }
@@ -96,15 +118,25 @@ fn default_poll_delay() -> Duration {
 
 impl EngineConfig {
     pub(super) fn validate(&self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
-        if let Some(0) = self.batch_size {
-            return Err(map.plain("key `engine.batch_size`: must be at least 1"));
-        }
-        if let Some(0) = self.small_batch_threshold {
-            return Err(map.plain("key `engine.small_batch_threshold`: must be at least 1"));
-        }
-        if let Some(0) = self.x25519_small_batch_threshold {
-            return Err(map.plain("key `engine.x25519_small_batch_threshold`: must be at least 1"));
+        for (key, value) in [
+            ("batch_size", &self.batch_size),
+            ("small_batch_threshold", &self.small_batch_threshold),
+            (
+                "x25519_small_batch_threshold",
+                &self.x25519_small_batch_threshold,
+            ),
+            (
+                "ecdsa_small_batch_threshold",
+                &self.ecdsa_small_batch_threshold,
+            ),
+        ] {
+            if let Some(value) = value.as_ref().filter(|value| *value.get_ref() == 0) {
+                return Err(map.error(value, format!("key `engine.{key}`: must be at least 1")));
+            }
         }
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

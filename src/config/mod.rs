@@ -37,7 +37,7 @@ pub use acme::{
     AcmeCertificate, AcmeConfig, AcmeKeyType, AcmeNames, ChallengeKind, ExternalAccount,
 };
 pub use client_trust::{ClientAuth, CrlCheck, CrlFile};
-pub use engine::{EngineConfig, EngineKernel, EngineMode, KeyShares};
+pub use engine::{EcdsaMode, EngineConfig, EngineKernel, EngineMode, KeyShares};
 pub use listener::{
     BackendPolicies, CertificateConfig, ListenerConfig, ProxyProtocol, UnknownSni, BUILTIN_BACKEND,
 };

@@ -32,7 +32,7 @@ static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
     ),
     info: metrics::gauge_vec(
         "engine_info",
-        "1 for how signatures are made now: the multi-buffer kernel that signs RSA (none when inline) and whether signatures are batched or inline (ECDSA P-256 is batched where the CPU has AVX-512 IFMA)",
+        "1 for how signatures are made now: the multi-buffer kernel that signs RSA (none when inline) and whether signatures are batched or inline (ECDSA P-256 is batched where the CPU has AVX-512 IFMA and [engine] ecdsa lets it: its path shows in engine_operations_total)",
         &["kernel", "signing"],
     ),
     errors: metrics::counter(

@@ -2,10 +2,11 @@
 //!
 //! Every signature a handshake needs comes here through BoringSSL's asynchronous private
 //! key hook (see `tls::keymethod`). In `inline` mode it is computed at once by BoringSSL.
-//! In `batch` mode an RSA signature, and an ECDSA P-256 one where the CPU has AVX-512 IFMA,
-//! joins its worker's queue and the handshake is suspended; the worker's queue runs the
-//! multi-buffer engine when a kind's batch is full, when every handshake of the worker is
-//! waiting on it, or when the poll delay expires.
+//! In `batch` mode an RSA signature, and an ECDSA P-256 one where the CPU has the curve
+//! kernel (AVX-512 IFMA) and `[engine] ecdsa` batches, joins its worker's queue and the
+//! handshake is suspended; the worker's queue runs the multi-buffer engine when a kind's
+//! batch is full, when every handshake of the worker is waiting on it, or when the poll
+//! delay expires.
 
 mod key;
 pub mod key_share;
@@ -19,7 +20,9 @@ use std::sync::Arc;
 
 use boring::ssl::SslSignatureAlgorithm;
 
-use crate::config::{EngineConfig, EngineKernel, EngineMode, KeyShares};
+use tlsterm_engine::CurveKernel;
+
+use crate::config::{EcdsaMode, EngineConfig, EngineKernel, EngineMode, KeyShares};
 pub use key::{HashAlg, KeyKind, Scheme, SigningKey};
 pub use queue::{install_worker_queue, HandshakeGuard};
 
@@ -52,16 +55,26 @@ pub type PendingSignature = Pin<Box<dyn Future<Output = Result<Vec<u8>, OffloadE
 /// How a worker computes private-key operations (copied from `[engine]` at start and reload).
 #[derive(Debug, Clone, Copy)]
 pub struct OffloadSettings {
-    /// `Batch` only when a multi-buffer kernel signs: the effective mode, not the asked one.
+    /// RSA signatures: `Batch` only when a multi-buffer kernel signs them: the effective
+    /// mode, not the asked one.
     pub mode: EngineMode,
+    /// The kernel that signs batches of RSA signatures.
     pub kernel: tlsterm_engine::Kernel,
+    /// RSA signatures that make a full batch.
     pub batch_size: usize,
     pub poll_delay: std::time::Duration,
+    /// Below this many queued RSA signatures, BoringSSL signs them one by one.
     pub small_batch_threshold: usize,
+    /// ECDSA P-256 signatures: `Batch` only when the curve kernel signs them (the
+    /// effective mode, like `mode`). A full batch fills the curve kernel's lanes.
+    pub ecdsa: EngineMode,
+    /// Below this many queued ECDSA P-256 signatures, BoringSSL signs them one by one.
+    pub ecdsa_small_batch_threshold: usize,
     /// Who computes TLS 1.3 key shares (`Batch`: the X25519 part, where a kernel has it).
     pub key_shares: KeySharePath,
-    /// The kernel that computes batches of X25519 key shares.
-    pub x25519_kernel: tlsterm_engine::X25519Kernel,
+    /// The kernel of the curves: batches of X25519 key shares and of ECDSA P-256
+    /// signatures.
+    pub curve_kernel: CurveKernel,
     /// Below this many queued X25519 shares, aws-lc computes them one by one.
     pub x25519_small_batch_threshold: usize,
 }
@@ -93,8 +106,8 @@ impl KeySharePath {
 pub struct CpuKernels {
     /// RSA: the multi-buffer kernels, fastest first (empty: only the portable one).
     pub rsa: Vec<tlsterm_engine::Kernel>,
-    /// X25519: the fastest kernel (`Portable` when there is no multi-buffer one).
-    pub x25519: tlsterm_engine::X25519Kernel,
+    /// X25519 and P-256: the fastest kernel (`Portable` when there is no multi-buffer one).
+    pub curve: CurveKernel,
 }
 
 impl CpuKernels {
@@ -102,7 +115,7 @@ impl CpuKernels {
     pub fn detect() -> CpuKernels {
         CpuKernels {
             rsa: tlsterm_engine::Kernel::simd_available(),
-            x25519: tlsterm_engine::X25519Kernel::detect(),
+            curve: CurveKernel::detect(),
         }
     }
 }
@@ -114,13 +127,15 @@ impl OffloadSettings {
 
     /// What `config` means on a CPU with `cpu`'s kernels.
     pub fn choose(config: &EngineConfig, cpu: &CpuKernels) -> OffloadSettings {
+        let count = |value: &Option<toml::Spanned<usize>>| value.as_ref().map(|v| *v.get_ref());
         let lanes = tlsterm_engine::MAX_BATCH;
         let kernel = choose_kernel(config.kernel, &cpu.rsa);
-        let x25519_kernel = cpu.x25519;
-        let batch_size = config.batch_size.unwrap_or(lanes).clamp(1, 64);
-        let small_batch_threshold = config
-            .small_batch_threshold
-            .unwrap_or_else(|| small_batch_threshold(kernel));
+        let curve_kernel = cpu.curve;
+        let batch_size = count(&config.batch_size).unwrap_or(lanes).clamp(1, 64);
+        let small_batch_threshold =
+            count(&config.small_batch_threshold).unwrap_or_else(|| small_batch_threshold(kernel));
+        let ecdsa_small_batch_threshold = count(&config.ecdsa_small_batch_threshold)
+            .unwrap_or_else(|| ecdsa_small_batch_threshold(curve_kernel));
         // Without IFMA, AVX-512F or AVX2 only the portable kernel is left, which is slower
         // than BoringSSL (it exists for correctness and cross-checks): batching would cost.
         // A batch never larger than the small-batch threshold is always signed inline, so
@@ -145,11 +160,17 @@ impl OffloadSettings {
             batch_size,
             poll_delay: config.poll_delay,
             small_batch_threshold,
-            key_shares: key_share_path_for(config.key_shares, x25519_kernel),
-            x25519_kernel,
-            x25519_small_batch_threshold: config
-                .x25519_small_batch_threshold
-                .unwrap_or_else(|| x25519_small_batch_threshold(x25519_kernel)),
+            ecdsa: ecdsa_mode_for(
+                config.mode,
+                config.ecdsa,
+                curve_kernel,
+                ecdsa_small_batch_threshold,
+            ),
+            ecdsa_small_batch_threshold,
+            key_shares: key_share_path_for(config.key_shares, curve_kernel),
+            curve_kernel,
+            x25519_small_batch_threshold: count(&config.x25519_small_batch_threshold)
+                .unwrap_or_else(|| x25519_small_batch_threshold(curve_kernel)),
         }
     }
 
@@ -224,10 +245,50 @@ fn small_batch_threshold(kernel: tlsterm_engine::Kernel) -> usize {
     }
 }
 
-/// Who computes key shares, from `[engine] key_shares` and the X25519 kernel the CPU has.
+/// Whether ECDSA P-256 signatures are batched: when `[engine] mode` and `[engine] ecdsa`
+/// both ask for it and the CPU has a multi-lane curve kernel (the portable one is slower
+/// than BoringSSL), unless the small-batch threshold is above the kernel's lanes: then no
+/// batch could reach the kernel, and queueing would only add waiting. RSA's own settings
+/// (its kernel, batch size and threshold) play no part.
+fn ecdsa_mode_for(
+    mode: EngineMode,
+    ecdsa: EcdsaMode,
+    kernel: CurveKernel,
+    small_batch_threshold: usize,
+) -> EngineMode {
+    if mode == EngineMode::Inline || ecdsa == EcdsaMode::Inline || kernel.lanes() < 2 {
+        return EngineMode::Inline;
+    }
+    if small_batch_threshold > kernel.lanes() {
+        tracing::warn!(
+            small_batch_threshold,
+            lanes = kernel.lanes(),
+            kernel = kernel.name(),
+            "engine.ecdsa_small_batch_threshold is above the curve kernel's lanes, so no \
+             batch would reach the kernel: signing ECDSA inline"
+        );
+        return EngineMode::Inline;
+    }
+    EngineMode::Batch
+}
+
+/// Below this many queued ECDSA P-256 signatures a batch is signed one by one by
+/// BoringSSL: the measured break-even of the curve kernel against BoringSSL (the engine's
+/// `p256_speed` example, timing each batch size from 1 to 8). A pass of the IFMA kernel
+/// costs about the same for 1 to 8 signatures: on an Intel Emerald Rapids core (a shared,
+/// loaded machine, two runs) 1 signature ran at 0.37-0.39x BoringSSL, 2 at 0.70-0.86x,
+/// 3 at 1.06-1.28x, 4 at 1.39-1.70x and 8 at 2.56-2.66x.
+fn ecdsa_small_batch_threshold(kernel: CurveKernel) -> usize {
+    match kernel {
+        CurveKernel::Ifma => 3,
+        CurveKernel::Portable => usize::MAX,
+    }
+}
+
+/// Who computes key shares, from `[engine] key_shares` and the curve kernel the CPU has.
 /// Batches only with a multi-buffer kernel: the portable one is slower than aws-lc.
-fn key_share_path_for(asked: KeyShares, kernel: tlsterm_engine::X25519Kernel) -> KeySharePath {
-    let simd = kernel != tlsterm_engine::X25519Kernel::Portable;
+fn key_share_path_for(asked: KeyShares, kernel: CurveKernel) -> KeySharePath {
+    let simd = kernel != CurveKernel::Portable;
     match asked {
         KeyShares::Auto if simd => KeySharePath::Batch,
         KeyShares::Batch if simd => KeySharePath::Batch,
@@ -247,10 +308,10 @@ fn key_share_path_for(asked: KeyShares, kernel: tlsterm_engine::X25519Kernel) ->
 /// break-even of the IFMA kernel against aws-lc (`tlsterm speed --batch-sizes x25519`,
 /// docs/BENCHMARKS-engine.md). A pass costs the same for 1 to 8 shares: on an Intel Emerald
 /// Rapids core 1 share ran at 0.40x aws-lc, 2 at 0.81x, 3 at 1.15x, 8 at 3.06x.
-fn x25519_small_batch_threshold(kernel: tlsterm_engine::X25519Kernel) -> usize {
+fn x25519_small_batch_threshold(kernel: CurveKernel) -> usize {
     match kernel {
-        tlsterm_engine::X25519Kernel::Ifma => 3,
-        tlsterm_engine::X25519Kernel::Portable => usize::MAX,
+        CurveKernel::Ifma => 3,
+        CurveKernel::Portable => usize::MAX,
     }
 }
 

@@ -15,8 +15,10 @@
 //!   joining: the worker has nothing better to do than compute;
 //! - `Timer`: the oldest operation has waited `poll_delay`.
 //!
-//! Otherwise every kind runs. Batches smaller than a kind's small-batch threshold are
-//! computed one by one: signatures by BoringSSL, key shares by aws-lc.
+//! Otherwise every kind runs. Batches smaller than a kind's small-batch threshold (its own
+//! setting: `small_batch_threshold`, `ecdsa_small_batch_threshold`,
+//! `x25519_small_batch_threshold`) are computed one by one: signatures by BoringSSL, key
+//! shares by aws-lc.
 //!
 //! The queue computes through a [`BatchSigner`] and reports through [`QueueStats`]
 //! (`signer.rs`), so the policy above is tested with a fake signer on any CPU.
@@ -47,6 +49,15 @@ struct QueuedShare {
     reply: oneshot::Sender<Option<(X25519Share, KeySharePath)>>,
 }
 
+/// One kind of signature's queue and its batch sizes.
+struct SignatureQueue<'a> {
+    ops: &'a RefCell<Vec<QueuedOp>>,
+    /// How many of its operations make a full batch.
+    full: usize,
+    /// Fewer than this in a batch are signed one by one by BoringSSL.
+    small_batch_threshold: usize,
+}
+
 struct QueuedOp {
     key: Arc<SigningKey>,
     scheme: Scheme,
@@ -60,7 +71,8 @@ pub struct WorkerQueue {
     /// RSA signatures (a batch holds up to `batch_size`).
     ops: RefCell<Vec<QueuedOp>>,
     /// ECDSA P-256 signatures: a kind of their own, since a batch of them fills the curve
-    /// kernel's lanes (8), and one with fewer barely beats BoringSSL.
+    /// kernel's lanes (8), and a pass costs about the same however few of them it holds:
+    /// a batch of only a few is slower than BoringSSL.
     ecdsa: RefCell<Vec<QueuedOp>>,
     shares: RefCell<Vec<QueuedShare>>,
     /// Handshakes in progress on this worker (see `HandshakeGuard`).
@@ -127,7 +139,7 @@ impl Drop for HandshakeGuard {
     }
 }
 
-/// Queues an RSA operation if this worker batches; `None` means: compute it inline.
+/// Queues a signature if this worker batches its kind; `None` means: compute it inline.
 pub(super) fn try_enqueue(
     key: &Arc<SigningKey>,
     scheme: Scheme,
@@ -206,17 +218,17 @@ impl WorkerQueue {
         message: &[u8],
     ) -> Option<PendingSignature> {
         let settings = self.settings.get();
-        // The portable P-256 kernel is slower than BoringSSL: only a multi-lane one batches.
-        let curve_batches = settings.x25519_kernel.lanes() > 1;
-        let batchable =
-            key.batchable(scheme) && (!matches!(scheme, Scheme::Ecdsa(_)) || curve_batches);
-        if !batchable || settings.mode != EngineMode::Batch {
+        let mode = match scheme {
+            Scheme::Ecdsa(_) => settings.ecdsa,
+            Scheme::RsaPkcs1(_) | Scheme::RsaPss(_) => settings.mode,
+        };
+        if mode != EngineMode::Batch || !key.batchable(scheme) {
             return None;
         }
-        let (queue, full) = self.signature_queue(scheme);
+        let kind = self.signature_queue(scheme);
         let (reply, result) = oneshot::channel();
         let queued = {
-            let mut ops = queue.borrow_mut();
+            let mut ops = kind.ops.borrow_mut();
             ops.push(QueuedOp {
                 key: key.clone(),
                 scheme,
@@ -226,8 +238,8 @@ impl WorkerQueue {
             });
             ops.len()
         };
-        if queued >= full {
-            self.flush_signatures_of(queue, full, FlushCause::Full);
+        if queued >= kind.full {
+            self.flush_signatures_of(&kind, FlushCause::Full);
         } else if self.queued() >= self.in_handshake.get() {
             self.flush(FlushCause::AllWaiting);
         } else {
@@ -254,7 +266,7 @@ impl WorkerQueue {
             });
             shares.len()
         };
-        if queued >= settings.x25519_kernel.lanes() {
+        if queued >= settings.curve_kernel.lanes() {
             self.flush_shares(FlushCause::Full);
         } else if self.queued() >= self.in_handshake.get() {
             self.flush(FlushCause::AllWaiting);
@@ -305,7 +317,7 @@ impl WorkerQueue {
 
     fn flush_shares(&self, cause: FlushCause) {
         let settings = self.settings.get();
-        let batch = self.take(&self.shares, settings.x25519_kernel.lanes(), |op| {
+        let batch = self.take(&self.shares, settings.curve_kernel.lanes(), |op| {
             op.queued_at
         });
         if batch.is_empty() {
@@ -347,18 +359,25 @@ impl WorkerQueue {
         result
     }
 
-    /// The signature queues, RSA then ECDSA, each with how many of its operations make a
-    /// full batch.
-    fn signature_queues(&self) -> [(&RefCell<Vec<QueuedOp>>, usize); 2] {
+    /// The signature queues, RSA then ECDSA, each with its batch sizes.
+    fn signature_queues(&self) -> [SignatureQueue<'_>; 2] {
         let settings = self.settings.get();
         [
-            (&self.ops, settings.batch_size),
-            (&self.ecdsa, settings.x25519_kernel.lanes()),
+            SignatureQueue {
+                ops: &self.ops,
+                full: settings.batch_size,
+                small_batch_threshold: settings.small_batch_threshold,
+            },
+            SignatureQueue {
+                ops: &self.ecdsa,
+                full: settings.curve_kernel.lanes(),
+                small_batch_threshold: settings.ecdsa_small_batch_threshold,
+            },
         ]
     }
 
-    /// The queue of a signature scheme, and how many of its operations make a full batch.
-    fn signature_queue(&self, scheme: Scheme) -> (&RefCell<Vec<QueuedOp>>, usize) {
+    /// The queue of a signature scheme.
+    fn signature_queue(&self, scheme: Scheme) -> SignatureQueue<'_> {
         let [rsa, ecdsa] = self.signature_queues();
         match scheme {
             Scheme::Ecdsa(_) => ecdsa,
@@ -368,15 +387,16 @@ impl WorkerQueue {
 
     /// Runs the signatures of both kinds that wait.
     fn flush_signatures(&self, cause: FlushCause) {
-        for (queue, full) in self.signature_queues() {
-            self.flush_signatures_of(queue, full, cause);
+        for kind in self.signature_queues() {
+            self.flush_signatures_of(&kind, cause);
         }
     }
 
-    /// Runs up to `max` of the oldest signatures of `queue`.
-    fn flush_signatures_of(&self, queue: &RefCell<Vec<QueuedOp>>, max: usize, cause: FlushCause) {
+    /// Runs up to a full batch of the oldest signatures of one kind; fewer than its
+    /// small-batch threshold are signed one by one.
+    fn flush_signatures_of(&self, kind: &SignatureQueue<'_>, cause: FlushCause) {
         let settings = self.settings.get();
-        let batch = self.take(queue, max, |op| op.queued_at);
+        let batch = self.take(kind.ops, kind.full, |op| op.queued_at);
         if batch.is_empty() {
             return;
         }
@@ -391,7 +411,7 @@ impl WorkerQueue {
                 message: &op.message,
             })
             .collect();
-        if batch.len() < settings.small_batch_threshold {
+        if batch.len() < kind.small_batch_threshold {
             self.stats.flush(FlushCause::Small, batch.len());
             let results: Vec<_> = ops.iter().map(|op| self.inline(op, signer)).collect();
             drop(ops);

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use tlsterm_engine::{X25519Kernel, X25519Share};
+use tlsterm_engine::{CurveKernel, X25519Share};
 use zeroize::Zeroizing;
 
 use super::key_share::{compute, Group};
@@ -85,7 +85,7 @@ pub trait QueueStats {
 pub struct EngineSigner {
     pub kernel: tlsterm_engine::Kernel,
     /// The curve kernel: X25519 key shares and ECDSA P-256 signatures.
-    pub x25519_kernel: X25519Kernel,
+    pub curve_kernel: CurveKernel,
 }
 
 impl EngineSigner {
@@ -93,7 +93,7 @@ impl EngineSigner {
     pub fn of(settings: &OffloadSettings) -> EngineSigner {
         EngineSigner {
             kernel: settings.kernel,
-            x25519_kernel: settings.x25519_kernel,
+            curve_kernel: settings.curve_kernel,
         }
     }
 }
@@ -125,7 +125,7 @@ impl BatchSigner for EngineSigner {
             rsa_at.push(i);
         }
         let rsa = tlsterm_engine::sign_batch(self.kernel, &rsa);
-        let ecdsa = tlsterm_engine::ecdsa_p256_sign_batch(self.x25519_kernel, &ecdsa);
+        let ecdsa = tlsterm_engine::ecdsa_p256_sign_batch(self.curve_kernel, &ecdsa);
         let mut results = vec![Err(OffloadError::Engine); batch.len()];
         for (result, i) in rsa
             .into_iter()
@@ -145,7 +145,7 @@ impl BatchSigner for EngineSigner {
     }
 
     fn x25519_batch(&self, peers: &[[u8; 32]]) -> Vec<Option<X25519Share>> {
-        tlsterm_engine::x25519_server_shares(self.x25519_kernel, peers)
+        tlsterm_engine::x25519_server_shares(self.curve_kernel, peers)
             .into_iter()
             .map(Result::ok)
             .collect()

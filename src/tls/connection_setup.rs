@@ -55,6 +55,19 @@ pub(super) struct ConnectionSetup {
 }
 
 impl ConnectionSetup {
+    /// Whether the certificate selection will refuse this ClientHello: an unknown name
+    /// where the listener refuses them, or a name that is not a host name where names
+    /// have client policies of their own. The callback asks first, so that a refused
+    /// handshake fails before any work is started for it (its key share, the 0-RTT
+    /// check). A TLS-ALPN-01 ClientHello is judged by its answer, in `finish`.
+    pub(super) fn refuses(&self, hello: &ClientHello<'_>) -> bool {
+        !acme_challenge::offered(hello)
+            && self
+                .selector
+                .candidates(hello.servername(NameType::HOST_NAME))
+                .is_none()
+    }
+
     /// Finishes the ClientHello: the key share computed ahead (if any), then either the
     /// ACME challenge certificate or the chosen certificate with every setting of its name.
     /// An error fails the handshake.

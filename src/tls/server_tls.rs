@@ -164,10 +164,11 @@ fn certificate_contexts(
     Ok(selector)
 }
 
-/// BoringSSL's asynchronous certificate-selection callback on the base context: waits for
-/// what the ClientHello needs answered first (an ACME answer from the fleet, the key share
-/// computed by the offload engine, the 0-RTT anti-replay verdict, which may ask Redis),
-/// then lets `setup` finish the connection.
+/// BoringSSL's asynchronous certificate-selection callback on the base context: refuses
+/// at once a ClientHello the certificate selection will refuse, else waits for what the
+/// ClientHello needs answered first (an ACME answer from the fleet, the key share computed
+/// by the offload engine, the 0-RTT anti-replay verdict, which may ask Redis), then lets
+/// `setup` finish the connection.
 fn install_select_callback(
     base: &mut SslContextBuilder,
     listener: &ListenerConfig,
@@ -183,6 +184,10 @@ fn install_select_callback(
         .collect();
     let setup = Arc::new(setup);
     base.set_async_select_certificate_callback(move |hello| {
+        // Before any work for the handshake: none is queued for one that will fail.
+        if setup.refuses(hello) {
+            return Err(AsyncSelectCertError);
+        }
         let check = replay_check
             .as_ref()
             .and_then(|sessions| early_data_check(hello, sessions));

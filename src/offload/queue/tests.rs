@@ -105,8 +105,10 @@ fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings 
         batch_size,
         poll_delay: Duration::from_millis(2),
         small_batch_threshold,
+        ecdsa: EngineMode::Batch,
+        ecdsa_small_batch_threshold: small_batch_threshold,
         key_shares: KeySharePath::Batch,
-        x25519_kernel: tlsterm_engine::X25519Kernel::Ifma,
+        curve_kernel: tlsterm_engine::CurveKernel::Ifma,
         x25519_small_batch_threshold: small_batch_threshold,
     }
 }
@@ -397,4 +399,59 @@ fn ecdsa_p256_signatures_fill_the_curve_kernels_lanes() {
     assert_eq!(seen.flushes[0], (FlushCause::Full, 8));
     assert_eq!(seen.flushes[1].1, 1);
     assert_eq!(seen.batches, [8, 1]);
+}
+
+fn ecdsa_scheme() -> Scheme {
+    Scheme::Ecdsa(super::super::HashAlg::Sha256)
+}
+
+#[test]
+fn ecdsa_and_rsa_are_batched_or_not_each_by_its_own_mode() {
+    let mut ecdsa_inline = settings(4, 1);
+    ecdsa_inline.ecdsa = EngineMode::Inline;
+    with_queue(ecdsa_inline, |queue| async move {
+        let _busy = handshakes(&queue, 4);
+        assert!(queue.enqueue(&p256_key(), ecdsa_scheme(), b"e").is_none());
+        enqueue(&queue, b"r").await.expect("RSA still batched");
+    });
+    let mut rsa_inline = settings(4, 1);
+    rsa_inline.mode = EngineMode::Inline;
+    with_queue(rsa_inline, |queue| async move {
+        let _busy = handshakes(&queue, 4);
+        let scheme = Scheme::RsaPss(super::super::HashAlg::Sha256);
+        assert!(queue.enqueue(&key(), scheme, b"r").is_none());
+        let pending = queue.enqueue(&p256_key(), ecdsa_scheme(), b"e");
+        pending.expect("ECDSA still batched").await.expect("signed");
+    });
+}
+
+#[test]
+fn a_small_ecdsa_batch_follows_the_ecdsa_threshold_not_rsas() {
+    let mut settings = settings(8, 1);
+    settings.ecdsa_small_batch_threshold = 4;
+    let seen = with_queue(settings, |queue| async move {
+        let _busy = handshakes(&queue, 4);
+        let ecdsa: Vec<_> = (0..3u8)
+            .map(|i| {
+                let pending = queue.enqueue(&p256_key(), ecdsa_scheme(), &[i]);
+                pending.expect("queued")
+            })
+            .collect();
+        // The fourth handshake's RSA signature: every handshake now waits.
+        let rsa = enqueue(&queue, b"r");
+        assert_eq!(rsa.await.unwrap(), b"r/batch");
+        for (i, pending) in ecdsa.into_iter().enumerate() {
+            assert_eq!(
+                pending.await.unwrap(),
+                [&[i as u8][..], b"/inline"].concat()
+            );
+        }
+    });
+    // RSA's threshold of 1 batches its lone signature; 3 ECDSA ones are below 4.
+    assert_eq!(
+        seen.flushes,
+        [(FlushCause::AllWaiting, 1), (FlushCause::Small, 3)]
+    );
+    assert_eq!(seen.batches, [1]);
+    assert_eq!(seen.inline, 3);
 }
