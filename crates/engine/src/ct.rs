@@ -5,6 +5,9 @@
 //! address computed from it; `declassify` makes the public-key-checked result
 //! "defined" again before it leaves the engine. Without the feature, and
 //! outside valgrind, they do nothing.
+//!
+//! The engine calls them on its own secrets; the feature `test-hooks` exports
+//! this module so that the harness (`ct/ct_check.rs`) can mark its inputs too.
 
 #[cfg(all(feature = "ct-valgrind", target_arch = "x86_64"))]
 mod imp {
@@ -32,6 +35,7 @@ mod imp {
         }
     }
 
+    /// Marks `x` undefined for memcheck: secret from here on.
     pub fn mark_secret<T>(x: &[T]) {
         client_request(
             MAKE_MEM_UNDEFINED,
@@ -39,6 +43,7 @@ mod imp {
             core::mem::size_of_val(x),
         );
     }
+    /// Marks `x` defined again for memcheck: public from here on.
     pub fn declassify<T>(x: &[T]) {
         client_request(
             MAKE_MEM_DEFINED,
@@ -50,7 +55,9 @@ mod imp {
 
 #[cfg(not(all(feature = "ct-valgrind", target_arch = "x86_64")))]
 mod imp {
+    /// Marks `x` secret for memcheck: a no-op in this build.
     pub fn mark_secret<T>(_x: &[T]) {}
+    /// Marks `x` public again for memcheck: a no-op in this build.
     pub fn declassify<T>(_x: &[T]) {}
 }
 

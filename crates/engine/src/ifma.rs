@@ -291,7 +291,6 @@ impl MontKernel for Ifma {
 /// selection with a branch on the secret index planted in it, which the check must
 /// refuse. Never called.
 #[cfg(feature = "ct-planted")]
-#[doc(hidden)]
 #[inline(never)]
 pub fn planted_select(table: &[[Lanes; 20]; TABLE], idx: &Lanes) -> [Lanes; 20] {
     let mut r = [Lanes::default(); 20];

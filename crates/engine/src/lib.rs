@@ -19,12 +19,20 @@
 //! `x25519/ifma.rs`, `p256/ifma.rs`, their loads and stores in `zmm.rs`) and in the constant-time check's hooks (`ct.rs`: the
 //! valgrind client requests of the optional `ct-valgrind` feature, and the
 //! volatile read back of a declassified value).
+//!
+//! The feature `test-hooks` (off by default) exports what this crate's own
+//! tests, the constant-time harness (`ct/`), fuzzing and the benchmarks need
+//! beyond the API: `ct`, `microbench`, the `*_with_fault` functions,
+//! `pss_encode_with_salt`, `x25519_base_batch`, the `ct_mark_secret` methods
+//! and the `ct_*_lanes` functions. They are not a stable API.
 
 #![warn(missing_docs)]
 
 mod bn;
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub mod ct;
+#[cfg(not(feature = "test-hooks"))]
+mod ct;
 mod curve_kernel;
 mod exp;
 #[cfg(target_arch = "x86_64")]
@@ -40,7 +48,7 @@ pub use p256::planted_select_p256;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use x25519::planted_cswap;
 mod kernel;
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub mod microbench;
 mod p256;
 mod padding;
@@ -52,18 +60,18 @@ mod x25519;
 mod zmm;
 
 pub use curve_kernel::CurveKernel;
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
 pub use p256::ct_p256_ifma_lanes;
-pub use p256::{
-    ecdsa_p256_sign_batch, ecdsa_p256_sign_batch_with_fault, EcdsaP256Key, EcdsaRequest, P256Kernel,
-};
+#[cfg(feature = "test-hooks")]
+pub use p256::ecdsa_p256_sign_batch_with_fault;
+pub use p256::{ecdsa_p256_sign_batch, EcdsaP256Key, EcdsaRequest, P256Kernel};
 pub use padding::{Hash, RsaPadding};
 pub use rsa::{RsaComponents, RsaPrivateKey};
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
 pub use x25519::ct_ifma_lanes;
-pub use x25519::{
-    x25519_base_batch, x25519_batch, x25519_server_shares, X25519Kernel, X25519Share,
-};
+#[cfg(feature = "test-hooks")]
+pub use x25519::x25519_base_batch;
+pub use x25519::{x25519_batch, x25519_server_shares, X25519Kernel, X25519Share};
 
 use kernel::{MontKernel, Portable};
 
@@ -274,9 +282,10 @@ pub fn rsa_private_batch(
     private_batch_impl(kernel, keys, inputs, None)
 }
 
-/// Test hook: like [`rsa_private_batch`], but corrupts the CRT result of
-/// request `fault_index` before the public-key check (which must catch it).
-#[doc(hidden)]
+/// Test hook (feature `test-hooks`): like [`rsa_private_batch`], but
+/// corrupts the CRT result of request `fault_index` before the public-key
+/// check (which must catch it).
+#[cfg(feature = "test-hooks")]
 pub fn rsa_private_batch_with_fault(
     kernel: Kernel,
     keys: &[&RsaPrivateKey],
@@ -286,8 +295,9 @@ pub fn rsa_private_batch_with_fault(
     private_batch_impl(kernel, keys, inputs, Some(fault_index))
 }
 
-/// PSS encoding with a caller-chosen salt, for known-answer tests.
-#[doc(hidden)]
+/// Test hook (feature `test-hooks`): PSS encoding with a caller-chosen
+/// salt, for known-answer tests.
+#[cfg(feature = "test-hooks")]
 pub fn pss_encode_with_salt(
     hash: Hash,
     message: &[u8],

@@ -1,7 +1,7 @@
-//! Timing of one Montgomery multiplication or squaring per kernel, for
-//! `tlsterm speed --mont` and the kernel prototypes: the arithmetic core
-//! alone, without table lookups, conversions or the RSA pipeline. And the
-//! time of X25519 server key shares per kernel, for `tlsterm speed x25519`.
+//! Test hook (feature `test-hooks`): timing of one Montgomery multiplication
+//! or squaring per kernel, for the kernel benchmark (`bench/mont.rs`): the
+//! arithmetic core alone, without table lookups, conversions or the RSA
+//! pipeline. And the time of X25519 server key shares per kernel.
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,9 @@ pub fn x25519_share_time(
 /// Which operation to time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MontOp {
+    /// One Montgomery multiplication of two different operands.
     Mul,
+    /// One Montgomery squaring.
     Sqr,
     /// A whole fixed-window exponentiation with an exponent as long as the
     /// modulus (the kernel's own `mod_exp`: conversions once, not per

@@ -61,6 +61,7 @@ impl Half {
         }
     }
 
+    #[cfg(feature = "test-hooks")]
     fn mark_secret(&self) {
         crate::ct::mark_secret(&self.m);
         crate::ct::mark_secret(core::slice::from_ref(&self.k0));
@@ -262,10 +263,10 @@ impl RsaPrivateKey {
         bn::to_be_bytes(&self.n, self.modulus_len())
     }
 
-    /// Constant-time harness only: marks every secret-derived field as
-    /// undefined for valgrind memcheck (no-op without the `ct-valgrind`
-    /// feature or outside valgrind).
-    #[doc(hidden)]
+    /// Test hook (feature `test-hooks`) for the constant-time harness: marks
+    /// every secret-derived field as undefined for valgrind memcheck (no-op
+    /// without the `ct-valgrind` feature or outside valgrind).
+    #[cfg(feature = "test-hooks")]
     pub fn ct_mark_secret(&self) {
         self.p.mark_secret();
         self.q.mark_secret();

@@ -379,7 +379,6 @@ impl<V: Simd> MontKernel for Mul32<V> {
 /// branch. The check selects the function by its zmm multiplies and must
 /// refuse it. Never called by the engine.
 #[cfg(feature = "ct-planted")]
-#[doc(hidden)]
 #[inline(never)]
 pub fn planted_mac(x: &Lanes, y: &Lanes) -> u64 {
     if !Zmm::detected() {

@@ -551,7 +551,6 @@ unsafe fn nonce_points(out: &mut [[Lanes; 5]; 3], k: &[Lanes; 5], digits: &[Lane
 /// `ct-planted`): a table selection that branches on the secret digit
 /// instead of masking, which the check must refuse. Never called.
 #[cfg(feature = "ct-planted")]
-#[doc(hidden)]
 #[inline(never)]
 pub fn planted_select_p256(out: &mut [Lanes; 10], digits: &[Lanes; DIGITS], i: usize) {
     for lane in 0..LANES {

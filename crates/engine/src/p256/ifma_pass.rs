@@ -73,11 +73,12 @@ pub(super) fn nonce_points(kernel: &IfmaP256, ks: &[U256], out: &mut [NoncePoint
     r.zeroize();
 }
 
-/// For the constant-time check (`ct/run.sh`): the nonce side of an IFMA pass
-/// without the IFMA part, which valgrind cannot run. Packs up to 8 nonces
-/// (canonical limbs) as a pass does and unpacks the limbs again through the
-/// results' path. With marked nonces memcheck must report nothing.
-#[doc(hidden)]
+/// Test hook (feature `test-hooks`) for the constant-time check
+/// (`ct/run.sh`): the nonce side of an IFMA pass without the IFMA part, which
+/// valgrind cannot run. Packs up to 8 nonces (canonical limbs) as a pass does
+/// and unpacks the limbs again through the results' path. With marked nonces
+/// memcheck must report nothing.
+#[cfg(feature = "test-hooks")]
 pub fn ct_p256_ifma_lanes(ks: &[U256]) -> Vec<U256> {
     let mut input = pack(ks);
     core::hint::black_box(&mut input);

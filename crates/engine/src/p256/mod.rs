@@ -41,7 +41,7 @@ mod tests;
 
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use ifma::planted_select_p256;
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
 pub use ifma_pass::ct_p256_ifma_lanes;
 
 use crate::bn::LANES;
@@ -102,10 +102,11 @@ impl EcdsaP256Key {
         &self.public
     }
 
-    /// For the constant-time check (`ct/run.sh`): marks the private scalar
-    /// undefined for valgrind memcheck (no-op without the `ct-valgrind`
-    /// feature or outside valgrind).
-    #[doc(hidden)]
+    /// Test hook (feature `test-hooks`) for the constant-time check
+    /// (`ct/run.sh`): marks the private scalar undefined for valgrind
+    /// memcheck (no-op without the `ct-valgrind` feature or outside
+    /// valgrind).
+    #[cfg(feature = "test-hooks")]
     pub fn ct_mark_secret(&self) {
         ct::mark_secret(&self.d_bytes);
         ct::mark_secret(&self.d_mont);
@@ -169,9 +170,10 @@ pub fn ecdsa_p256_sign_batch(
     sign_impl(kernel, reqs, &mut system_entropy, None)
 }
 
-/// Test hook: like [`ecdsa_p256_sign_batch`], but corrupts s of request
-/// `fault_index` before the fault check (which must catch it).
-#[doc(hidden)]
+/// Test hook (feature `test-hooks`): like [`ecdsa_p256_sign_batch`], but
+/// corrupts s of request `fault_index` before the fault check (which must
+/// catch it).
+#[cfg(feature = "test-hooks")]
 pub fn ecdsa_p256_sign_batch_with_fault(
     kernel: P256Kernel,
     reqs: &[EcdsaRequest<'_>],

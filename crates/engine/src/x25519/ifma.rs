@@ -542,7 +542,6 @@ unsafe fn server_share(
 /// `ct-planted`): a conditional swap that branches on the scalar bit instead
 /// of blending, which the check must refuse. Never called.
 #[cfg(feature = "ct-planted")]
-#[doc(hidden)]
 #[inline(never)]
 pub fn planted_cswap(a: &mut [Lanes; 5], b: &mut [Lanes; 5], k: &[Lanes; 4], t: usize) {
     for lane in 0..LANES {

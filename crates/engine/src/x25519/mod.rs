@@ -94,10 +94,14 @@ pub fn x25519_server_shares(
     out
 }
 
-/// `out[i] = X25519(scalars[i], 9)`, the public values, by the kernel's key
-/// generation path (the IFMA kernel's fixed-base table; the portable
-/// kernel's ladder): for tests. Panics if the kernel is not available.
-#[doc(hidden)]
+/// Test hook (feature `test-hooks`): `out[i] = X25519(scalars[i], 9)`, the
+/// public values, by the kernel's key generation path (the IFMA kernel's
+/// fixed-base table; the portable kernel's ladder).
+///
+/// # Panics
+///
+/// If the kernel is not available on this CPU.
+#[cfg(feature = "test-hooks")]
 pub fn x25519_base_batch(kernel: X25519Kernel, scalars: &[[u8; 32]]) -> Vec<[u8; 32]> {
     assert!(
         kernel.is_available(),
@@ -289,14 +293,13 @@ fn unpack(r: &[Lanes; 5], out: &mut [[u8; 32]]) {
     }
 }
 
-/// For the constant-time check (`ct/run.sh`): the scalar-side code of an
-/// IFMA pass without the IFMA part, which valgrind cannot run. Packs up to 8
-/// scalars (clamping, signed digits, words) and points (limbs) as a server
-/// share pass does, and returns the points unpacked again through the
-/// results' path (bit 255 cleared). With marked inputs memcheck must report
-/// nothing.
-#[doc(hidden)]
-#[cfg(target_arch = "x86_64")]
+/// Test hook (feature `test-hooks`) for the constant-time check
+/// (`ct/run.sh`): the scalar-side code of an IFMA pass without the IFMA part,
+/// which valgrind cannot run. Packs up to 8 scalars (clamping, signed digits,
+/// words) and points (limbs) as a server share pass does, and returns the
+/// points unpacked again through the results' path (bit 255 cleared). With
+/// marked inputs memcheck must report nothing.
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
 pub fn ct_ifma_lanes(scalars: &[[u8; 32]], points: &[[u8; 32]]) -> Vec<[u8; 32]> {
     let mut input = PassInput::pack(Op::Share, scalars, points);
     core::hint::black_box(&mut input);
