@@ -153,7 +153,11 @@ mod tests {
                 5,
                 "`quic_retry_threshold`",
             ),
-            ("quic = true\nquic_retry = \"sometimes\"\n", 5, "quic_retry"),
+            (
+                "quic = true\nquic_retry = \"sometimes\"\n",
+                5,
+                "`auto`, `always`, `never`",
+            ),
         ];
         for (keys, line, message) in cases {
             let err = Config::parse("t.toml", &listener(keys)).unwrap_err();
