@@ -151,6 +151,8 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         ("tlsterm_quic_handshakes_total", "quic handshake", 22),
         ("tlsterm_quic_streams_total", "quic requests", 22),
         ("tlsterm_quic_packets_dropped_total", "quic dropped", 22),
+        ("tlsterm_quic_retries_total", "quic retry", 22),
+        ("tlsterm_quic_tokens_refused_total", "quic token", 22),
         ("tlsterm_quic_backend_errors_total", "quic backend", 22),
     ];
     for (metric, title, width) in counters {

@@ -1,7 +1,9 @@
 //! HTTP/3 through `serve` (`quic = true`): quic-go's HTTP/3 client (tests/h3client) against
 //! a tlsterm process whose backend is a real HTTP/1.1 server in this test that echoes what
 //! it received: requests and bodies both ways, the forwarding headers, backend failures,
-//! signatures made by the engine, and many connections over two workers.
+//! signatures made by the engine, many connections over two workers, client certificates
+//! as headers, stateless Retry and its tokens, Version Negotiation and the
+//! anti-amplification limit (the last ones with raw UDP sockets).
 
 mod common;
 
@@ -82,6 +84,9 @@ async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper
         "x-forwarded-proto",
         "forwarded",
         "x-custom",
+        "x-client-cert-subject",
+        "x-client-cert-san",
+        "x-client-cert-sha256",
     ] {
         response = response.header(format!("x-seen-{name}"), seen(name));
     }
@@ -407,4 +412,346 @@ async fn a_hundred_concurrent_streams_on_one_connection() {
     let admin = admin_address(&server.config).unwrap();
     wait_for_metric(admin, "tlsterm_quic_streams_total 100");
     assert_eq!(metric(admin, "tlsterm_quic_connections_total", ""), 1.0);
+}
+
+/// A verified client certificate reaches the backend as `X-Client-Cert-*` headers, on a
+/// resumed connection too; the client's own copies never do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_reaches_the_backend_as_headers() {
+    let backend = echo_backend().await;
+    let pki = tempfile::tempdir().unwrap();
+    common::client_pki::make_client_pki(pki.path());
+    let p = |name: &str| pki.path().join(name).display().to_string();
+    let extra = format!(
+        "client_auth = \"required\"\nclient_ca = {:?}\n",
+        p("ca.pem")
+    );
+    let (_dir, _server, port) = start_quic(&backend.to_string(), "", &extra);
+    let (cert, key) = (p("alice.pem"), p("alice.key"));
+    let answers = tokio::task::spawn_blocking(move || {
+        h3(
+            port,
+            &[
+                "-cert",
+                cert.as_str(),
+                "-key",
+                key.as_str(),
+                "-connections",
+                "2",
+                "-resume",
+                "-header",
+                "X-Client-Cert-Subject: CN=forged",
+                "-header",
+                "X-Client-Cert-Sha256: 00",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    let pem = std::fs::read(p("alice.pem")).unwrap();
+    let der = boring::x509::X509::from_pem(&pem)
+        .unwrap()
+        .to_der()
+        .unwrap();
+    let fingerprint = hex_sha256(&der);
+    assert_eq!(answers[1]["resumed"], true, "{}", answers[1]);
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+        let seen = &answer["headers"];
+        assert_eq!(
+            text(seen, "x-seen-x-client-cert-subject"),
+            "O=Example,CN=alice"
+        );
+        assert_eq!(text(seen, "x-seen-x-client-cert-sha256"), fingerprint);
+        assert_eq!(
+            text(seen, "x-seen-x-client-cert-san"),
+            "email:alice@example.test | DNS:alice.example.test"
+        );
+    }
+}
+
+/// Without a client certificate, or with `quic_client_cert_headers = false`, no
+/// `X-Client-Cert-*` field reaches the backend, not even the client's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificate_headers_can_be_turned_off_and_are_never_the_clients() {
+    let backend = echo_backend().await;
+    let pki = tempfile::tempdir().unwrap();
+    common::client_pki::make_client_pki(pki.path());
+    let p = |name: &str| pki.path().join(name).display().to_string();
+    let extra = format!(
+        "client_auth = \"optional\"\nclient_ca = {:?}\nquic_client_cert_headers = false\n",
+        p("ca.pem")
+    );
+    let (_dir, _server, port) = start_quic(&backend.to_string(), "", &extra);
+    let (cert, key) = (p("alice.pem"), p("alice.key"));
+    let answers = tokio::task::spawn_blocking(move || {
+        let forged = ["-header", "X-Client-Cert-Subject: CN=forged"];
+        let presented = ["-cert", cert.as_str(), "-key", key.as_str()];
+        let with_cert = h3(port, &[&presented[..], &forged[..]].concat());
+        let without = h3(port, &forged);
+        [with_cert, without].concat()
+    })
+    .await
+    .unwrap();
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+        assert_eq!(text(&answer["headers"], "x-seen-x-client-cert-subject"), "");
+        assert_eq!(text(&answer["headers"], "x-seen-x-client-cert-sha256"), "");
+    }
+}
+
+/// `quic_retry = "always"`: quic-go's connection is answered with a Retry, comes back
+/// with the token, and completes its handshake and request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_retry_always_a_client_proves_its_address_first() {
+    let backend = echo_backend().await;
+    let extra = "quic_retry = \"always\"\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", extra);
+    let answers = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    assert_eq!(answers[0]["status"], 200, "{}", answers[0]);
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"full\"} 1");
+    // quic-go's ClientHello (with a post-quantum key share) spans two Initial datagrams:
+    // each gets a Retry, as nothing is kept between them; the client takes the first.
+    let retries = metric(admin, "tlsterm_quic_retries_total", "");
+    assert!((1.0..=2.0).contains(&retries), "{retries}");
+    assert_eq!(metric(admin, "tlsterm_quic_tokens_refused_total", ""), 0.0);
+    assert_eq!(metric(admin, "tlsterm_quic_connections_total", ""), 1.0);
+}
+
+/// `quic_retry = "auto"`: no Retry while the worker's handshakes in progress are below
+/// `quic_retry_threshold`, a Retry once they reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_retry_auto_a_client_gets_a_retry_once_handshakes_pile_up() {
+    let backend = echo_backend().await;
+    let extra = "quic_retry = \"auto\"\nquic_retry_threshold = 1\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", extra);
+    let admin = admin_address(&server.config).unwrap();
+    let first = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    assert_eq!(first[0]["status"], 200, "{}", first[0]);
+    assert_eq!(metric(admin, "tlsterm_quic_retries_total", ""), 0.0);
+
+    // On each of the two workers (the threshold is per worker), a client that starts a
+    // handshake and never finishes it: its connection ID names the worker.
+    let server_address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let stalled = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for worker in [0, 1] {
+        let initial = loop {
+            let initial = quiche_client_initial(&stalled, server_address);
+            let header = quiche::Header::from_slice(&mut initial.clone(), 16).unwrap();
+            if u16::from_be_bytes([header.dcid[0], header.dcid[1]]) % 2 == worker {
+                break initial;
+            }
+        };
+        stalled.send_to(&initial, server_address).unwrap();
+    }
+    wait_for_metric(admin, "tlsterm_quic_handshakes_in_progress 2");
+
+    let second = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    assert_eq!(second[0]["status"], 200, "{}", second[0]);
+    // One Retry per Initial datagram of quic-go's ClientHello (see above).
+    let retries = metric(admin, "tlsterm_quic_retries_total", "");
+    assert!((1.0..=2.0).contains(&retries), "{retries}");
+}
+
+/// A client's first Initial datagram (1200 bytes), from quiche's client state machine
+/// for a connection from `socket` to `server`.
+fn quiche_client_initial(socket: &std::net::UdpSocket, server: SocketAddr) -> Vec<u8> {
+    let mut config = quiche::Config::new(quiche::PROTOCOL_VERSION).unwrap();
+    config.set_application_protos(&[b"h3"]).unwrap();
+    config.verify_peer(false);
+    // X25519 alone: a ClientHello that fits one datagram (a post-quantum key share
+    // would spread it over two).
+    config.set_curves_list("X25519").unwrap();
+    let mut scid = [0u8; 16];
+    boring::rand::rand_bytes(&mut scid).unwrap();
+    let scid = quiche::ConnectionId::from_ref(&scid);
+    let local = socket.local_addr().unwrap();
+    let mut conn = quiche::connect(Some("localhost"), &scid, local, server, &mut config).unwrap();
+    let mut out = vec![0u8; 1500];
+    let (len, _) = conn.send(&mut out).unwrap();
+    out.truncate(len);
+    let more = conn.send(&mut vec![0u8; 1500]);
+    assert_eq!(more.err(), Some(quiche::Error::Done), "one datagram");
+    out
+}
+
+/// A long-header Initial datagram of `version` with `token`, padded to 1200 bytes with a
+/// payload that is not encrypted (what the endpoint reads before quiche decrypts).
+fn raw_initial(version: u32, dcid: &[u8], scid: &[u8], token: &[u8]) -> Vec<u8> {
+    const SIZE: usize = 1200;
+    let mut packet = vec![0xc3];
+    packet.extend_from_slice(&version.to_be_bytes());
+    packet.push(dcid.len() as u8);
+    packet.extend_from_slice(dcid);
+    packet.push(scid.len() as u8);
+    packet.extend_from_slice(scid);
+    assert!(token.len() < 64, "a one-byte length");
+    packet.push(token.len() as u8);
+    packet.extend_from_slice(token);
+    let rest = SIZE - packet.len() - 2;
+    packet.extend_from_slice(&(0x4000 | rest as u16).to_be_bytes());
+    packet.resize(SIZE, 0x5a);
+    packet
+}
+
+fn random_id() -> Vec<u8> {
+    let mut id = vec![0u8; 16];
+    boring::rand::rand_bytes(&mut id).unwrap();
+    id
+}
+
+/// Receives one datagram on `socket`, within the test's deadline.
+fn receive(socket: &std::net::UdpSocket) -> Vec<u8> {
+    socket.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut buf = vec![0u8; 65_535];
+    let (len, _) = socket.recv_from(&mut buf).expect("an answer");
+    buf.truncate(len);
+    buf
+}
+
+/// A token is refused when it was made up, altered, or taken to another address: the
+/// Initial is dropped (no Retry, no connection) and counted; the genuine token from its
+/// own address makes a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_or_stolen_token_is_refused() {
+    let backend = echo_backend().await;
+    let extra = "quic_retry = \"always\"\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", extra);
+    let admin = admin_address(&server.config).unwrap();
+    let server_address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let thief = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let v1 = quiche::PROTOCOL_VERSION;
+
+    let (original, client_id) = (random_id(), random_id());
+    client
+        .send_to(&raw_initial(v1, &original, &client_id, &[]), server_address)
+        .unwrap();
+    let mut answer = receive(&client);
+    let retry = quiche::Header::from_slice(&mut answer, 0).unwrap();
+    assert_eq!(retry.ty, quiche::Type::Retry);
+    assert_eq!(retry.dcid.as_ref(), &client_id[..]);
+    let token = retry.token.clone().unwrap();
+    let retry_id = retry.scid.to_vec();
+    wait_for_metric(admin, "tlsterm_quic_retries_total 1");
+
+    let stolen = raw_initial(v1, &retry_id, &client_id, &token);
+    thief.send_to(&stolen, server_address).unwrap();
+    let mut altered_token = token.clone();
+    *altered_token.last_mut().unwrap() ^= 1;
+    let altered = raw_initial(v1, &retry_id, &client_id, &altered_token);
+    client.send_to(&altered, server_address).unwrap();
+    let other_id = raw_initial(v1, &random_id(), &client_id, &token);
+    client.send_to(&other_id, server_address).unwrap();
+    let made_up = raw_initial(v1, &random_id(), &client_id, &[7u8; 40]);
+    client.send_to(&made_up, server_address).unwrap();
+    wait_for_metric(
+        admin,
+        "tlsterm_quic_tokens_refused_total{reason=\"invalid\"} 4",
+    );
+    assert_eq!(metric(admin, "tlsterm_quic_retries_total", ""), 1.0);
+    assert_eq!(metric(admin, "tlsterm_quic_connections_total", ""), 0.0);
+
+    // The genuine token, from its own address, with the Retry's ID: a connection (whose
+    // handshake goes nowhere: this Initial carries no real ClientHello).
+    let genuine = raw_initial(v1, &retry_id, &client_id, &token);
+    client.send_to(&genuine, server_address).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_connections_total 1");
+    assert_eq!(metric(admin, "tlsterm_quic_retries_total", ""), 1.0);
+}
+
+/// A long-header packet of a version tlsterm does not speak is answered with Version
+/// Negotiation listing QUIC version 1, to the client's IDs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_version_gets_version_negotiation() {
+    let backend = echo_backend().await;
+    let (_dir, _server, port) = start_quic(&backend.to_string(), "", "");
+    let server_address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (dcid, scid) = (random_id(), random_id());
+    for version in [0x1a2a_3a4a_u32, 0xff00_001d] {
+        let packet = raw_initial(version, &dcid, &scid, &[]);
+        client.send_to(&packet, server_address).unwrap();
+        let mut answer = receive(&client);
+        let negotiation = quiche::Header::from_slice(&mut answer, 0).unwrap();
+        assert_eq!(negotiation.ty, quiche::Type::VersionNegotiation);
+        assert_eq!(negotiation.dcid.as_ref(), &scid[..]);
+        assert_eq!(negotiation.scid.as_ref(), &dcid[..]);
+        assert_eq!(negotiation.versions, Some(vec![quiche::PROTOCOL_VERSION]));
+    }
+}
+
+/// A client that sends its first Initial and nothing more (as a forged source address
+/// would) receives at most three times what it sent, although the server's first flight
+/// (a certificate of over 4 KB) is larger, and it is sent again on timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unvalidated_address_gets_at_most_three_times_what_it_sent() {
+    let backend = echo_backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = large_certificate(dir.path());
+    let table = format!("[[listener.certificate]]\ncert = {cert:?}\nkey = {key:?}\n");
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", &table);
+    let server_address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let initial = quiche_client_initial(&client, server_address);
+    client.send_to(&initial, server_address).unwrap();
+
+    let mut received = receive(&client).len();
+    // Everything else that comes until the server has been quiet past its first
+    // retransmission timeout (quiche's first is about a second).
+    client
+        .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .unwrap();
+    let mut buf = vec![0u8; 65_535];
+    while let Ok((len, _)) = client.recv_from(&mut buf) {
+        received += len;
+        assert!(received <= 3 * initial.len(), "{received} bytes");
+    }
+    assert!(
+        received > initial.len(),
+        "the server did answer: {received} bytes"
+    );
+    let admin = admin_address(&server.config).unwrap();
+    assert_eq!(metric(admin, "tlsterm_quic_handshakes_total", ""), 0.0);
+}
+
+/// An ECDSA certificate for localhost with enough names to make it over 4 KB.
+fn large_certificate(dir: &Path) -> (String, String) {
+    let p = |name: &str| dir.join(name).display().to_string();
+    let names: Vec<String> = (0..300)
+        .map(|i| format!("DNS:name-{i:03}.example.test"))
+        .collect();
+    run(Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-nodes",
+        "-days",
+        "2",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        &format!("subjectAltName=DNS:localhost,{}", names.join(",")),
+        "-keyout",
+        &p("large.key"),
+        "-out",
+        &p("large.pem"),
+    ]));
+    let pem = std::fs::read(p("large.pem")).unwrap();
+    let der = boring::x509::X509::from_pem(&pem)
+        .unwrap()
+        .to_der()
+        .unwrap();
+    assert!(der.len() > 4000, "{} bytes", der.len());
+    (p("large.pem"), p("large.key"))
 }

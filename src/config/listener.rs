@@ -146,6 +146,16 @@ pub struct ListenerConfig {
         with = "humantime_serde"
     )]
     pub quic_backend_timeout: Duration,
+    /// Which new QUIC connections get a stateless Retry first: "auto", "always", "never".
+    #[serde(default = "super::quic::default_quic_retry")]
+    pub quic_retry: super::quic::QuicRetry,
+    /// With `quic_retry = "auto"`: handshakes in progress per worker from which new
+    /// connections get a Retry.
+    #[serde(default = "super::quic::default_quic_retry_threshold")]
+    pub quic_retry_threshold: Spanned<usize>,
+    /// HTTP/3 requests carry the verified client certificate as `X-Client-Cert-*` headers.
+    #[serde(default = "super::quic::default_quic_client_cert_headers")]
+    pub quic_client_cert_headers: bool,
     /// Filled at validation: every certificate to obtain for this listener (its own
     /// `acme` and its server names').
     #[serde(skip)]

@@ -43,6 +43,7 @@ pub use listener::{
 };
 pub use ocsp::OcspConfig;
 pub use process::{default_admin_address, AcceptMode, AdminConfig, LogConfig, ProcessSettings};
+pub use quic::QuicRetry;
 pub use server_name::{is_dns_label, normal_name, ServerNameConfig};
 pub use session::{redis_uses_tls, SessionConfig, TicketCount};
 pub use source::{ConfigError, SourceMap};

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use serde::Deserialize;
 use toml::Spanned;
 
 use super::listener::ListenerConfig;
@@ -20,6 +21,30 @@ pub(super) fn default_quic_max_connections() -> Spanned<usize> {
 }
 pub(super) fn default_quic_backend_timeout() -> Duration {
     Duration::from_secs(60)
+}
+pub(super) fn default_quic_retry() -> QuicRetry {
+    QuicRetry::Auto
+}
+pub(super) fn default_quic_retry_threshold() -> Spanned<usize> {
+    Spanned::new(0..0, 200)
+}
+pub(super) fn default_quic_client_cert_headers() -> bool {
+    true
+}
+
+/// When a client's first Initial packet is answered with a stateless Retry, which makes
+/// the client prove that it receives packets at its address before tlsterm spends a
+/// handshake (a signature, connection state) on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuicRetry {
+    /// When the worker has `quic_retry_threshold` handshakes in progress or more.
+    Auto,
+    /// Every new connection: one round trip more for every client.
+    Always,
+    /// Never: address validation is left to QUIC's limit of three times what the client
+    /// sent until its handshake completes.
+    Never,
 }
 
 /// More connections than connection IDs can name apart on one worker makes no sense, and
@@ -59,6 +84,13 @@ impl ListenerConfig {
             return Err(map.error(
                 &self.quic,
                 "key `quic`: QUIC is TLS 1.3 only, but `max_version` is 1.2",
+            ));
+        }
+        let threshold = *self.quic_retry_threshold.get_ref();
+        if threshold == 0 || threshold > MAX_QUIC_CONNECTIONS {
+            return Err(map.error(
+                &self.quic_retry_threshold,
+                format!("key `quic_retry_threshold`: between 1 and {MAX_QUIC_CONNECTIONS}"),
             ));
         }
         let limit = *self.quic_max_connections.get_ref();
@@ -121,6 +153,16 @@ mod tests {
                 "quic = true\nquic_max_connections = 0\n",
                 5,
                 "`quic_max_connections`",
+            ),
+            (
+                "quic = true\nquic_retry_threshold = 0\n",
+                5,
+                "`quic_retry_threshold`",
+            ),
+            (
+                "quic = true\nquic_retry = \"sometimes\"\n",
+                5,
+                "`auto`, `always`, `never`",
             ),
         ];
         for (keys, line, message) in cases {

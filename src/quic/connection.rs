@@ -16,7 +16,8 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit};
 
 use super::backend::{Backends, BodyAborted, RequestBody};
-use super::endpoint::{Datagram, Routes};
+use super::client_cert::{self, CertFields};
+use super::endpoint::{Datagram, Handshaking, Routes};
 use super::metrics;
 use super::request::{self, Reply, RequestContext, REPLY_QUEUE};
 use super::service::QuicService;
@@ -50,6 +51,9 @@ pub(super) struct ConnectionContext {
     pub draining: watch::Receiver<bool>,
     /// A place under the listener's `quic_max_connections`, held until the end.
     pub permit: OwnedSemaphorePermit,
+    /// Counts this connection among the worker's handshakes in progress until it is
+    /// established.
+    pub handshaking: Option<Handshaking>,
 }
 
 /// Wakes the connection's task through its `Notify`: the waker BoringSSL's asynchronous
@@ -106,8 +110,9 @@ pub(super) async fn run(
         if !established && conn.is_established() {
             established = true;
             handshake_deadline = None;
+            context.handshaking = None;
             metrics::record_handshake(conn.is_resumed());
-            http = Requests::start(&mut conn);
+            http = Requests::start(&mut conn, context.service.client_cert_headers);
         }
         match http.as_mut() {
             Some(requests) => requests.serve(&mut conn, &context, &wake),
@@ -154,16 +159,25 @@ struct Requests {
     /// Streams answered whose last bytes quiche may still have to send or resend.
     unacknowledged: Vec<u64>,
     goaway_sent: bool,
+    /// The client certificate's fields for every request of the connection.
+    client_cert: CertFields,
 }
 
 impl Requests {
-    fn start(conn: &mut quiche::Connection) -> Option<Requests> {
+    /// The HTTP/3 layer of a connection just established; `client_cert_headers`: its
+    /// requests carry the verified client certificate.
+    fn start(conn: &mut quiche::Connection, client_cert_headers: bool) -> Option<Requests> {
+        let client_cert: CertFields = match client_cert_headers {
+            true => client_cert::of_connection(AsMut::<boring::ssl::SslRef>::as_mut(conn)),
+            false => Vec::new().into(),
+        };
         match h3::Config::new().and_then(|c| h3::Connection::with_transport(conn, &c)) {
             Ok(h3) => Some(Requests {
                 h3,
                 streams: HashMap::new(),
                 unacknowledged: Vec::new(),
                 goaway_sent: false,
+                client_cert,
             }),
             Err(err) => {
                 tracing::debug!(error = %err, "HTTP/3 setup failed");
@@ -182,10 +196,15 @@ impl Requests {
         wake: &Arc<Notify>,
     ) {
         let (h3, streams) = (&mut self.h3, &mut self.streams);
-        poll_requests(h3, conn, streams, context, wake);
+        let requests = RequestsContext {
+            connection: context,
+            client_cert: &self.client_cert,
+            wake,
+        };
+        poll_requests(h3, conn, streams, &requests);
         move_bodies(h3, conn, streams);
         // Reading a body's last bytes queues its Finished event.
-        poll_requests(h3, conn, streams, context, wake);
+        poll_requests(h3, conn, streams, &requests);
         send_replies(h3, conn, streams, &mut self.unacknowledged);
         // quiche forgets a stream once both sides are done and acknowledged.
         self.unacknowledged
@@ -232,13 +251,19 @@ async fn flush(conn: &mut quiche::Connection, socket: &UdpSocket, out: &mut [u8]
     }
 }
 
+/// What a new request's task is made with besides its own fields.
+struct RequestsContext<'a> {
+    connection: &'a ConnectionContext,
+    client_cert: &'a CertFields,
+    wake: &'a Arc<Notify>,
+}
+
 /// Takes HTTP/3's events: new requests start their task; a reset aborts one.
 fn poll_requests(
     h3: &mut h3::Connection,
     conn: &mut quiche::Connection,
     streams: &mut HashMap<u64, Stream>,
-    context: &ConnectionContext,
-    wake: &Arc<Notify>,
+    context: &RequestsContext<'_>,
 ) {
     loop {
         match h3.poll(conn) {
@@ -248,7 +273,7 @@ fn poll_requests(
                     continue;
                 }
                 metrics::record_stream();
-                streams.insert(id, start_request(list, more_frames, context, conn, wake));
+                streams.insert(id, start_request(list, more_frames, context, conn));
             }
             Ok((id, h3::Event::Finished)) => {
                 if let Some(stream) = streams.get_mut(&id) {
@@ -278,10 +303,10 @@ fn poll_requests(
 fn start_request(
     fields: Vec<h3::Header>,
     has_body: bool,
-    context: &ConnectionContext,
+    context: &RequestsContext<'_>,
     conn: &quiche::Connection,
-    wake: &Arc<Notify>,
 ) -> Stream {
+    let wake = context.wake;
     let (body_tx, body) = if has_body {
         let (tx, rx) = mpsc::channel(BODY_QUEUE);
         (Some(tx), RequestBody::streamed(rx, wake.clone()))
@@ -290,10 +315,11 @@ fn start_request(
     };
     let (replies_tx, replies) = mpsc::channel(REPLY_QUEUE);
     let request_context = RequestContext {
-        service: context.service.clone(),
-        backends: context.backends.clone(),
+        service: context.connection.service.clone(),
+        backends: context.connection.backends.clone(),
         sni: conn.server_name().map(str::to_owned),
-        client: context.client.ip(),
+        client: context.connection.client.ip(),
+        client_cert: context.client_cert.clone(),
         wake: wake.clone(),
     };
     tokio::task::spawn_local(request::forward(fields, body, request_context, replies_tx));

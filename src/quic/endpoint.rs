@@ -1,8 +1,9 @@
 //! One worker's QUIC endpoint of a listener: its UDP socket, the table that routes each
 //! datagram to its connection's task by destination connection ID, and new connections
-//! made of clients' first Initial packets.
+//! made of clients' first Initial packets (after a stateless Retry when the listener's
+//! `quic_retry` asks for one).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -15,7 +16,9 @@ use super::backend::Backends;
 use super::cid::{self, CID_LEN};
 use super::connection::{self, ConnectionContext};
 use super::metrics::{self, Dropped};
+use super::packet::{self, MIN_INITIAL_DATAGRAM};
 use super::service::QuicService;
+use super::token;
 
 /// A datagram for a connection, as received.
 pub(super) struct Datagram {
@@ -25,6 +28,25 @@ pub(super) struct Datagram {
 
 /// Connection IDs to their connection's queue.
 pub(super) type Routes = Rc<RefCell<HashMap<Vec<u8>, mpsc::Sender<Datagram>>>>;
+
+/// A handshake in progress on the worker: counted from a connection's first packet until
+/// its handshake completes or it ends, which is what `quic_retry = "auto"` weighs.
+pub(super) struct Handshaking(Rc<Cell<usize>>);
+
+impl Handshaking {
+    fn start(count: &Rc<Cell<usize>>) -> Handshaking {
+        count.set(count.get() + 1);
+        metrics::handshaking(true);
+        Handshaking(count.clone())
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+        metrics::handshaking(false);
+    }
+}
 
 /// Datagrams queued for one connection before the endpoint drops more of them.
 const INBOX: usize = 256;
@@ -74,6 +96,7 @@ where
         routes: Rc::default(),
         draining,
         backends: None,
+        handshaking: Rc::default(),
     };
     let mut buf = vec![0u8; MAX_UDP_PAYLOAD];
     loop {
@@ -109,15 +132,21 @@ struct State<S> {
     /// The worker's backend connections, for the service they were made for: a reload's
     /// new pools get new ones.
     backends: Option<(Arc<QuicService>, Rc<Backends>)>,
+    /// Handshakes in progress (see [`Handshaking`]).
+    handshaking: Rc<Cell<usize>>,
 }
 
 impl<S> State<S>
 where
     S: Fn() -> Option<Arc<QuicService>>,
 {
-    /// Routes a datagram to its connection, or makes a connection of a client's first
-    /// Initial packet.
+    /// Routes a datagram to its connection, answers a version tlsterm does not speak, or
+    /// takes a client's first Initial packet.
     async fn receive(&mut self, packet: &mut [u8], from: SocketAddr) {
+        if let Some(answer) = packet::version_negotiation(packet) {
+            let _ = self.socket.send_to(&answer, from).await;
+            return;
+        }
         let header = match quiche::Header::from_slice(packet, CID_LEN) {
             Ok(header) => header,
             Err(_) => return metrics::record_dropped(Dropped::BadHeader),
@@ -135,23 +164,21 @@ where
         if header.ty != quiche::Type::Initial {
             return metrics::record_dropped(Dropped::UnknownConnection);
         }
-        if !quiche::version_is_supported(header.version) {
-            let mut out = [0u8; 256];
-            if let Ok(len) = quiche::negotiate_version(&header.scid, &header.dcid, &mut out) {
-                let _ = self.socket.send_to(&out[..len], from).await;
-            }
-            return;
+        if packet.len() < MIN_INITIAL_DATAGRAM {
+            return metrics::record_dropped(Dropped::ShortInitial);
         }
-        if let Err(why) = self.accept(header.dcid.to_vec(), packet, from) {
+        if let Err(why) = self.admit(&header, packet, from).await {
             metrics::record_dropped(why);
         }
     }
 
-    /// Makes a connection of a client's first Initial packet (whose destination connection
-    /// ID, chosen by the client, is `client_chosen`) and starts its task.
-    fn accept(
+    /// A client's first Initial packet: a Retry when the listener wants the address
+    /// validated first, a connection when it does not or the token proves the address,
+    /// nothing when the token is not one tlsterm issued for this client (RFC 9000, 8.1.3
+    /// allows dropping it; the client then times out).
+    async fn admit(
         &mut self,
-        client_chosen: Vec<u8>,
+        header: &quiche::Header<'_>,
         packet: &[u8],
         from: SocketAddr,
     ) -> Result<(), Dropped> {
@@ -159,11 +186,69 @@ where
             (false, Some(service)) => service,
             _ => return Err(Dropped::NotAccepting),
         };
+        // Before a Retry: a client asked to come back would only be dropped then.
+        if self.limit.available_permits() == 0 {
+            return Err(Dropped::MaxConnections);
+        }
+        let token = header.token.as_deref().unwrap_or_default();
+        let original_dcid = if token.is_empty() {
+            if service.wants_retry(self.handshaking.get()) {
+                return self.send_retry(header, from).await;
+            }
+            None
+        } else {
+            match token::check(token, from, &header.dcid) {
+                Ok(original) => Some(original),
+                Err(refused) => {
+                    metrics::record_token_refused(refused);
+                    return Ok(());
+                }
+            }
+        };
+        self.accept(service, header.dcid.to_vec(), original_dcid, packet, from)
+    }
+
+    async fn send_retry(
+        &self,
+        header: &quiche::Header<'_>,
+        from: SocketAddr,
+    ) -> Result<(), Dropped> {
+        let answer = packet::retry(header, from, self.worker).map_err(|err| {
+            tracing::debug!(error = %err, client = %from, "no Retry for this Initial");
+            Dropped::BadHeader
+        })?;
+        if let Err(err) = self.socket.send_to(&answer, from).await {
+            tracing::debug!(error = %err, to = %from, "UDP send failed");
+        }
+        metrics::record_retry();
+        Ok(())
+    }
+
+    /// Makes a connection of a client's first Initial packet (whose destination connection
+    /// ID is `client_chosen`) and starts its task. `original_dcid`: the client answered a
+    /// Retry, and `client_chosen` is the ID the Retry gave it (the token vouches for it).
+    fn accept(
+        &mut self,
+        service: Arc<QuicService>,
+        client_chosen: Vec<u8>,
+        original_dcid: Option<Vec<u8>>,
+        packet: &[u8],
+        from: SocketAddr,
+    ) -> Result<(), Dropped> {
         let permit =
             (self.limit.clone().try_acquire_owned()).map_err(|_| Dropped::MaxConnections)?;
-        let scid = cid::generate(self.worker);
+        let scid = match original_dcid {
+            Some(_) => client_chosen.clone(),
+            None => cid::generate(self.worker).to_vec(),
+        };
+        let original = original_dcid.as_deref().map(quiche::ConnectionId::from_ref);
         let conn = service
-            .accept(&quiche::ConnectionId::from_ref(&scid), self.local, from)
+            .accept(
+                &quiche::ConnectionId::from_ref(&scid),
+                original.as_ref(),
+                self.local,
+                from,
+            )
             .map_err(|err| {
                 tracing::debug!(error = %err, client = %from, "QUIC connection refused");
                 Dropped::AcceptFailed
@@ -173,11 +258,16 @@ where
             data: packet.to_vec(),
             from,
         });
+        // The client's retransmitted Initials still carry the ID it chose.
+        let mut ids = vec![scid];
+        if client_chosen != ids[0] {
+            ids.push(client_chosen);
+        }
         {
             let mut routes = self.routes.borrow_mut();
-            routes.insert(scid.to_vec(), queue.clone());
-            // The client's retransmitted Initials still carry the ID it chose.
-            routes.insert(client_chosen.clone(), queue);
+            for id in &ids {
+                routes.insert(id.clone(), queue.clone());
+            }
         }
         let context = ConnectionContext {
             socket: self.socket.clone(),
@@ -186,9 +276,10 @@ where
             backends: self.backends_for(&service),
             service,
             routes: self.routes.clone(),
-            ids: vec![scid.to_vec(), client_chosen],
+            ids,
             draining: self.draining.clone(),
             permit,
+            handshaking: Some(Handshaking::start(&self.handshaking)),
         };
         tokio::task::spawn_local(connection::run(conn, inbox, context));
         Ok(())

@@ -1,12 +1,15 @@
 //! HTTP/3 header fields to an HTTP/1.1 request and back: pseudo-headers to the request
 //! line and Host, connection-specific fields dropped (HTTP/3 has none, HTTP/1.1 framing is
-//! hyper's), the client's own `Forwarded`/`X-Forwarded-*` replaced by tlsterm's.
+//! hyper's), the client's own `Forwarded`/`X-Forwarded-*` and `X-Client-Cert-*` replaced
+//! by tlsterm's.
 
 use std::net::IpAddr;
 
 use hyper::header::{HeaderName, HeaderValue, COOKIE, HOST};
 use hyper::{HeaderMap, Method, Request, Uri};
 use quiche::h3::{Header, NameValue};
+
+use super::client_cert;
 
 /// Fields that describe one HTTP/1.1 connection, never forwarded either way.
 const CONNECTION_SPECIFIC: [&str; 6] = [
@@ -27,10 +30,12 @@ const FORWARDING: [&str; 3] = ["forwarded", "x-forwarded-for", "x-forwarded-prot
 pub(super) struct BadRequest(pub &'static str);
 
 /// The HTTP/1.1 request head for an HTTP/3 request's header fields, from a client at
-/// `client`; the body is added by the caller.
+/// `client` whose verified certificate, if any, is `client_cert`; the body is added by
+/// the caller.
 pub(super) fn request_head(
     fields: &[Header],
     client: IpAddr,
+    client_cert: &[(HeaderName, HeaderValue)],
 ) -> Result<hyper::http::request::Builder, BadRequest> {
     let (mut method, mut path, mut authority) = (None, None, None);
     let mut headers = HeaderMap::new();
@@ -83,6 +88,9 @@ pub(super) fn request_head(
         HeaderValue::from_str(&client.to_string()).expect("an address is a valid value"),
     );
     headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    for (name, value) in client_cert {
+        headers.append(name.clone(), value.clone());
+    }
     let mut builder = Request::builder().method(method).uri(path);
     if let Some(map) = builder.headers_mut() {
         *map = headers;
@@ -92,7 +100,9 @@ pub(super) fn request_head(
 
 fn skipped(name: &HeaderName) -> bool {
     let name = name.as_str();
-    CONNECTION_SPECIFIC.contains(&name) || FORWARDING.contains(&name)
+    CONNECTION_SPECIFIC.contains(&name)
+        || FORWARDING.contains(&name)
+        || name.starts_with(client_cert::PREFIX)
 }
 
 /// The HTTP/3 fields of a backend's response head (or, without a status, its trailers).
@@ -133,8 +143,14 @@ mod tests {
                 ("forwarded", "for=6.6.6.6"),
                 ("connection", "close"),
                 ("content-type", "text/plain"),
+                ("x-client-cert-subject", "CN=forged"),
+                ("x-client-cert-anything", "forged"),
             ]),
             "192.0.2.7".parse().unwrap(),
+            &[(
+                HeaderName::from_static("x-client-cert-subject"),
+                HeaderValue::from_static("CN=alice"),
+            )],
         )
         .unwrap()
         .body(())
@@ -149,6 +165,9 @@ mod tests {
         assert_eq!(h["x-forwarded-proto"], "https");
         assert!(h.get("forwarded").is_none() && h.get("connection").is_none());
         assert_eq!(h["content-type"], "text/plain");
+        let subjects: Vec<_> = h.get_all("x-client-cert-subject").iter().collect();
+        assert_eq!(subjects, ["CN=alice"], "tlsterm's, never the client's");
+        assert!(h.get("x-client-cert-anything").is_none());
     }
 
     #[test]
@@ -156,16 +175,16 @@ mod tests {
         let client = "::1".parse().unwrap();
         let no_path = fields(&[(":method", "GET"), (":authority", "a")]);
         assert_eq!(
-            request_head(&no_path, client).err(),
+            request_head(&no_path, client, &[]).err(),
             Some(BadRequest("no :path"))
         );
         let no_host = fields(&[(":method", "GET"), (":path", "/")]);
         assert_eq!(
-            request_head(&no_host, client).err(),
+            request_head(&no_host, client, &[]).err(),
             Some(BadRequest("no :authority or Host"))
         );
         let connect = fields(&[(":method", "CONNECT"), (":authority", "a:1")]);
-        assert!(request_head(&connect, client).is_err());
+        assert!(request_head(&connect, client, &[]).is_err());
     }
 
     #[test]

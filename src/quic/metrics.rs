@@ -1,10 +1,12 @@
 //! HTTP/3's series: QUIC connections, handshakes, request streams, the packets the
-//! endpoint dropped and why, and the answers made for backends that failed.
+//! endpoint dropped and why, Retries and refused tokens, and the answers made for
+//! backends that failed.
 
 use std::sync::LazyLock;
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
+use super::token::Refused;
 use crate::metrics;
 
 struct QuicMetrics {
@@ -15,6 +17,9 @@ struct QuicMetrics {
     streams: IntCounter,
     dropped: IntCounterVec,
     backend_errors: IntCounterVec,
+    retries: IntCounter,
+    tokens_refused: IntCounterVec,
+    handshaking: IntGauge,
 }
 
 static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
@@ -44,12 +49,31 @@ static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
         "HTTP/3 requests answered by tlsterm because the backend failed: 502 (unreachable, broken answer) or 504 (no answer in quic_backend_timeout)",
         &["status"],
     ),
+    retries: metrics::counter(
+        "quic_retries_total",
+        "Stateless Retry packets sent: new QUIC connections asked to prove their address first",
+    ),
+    tokens_refused: metrics::counter_vec(
+        "quic_tokens_refused_total",
+        "Initial packets dropped for their address-validation token: invalid (forged, altered, for another address) or expired",
+        &["reason"],
+    ),
+    handshaking: metrics::gauge(
+        "quic_handshakes_in_progress",
+        "QUIC connections whose first packet came and whose handshake has not completed, all workers together (quic_retry = \"auto\" compares each worker's own count with quic_retry_threshold)",
+    ),
 }
 });
 
 /// Registers the series, so that they are exported from the start.
 pub fn register() {
     LazyLock::force(&METRICS);
+    // Both reasons at zero from the start: an alert on an increase sees the first one.
+    for reason in [Refused::Invalid, Refused::Expired] {
+        METRICS
+            .tokens_refused
+            .with_label_values(&[refused_label(reason)]);
+    }
 }
 
 /// Why the endpoint dropped a datagram.
@@ -65,8 +89,10 @@ pub(super) enum Dropped {
     NotAccepting,
     /// The connection's task is behind by a whole queue of datagrams.
     QueueFull,
-    /// quiche refused to make a connection of the Initial (bad token, TLS setup).
+    /// quiche refused to make a connection of the Initial (TLS setup).
     AcceptFailed,
+    /// An Initial packet in a datagram under 1200 bytes (RFC 9000, 14.1).
+    ShortInitial,
 }
 
 impl Dropped {
@@ -78,6 +104,7 @@ impl Dropped {
             Dropped::NotAccepting => "not_accepting",
             Dropped::QueueFull => "queue_full",
             Dropped::AcceptFailed => "accept_failed",
+            Dropped::ShortInitial => "short_initial",
         }
     }
 }
@@ -94,6 +121,14 @@ pub(super) fn connection_closed(established: bool) {
     METRICS.open.dec();
     if !established {
         METRICS.handshake_failures.inc();
+    }
+}
+
+/// A connection's handshake started (`true`) or ended, completed or not (`false`).
+pub(super) fn handshaking(started: bool) {
+    match started {
+        true => METRICS.handshaking.inc(),
+        false => METRICS.handshaking.dec(),
     }
 }
 
@@ -121,6 +156,28 @@ pub(super) fn record_backend_error(status: u16) {
         METRICS
             .backend_errors
             .with_label_values(&[&status.to_string()])
+            .inc();
+    }
+}
+
+pub(super) fn record_retry() {
+    if metrics::enabled() {
+        METRICS.retries.inc();
+    }
+}
+
+fn refused_label(why: Refused) -> &'static str {
+    match why {
+        Refused::Invalid => "invalid",
+        Refused::Expired => "expired",
+    }
+}
+
+pub(super) fn record_token_refused(why: Refused) {
+    if metrics::enabled() {
+        METRICS
+            .tokens_refused
+            .with_label_values(&[refused_label(why)])
             .inc();
     }
 }

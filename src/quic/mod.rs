@@ -10,17 +10,22 @@
 //! connection ID names, so a connection stays on its worker when the client's address
 //! changes. One task per connection runs quiche; one task per request stream talks
 //! HTTP/1.1 to a backend, with bodies streamed both ways under QUIC's flow control.
+//! Under load (or always, by `quic_retry`) a new connection first gets a stateless Retry
+//! whose token (`token`) proves the client's address before a handshake is spent on it.
 
 mod backend;
 pub mod cid;
+mod client_cert;
 mod connection;
 mod endpoint;
 mod headers;
 pub mod metrics;
+mod packet;
 mod request;
 mod service;
 mod sockets;
 mod tls;
+mod token;
 
 pub use endpoint::{serve, Endpoint};
 pub use service::QuicService;

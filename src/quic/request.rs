@@ -12,6 +12,7 @@ use quiche::h3::Header;
 use tokio::sync::{mpsc, Notify};
 
 use super::backend::{Backends, RequestBody};
+use super::client_cert::CertFields;
 use super::headers::{request_head, response_fields};
 use super::metrics;
 use super::service::QuicService;
@@ -41,6 +42,9 @@ pub(super) struct RequestContext {
     pub backends: Rc<Backends>,
     pub sni: Option<String>,
     pub client: IpAddr,
+    /// The connection's verified client certificate as fields (empty without one, or with
+    /// `quic_client_cert_headers = false`).
+    pub client_cert: CertFields,
     /// Woken whenever a reply is queued.
     pub wake: Arc<Notify>,
 }
@@ -61,7 +65,7 @@ pub(super) async fn forward(
             sent
         }
     };
-    let head = match request_head(&fields, context.client) {
+    let head = match request_head(&fields, context.client, &context.client_cert) {
         Ok(head) => head,
         Err(bad) => {
             tracing::debug!(reason = bad.0, "HTTP/3 request refused");

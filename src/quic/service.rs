@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::config::{ListenerConfig, SessionConfig};
+use crate::config::{ListenerConfig, QuicRetry, SessionConfig};
 use crate::proxy::pool::BackendPool;
 use crate::session::Sessions;
 use crate::tls::{CertifiedKey, ServerTls};
@@ -22,6 +22,10 @@ pub struct QuicService {
     pub(super) backend_timeout: Duration,
     /// The listener's `handshake_timeout`: a connection not established by then is closed.
     pub(super) handshake_timeout: Duration,
+    retry: QuicRetry,
+    retry_threshold: usize,
+    /// Requests carry the verified client certificate as `X-Client-Cert-*` headers.
+    pub(super) client_cert_headers: bool,
 }
 
 impl QuicService {
@@ -39,18 +43,34 @@ impl QuicService {
             pools,
             backend_timeout: listener.quic_backend_timeout,
             handshake_timeout: listener.handshake_timeout,
+            retry: listener.quic_retry,
+            retry_threshold: *listener.quic_retry_threshold.get_ref(),
+            client_cert_headers: listener.quic_client_cert_headers,
         })
     }
 
-    /// A server connection for a client's first Initial packet.
+    /// Whether a new connection without a token gets a Retry, with `handshaking`
+    /// handshakes in progress on the worker.
+    pub(super) fn wants_retry(&self, handshaking: usize) -> bool {
+        match self.retry {
+            QuicRetry::Always => true,
+            QuicRetry::Never => false,
+            QuicRetry::Auto => handshaking >= self.retry_threshold,
+        }
+    }
+
+    /// A server connection for a client's first Initial packet; `original_dcid` when the
+    /// client answered a Retry (`scid` is then the ID the Retry gave it), which tells quiche
+    /// that the address is validated.
     pub(super) fn accept(
         &self,
         scid: &quiche::ConnectionId<'_>,
+        original_dcid: Option<&quiche::ConnectionId<'_>>,
         local: SocketAddr,
         peer: SocketAddr,
     ) -> quiche::Result<quiche::Connection> {
         let mut config = self.config.lock().unwrap_or_else(|e| e.into_inner());
-        quiche::accept(scid, None, local, peer, &mut config)
+        quiche::accept(scid, original_dcid, local, peer, &mut config)
     }
 
     /// The backends of a connection with this SNI.

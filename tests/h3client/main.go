@@ -95,6 +95,8 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8443", "host:port (UDP)")
 	serverName := flag.String("servername", "localhost", "SNI and :authority")
 	caFile := flag.String("ca", "", "PEM file of the CA to trust (default: verify nothing)")
+	certFile := flag.String("cert", "", "PEM file of a client certificate to present (with -key)")
+	keyFile := flag.String("key", "", "PEM file of the client certificate's key")
 	method := flag.String("method", "GET", "request method")
 	path := flag.String("path", "/", "request path")
 	bodyBytes := flag.Int("body-bytes", -1, "send a body of this many bytes (pattern i mod 251)")
@@ -110,6 +112,14 @@ func main() {
 	tlsConfig := &tls.Config{ServerName: *serverName, NextProtos: []string{http3.NextProtoH3}}
 	if *resume {
 		tlsConfig.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	}
+	if *certFile != "" {
+		pair, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		tlsConfig.Certificates = []tls.Certificate{pair}
 	}
 	if *caFile == "" {
 		tlsConfig.InsecureSkipVerify = true
