@@ -162,3 +162,39 @@ fn options_that_mean_nothing_over_quic_are_refused() {
         );
     }
 }
+
+/// QUIC handshakes wait for the worker's engine together, as TCP handshakes do: with 16
+/// handshakes running at once, signatures are computed in batches of more than one (a
+/// QUIC handshake that the queue did not count as running made it sign each alone).
+#[test]
+fn concurrent_quic_handshakes_share_engine_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = make_cert(dir.path(), "rsa", "localhost", KeyType::Rsa2048);
+    let port = free_port();
+    let listener = format!(
+        "address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]\nquic = true\n\
+         [[listener.certificate]]\ncert = \"{}\"\nkey = \"{}\"",
+        cert.display(),
+        key.display()
+    );
+    // Every batch goes to the kernel, however small: what is counted is how many
+    // signatures each batch held.
+    let engine = "[engine]\nsmall_batch_threshold = 1\npoll_delay = \"2ms\"";
+    let config = write_config(dir.path(), engine, &[listener]);
+    let _server = Server::start(&config);
+    let admin = admin_address(&config).unwrap();
+    let report = bench_h3(port, "/", &["--mode", "full", "-c", "16", "-n", "96"]);
+    assert_eq!(count(&report, "handshakes"), 96, "{report}");
+    wait_for_handshakes(admin, "full", 96);
+    let batched = metric(
+        admin,
+        "tlsterm_engine_operations_total",
+        "algorithm=\"rsa2048\",path=\"batch\"",
+    );
+    let batches = metric(admin, "tlsterm_engine_batch_operations_count", "");
+    assert_eq!(batched, 96.0, "every signature went through the engine");
+    assert!(
+        batches < batched,
+        "{batched} signatures in {batches} batches: none held more than one"
+    );
+}

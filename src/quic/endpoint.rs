@@ -12,6 +12,8 @@ use std::sync::Arc;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch, Semaphore};
 
+use crate::offload::HandshakeGuard;
+
 use super::backend::Backends;
 use super::cid::{self, CID_LEN};
 use super::connection::{self, ConnectionContext};
@@ -30,20 +32,29 @@ pub(super) struct Datagram {
 pub(super) type Routes = Rc<RefCell<HashMap<Vec<u8>, mpsc::Sender<Datagram>>>>;
 
 /// A handshake in progress on the worker: counted from a connection's first packet until
-/// its handshake completes or it ends, which is what `quic_retry = "auto"` weighs.
-pub(super) struct Handshaking(Rc<Cell<usize>>);
+/// its handshake completes or it ends, which is what `quic_retry = "auto"` weighs. The
+/// worker's engine queue counts it too, as it counts TCP handshakes: the queue waits for
+/// more signatures while other handshakes are still running, instead of signing each
+/// alone (a batch of one costs the kernel as much as a full one).
+pub(super) struct Handshaking {
+    count: Rc<Cell<usize>>,
+    _engine: HandshakeGuard,
+}
 
 impl Handshaking {
     fn start(count: &Rc<Cell<usize>>) -> Handshaking {
         count.set(count.get() + 1);
         metrics::handshaking(true);
-        Handshaking(count.clone())
+        Handshaking {
+            count: count.clone(),
+            _engine: HandshakeGuard::enter(),
+        }
     }
 }
 
 impl Drop for Handshaking {
     fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
+        self.count.set(self.count.get() - 1);
         metrics::handshaking(false);
     }
 }
