@@ -81,9 +81,10 @@ for variant in "$@"; do
     [[ $spec == *metrics=off* ]] && metrics=false
     engine_mode=batch
     [[ $spec == *,inline* ]] && engine_mode=inline
-    key_shares=auto
+    # Written only when asked for: binaries from before the key exists refuse it.
+    key_shares_line=
     if [[ $spec =~ shares=([a-z-]+) ]]; then
-        key_shares=${BASH_REMATCH[1]}
+        key_shares_line="key_shares = \"${BASH_REMATCH[1]}\""
     fi
     client_flags[$name]=
     if [[ $spec =~ group=([a-z0-9]+) ]]; then
@@ -111,7 +112,7 @@ for variant in "$@"; do
 workers = 1
 [engine]
 mode = "$engine_mode"
-key_shares = "$key_shares"
+$key_shares_line
 $session
 $acme_section
 [admin]

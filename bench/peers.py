@@ -12,6 +12,9 @@ open-source peer), built from source by ../shared/tools/build-haproxy-awslc.sh i
 binary). It runs with the same bench/conf/haproxy.cfg, backend and settings as Debian's
 haproxy; it is skipped, with a line saying so, when the binary is absent.
 
+`tlsterm-base` runs the build named by $TLSTERM_BASE (say, one from before a change) beside
+`tlsterm`, with the same client, backend and settings.
+
 Usage (as root, from the repository root; bench/peers.sh installs what it needs):
     bench/.venv/bin/python bench/peers.py [--servers nginx,haproxy,haproxy-awslc,hitch,tlsterm] [--runs 3]
 """
@@ -274,7 +277,15 @@ def start_server(name, cert, certs, engine):
     elif name.startswith("tlsterm"):
         conf = render("tlsterm.toml", f"{name}.toml", LISTEN=listen, BACKEND=backend, CERT=crt,
                       KEY=key, CIPHERS=CIPHERS, **engine_of(name, engine))
-        p = Proc(name, [TLSTERM, "serve", "-c", conf], capped=True)
+        binary = TLSTERM
+        if name == "tlsterm-base":
+            # An older build to compare with (e.g. one from before a change): it may not
+            # know `key_shares`, so it gets BoringSSL's key shares, its only way then.
+            binary = Path(os.environ["TLSTERM_BASE"])
+            text = Path(conf).read_text()
+            Path(conf).write_text("".join(line for line in text.splitlines(True)
+                                          if not line.startswith("key_shares")))
+        p = Proc(name, [binary, "serve", "-c", conf], capped=True)
     else:
         raise ValueError(name)
     try:
@@ -313,6 +324,9 @@ def engine_of(name, default):
     suffix = name.split("-", 1)[1] if "-" in name else None
     if suffix in ("avx2", "avx512f", "avx512ifma"):
         return {"ENGINE": "batch", "KERNEL": suffix, "KEY_SHARES": "auto"}
+    if suffix == "base":
+        # A baseline build ($TLSTERM_BASE), with the settings it knows (see start_server).
+        return {"ENGINE": default, "KERNEL": "auto", "KEY_SHARES": "auto"}
     if suffix == "sharesinline":
         # Key shares left to BoringSSL, as before tlsterm computed them: the A/B of that.
         return {"ENGINE": default, "KERNEL": "auto", "KEY_SHARES": "inline"}
