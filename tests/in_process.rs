@@ -55,7 +55,10 @@ impl InProcess {
     }
 
     async fn send(&self, event: Event) {
-        self.events.send(event).await.expect("the server reads its events");
+        self.events
+            .send(event)
+            .await
+            .expect("the server reads its events");
     }
 
     /// Asks for a reload and waits for its outcome.
@@ -125,7 +128,9 @@ async fn reload_event_serves_the_new_certificate() {
     config(dir.path(), port, &second);
     assert_eq!(server.reload().await, Ok(()));
     assert_ne!(served_certificate(port).await, before);
-    http_get(&mut client, "/").await.expect("served after the reload");
+    http_get(&mut client, "/")
+        .await
+        .expect("served after the reload");
 
     drop(client);
     server.send(Event::Stop).await;
@@ -165,7 +170,9 @@ async fn refused_reloads_keep_the_running_state() {
         .write(dir.path());
     assert_eq!(server.reload().await, Err(ReloadRefusal::Bind));
     assert_eq!(served_certificate(port).await, served);
-    http_get(&mut client, "/").await.expect("served through refused reloads");
+    http_get(&mut client, "/")
+        .await
+        .expect("served through refused reloads");
 
     let renewed = make_cert(dir.path(), "renewed", "localhost", KeyType::EcdsaP256);
     config(dir.path(), port, &renewed);
@@ -237,7 +244,10 @@ async fn bind_reports_a_taken_port_and_queues_connections_until_serve() {
         .err()
         .expect("a taken port refuses the start");
     let message = format!("{refused:#}");
-    assert!(message.contains(&format!("127.0.0.1:{taken_port}")), "{message}");
+    assert!(
+        message.contains(&format!("127.0.0.1:{taken_port}")),
+        "{message}"
+    );
     drop(taken);
 
     let bound = bind(&config(dir.path(), 0, &cert)).expect("server starts");

@@ -33,8 +33,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
 use listener::{open, Listener};
-use serving::Serving;
 pub use serving::ReloadRefusal;
+use serving::Serving;
 pub use start::{bind, Bound};
 pub use state::{build_states, ListenerState};
 
