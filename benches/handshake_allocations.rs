@@ -2,13 +2,13 @@
 //!
 //! `cargo bench --bench handshake_allocations [-- FULL_HANDSHAKES]`
 //!
-//! The server (`tlsterm::server::run`: one worker, an ECDSA P-256 certificate) runs in this
-//! process under a counting global allocator; the client (`tlsterm bench`, rustls) and the
+//! The server (`tlsterm::server::bind`, then `serve`: one worker, an ECDSA P-256
+//! certificate) runs in this process under a counting global allocator; the client (`tlsterm bench`, rustls) and the
 //! backend (`tlsterm backend`) are processes of their own, so every allocation counted is
 //! the server's: accepting, the handshake (BoringSSL's included), the backend connection,
 //! one request relayed, closing. Counters are read before and after a batch of
 //! connections, after a warm-up that fills the lazily built state; the other threads of
-//! the process (the main loop, signal handling) are idle meanwhile.
+//! the process (the server's main loop) are idle meanwhile.
 //!
 //! Full handshakes: `--mode full`, one request per connection. Resumed ones: `--mode
 //! resume` (the first connection of each session full, the others resumed by ticket); the
@@ -179,7 +179,17 @@ fn main() {
     );
     let config = write_config(dir.path(), port, backend_port);
     std::thread::spawn(move || {
-        tlsterm::server::run(tlsterm::server::ConfigSource::File(config)).expect("server runs")
+        use tlsterm::server;
+        let bound = server::bind(server::ConfigSource::File(config)).expect("server starts");
+        // Never told to stop: the server ends with the process.
+        let (_events, received) = tokio::sync::mpsc::channel(1);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(server::serve(bound, received))
+            .expect("server runs")
     });
     wait_for_port(port);
     wait_for_port(backend_port);

@@ -6,7 +6,9 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use tlsterm::config::Config;
-use tlsterm::server::{self, ConfigSource};
+use tokio::sync::mpsc;
+
+use tlsterm::server::{self, ConfigSource, Event};
 
 #[derive(Parser)]
 #[command(
@@ -110,7 +112,39 @@ fn serve(config: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
         println!("configuration OK");
         return Ok(());
     }
-    server::run(source)
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Signal handlers first: a SIGHUP sent as soon as the process exists (say, while thousands
+    // of certificates load) must reload, not kill it; it is acted on once serving.
+    let events = signal_events(&runtime)?;
+    let bound = server::bind(source)?;
+    runtime.block_on(server::serve(bound, events))
+}
+
+/// Installs the handlers of SIGHUP (a reload) and SIGTERM and SIGINT (a stop and drain),
+/// and turns the signals into `serve`'s events on `runtime`. A signal that arrives before
+/// `serve` runs is kept until it does.
+fn signal_events(runtime: &tokio::runtime::Runtime) -> std::io::Result<mpsc::Receiver<Event>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _runtime = runtime.enter();
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let (events, received) = mpsc::channel(1);
+    runtime.spawn(async move {
+        loop {
+            let event = tokio::select! {
+                _ = hangup.recv() => Event::Reload,
+                _ = terminate.recv() => Event::Stop,
+                _ = interrupt.recv() => Event::Stop,
+            };
+            // Once `serve` has stopped reading, a signal goes nowhere: the handlers stay
+            // installed, so another SIGTERM or SIGINT during the drain does not end the process.
+            let _ = events.send(event).await;
+        }
+    });
+    Ok(received)
 }
 
 /// `tlsterm --version`: the release, the commit it was built from, and the engine's

@@ -46,6 +46,13 @@ pub(super) struct WorkerSockets {
     quic: Option<std::net::UdpSocket>,
 }
 
+impl WorkerSockets {
+    /// The TCP address the socket is bound to (the port the kernel gave to port 0).
+    pub(super) fn address(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+}
+
 /// Each worker's sockets of a listener: its own TCP socket or a handle on the one they
 /// share (`mode`), and its own QUIC socket when the listener answers HTTP/3.
 pub(super) fn bind_per_worker(
@@ -76,7 +83,16 @@ fn bind_tcp(
     mode: AcceptMode,
 ) -> anyhow::Result<Vec<std::net::TcpListener>> {
     match mode {
-        AcceptMode::PerWorker => (0..workers).map(|_| bind_reuseport(address)).collect(),
+        AcceptMode::PerWorker => {
+            // The others take the first one's port: on port 0 the kernel picks one for all.
+            let first = bind_reuseport(address)?;
+            let address = first.local_addr().context("a bound socket's address")?;
+            let mut sockets = vec![first];
+            for _ in 1..workers {
+                sockets.push(bind_reuseport(address)?);
+            }
+            Ok(sockets)
+        }
         AcceptMode::Shared => {
             let socket = bind_reuseport(address)?;
             let mut sockets = (1..workers)
@@ -125,6 +141,15 @@ mod tests {
         sockets[0].set_nonblocking(false).unwrap();
         let (_accepted, peer) = sockets[2].accept().unwrap();
         assert_eq!(peer.ip(), address.ip());
+    }
+
+    /// On port 0 the per-worker sockets share the one port the kernel gave the first.
+    #[test]
+    fn port_zero_gives_every_worker_one_port() {
+        let sockets = bind_tcp("127.0.0.1:0".parse().unwrap(), 3, AcceptMode::PerWorker).unwrap();
+        let address = sockets[0].local_addr().unwrap();
+        assert_ne!(address.port(), 0);
+        assert!(sockets.iter().all(|s| s.local_addr().unwrap() == address));
     }
 
     /// The per-worker mode binds one socket per worker, all on the same port.

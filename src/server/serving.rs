@@ -92,13 +92,14 @@ impl Serving {
 
     /// SIGHUP: re-read configuration and certificates, open new listeners and close
     /// removed ones; on any error keep serving the old ones. Counted in `reloads_total`
-    /// by outcome.
-    pub(super) fn reload(&mut self) {
+    /// by outcome, which is returned.
+    pub(super) fn reload(&mut self) -> Result<(), ReloadRefusal> {
         match self.try_reload() {
             Ok(()) => {
                 crate::sys::release_freed_memory();
                 metrics::record_reload("applied");
                 tracing::info!("reloaded configuration and certificates");
+                Ok(())
             }
             Err(ReloadRefused { reason, error }) => {
                 metrics::record_reload(reason.label());
@@ -106,7 +107,8 @@ impl Serving {
                     reason = reason.label(),
                     error = format!("{error:#}"),
                     "reload refused; the previous configuration keeps serving"
-                )
+                );
+                Err(reason)
             }
         }
     }
