@@ -18,11 +18,9 @@ cd "$(dirname "$0")/.."
 exec python3 - "$@" <<'PY'
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, "bench")
@@ -107,13 +105,7 @@ def start_server(name, cert, certs):
 
 def quic_handshakes():
     """tlsterm's own count of QUIC handshakes by kind (its /metrics)."""
-    text = urllib.request.urlopen(f"http://{ADMIN[0]}:{ADMIN[1]}/metrics", timeout=2).read().decode()
-    out = {"full": 0, "resumed": 0}
-    for line in text.splitlines():
-        m = re.match(r'tlsterm_quic_handshakes_total\{kind="(\w+)"\} (\d+)', line)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    return out
+    return peers.handshakes_by_kind("tlsterm_quic_handshakes_total", ADMIN)
 
 
 def bench(transport, args):

@@ -345,21 +345,27 @@ def bench(extra, path, conc, duration, rate=None):
     return json.loads(out.stdout)
 
 
+def handshakes_by_kind(series, admin=("127.0.0.1", 8444)):
+    """tlsterm's own count of full and resumed handshakes in `series` (a counter with a
+    `kind` label) from its /metrics; raises OSError when the admin port does not answer."""
+    import urllib.request
+    text = urllib.request.urlopen(f"http://{admin[0]}:{admin[1]}/metrics", timeout=2).read().decode()
+    out = {"full": 0, "resumed": 0}
+    for line in text.splitlines():
+        m = re.match(series + r'\{kind="(\w+)"\} (\d+)', line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
 def tlsterm_handshakes(server):
     """tlsterm's own count of full and resumed handshakes (its /metrics), or None."""
     if not server.name.startswith("tlsterm"):
         return None
-    import urllib.request
     try:
-        text = urllib.request.urlopen("http://127.0.0.1:8444/metrics", timeout=2).read().decode()
+        return handshakes_by_kind("tlsterm_handshakes_total")
     except OSError:
         return None
-    out = {"full": 0, "resumed": 0}
-    for line in text.splitlines():
-        m = re.match(r'tlsterm_handshakes_total\{kind="(\w+)"\} (\d+)', line)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    return out
 
 
 def measure(server, backend, extra, path, conc, duration, rate=None):
