@@ -297,6 +297,10 @@ impl CertificateTask {
             }
         };
         metrics::order("issued");
+        // Which certificate this one renews (its RFC 9773 identifier): in a fleet, two
+        // orders naming the same one mean a member missed the certificate another shared.
+        let replaced = self.current.as_ref().and_then(|(_, f)| f.ari_id.as_ref());
+        tracing::info!(certificate = %self.cert.id(), replaces = %replaced.map_or("none".to_string(), |id| id.to_string()), "ACME certificate ordered");
         Ok(material)
     }
 

@@ -131,13 +131,19 @@ impl Log {
 
     /// How many lines contain `needle`.
     pub fn count(&self, needle: &str) -> usize {
+        self.lines_with(needle).len()
+    }
+
+    /// The lines that contain `needle`, in order.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
         self.lines
             .0
             .lock()
             .unwrap()
             .iter()
             .filter(|l| l.contains(needle))
-            .count()
+            .cloned()
+            .collect()
     }
 
     /// Waits until at least `times` lines contain `needle`.
