@@ -27,6 +27,17 @@ fi
 # the Rust code outside the SIMD kernels is memory safe, and BoringSSL is not
 # instrumented either way.
 SANITIZER=${FUZZ_SANITIZER:-none}
+# BoringSSL's C code is built by CMake, never instrumented: the library the main release
+# build compiled serves the fuzz build as well, instead of a second build of it (minutes
+# on a small machine). Without a main build, boring-sys builds its own.
+if [ -z "${BORING_BSSL_PATH:-}" ]; then
+    built=$(ls -t ../target/release/build/boring-sys-*/out/build/libssl.a 2>/dev/null | head -1 || true)
+    if [ -n "$built" ]; then
+        out=$(realpath "$(dirname "$built")/..")
+        export BORING_BSSL_PATH="$out/build" BORING_BSSL_INCLUDE_PATH="$out/boringssl/include"
+        step "using the main build's BoringSSL ($out)"
+    fi
+fi
 step "building the fuzz targets (nightly, sanitizer: $SANITIZER)"
 cargo +nightly fuzz build -s "$SANITIZER"
 
