@@ -3,7 +3,8 @@
 //! it received: requests and bodies both ways, the forwarding headers, backend failures,
 //! signatures made by the engine, many connections over two workers, client certificates
 //! as headers, stateless Retry and its tokens, Version Negotiation and the
-//! anti-amplification limit (the last ones with raw UDP sockets).
+//! anti-amplification limit (with raw UDP sockets), a client moving to another port, and
+//! the stateless reset of a connection tlsterm no longer has (with quiche's client).
 
 mod common;
 
@@ -299,6 +300,71 @@ async fn a_second_connection_resumes_with_a_ticket() {
     wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"resumed\"} 1");
 }
 
+/// A client that moves to another local port between requests (NAT rebinding, a new
+/// network) keeps its connection: it probes the new path with one of the spare connection
+/// IDs tlsterm issued (quic-go needs one to move), and its next request is answered there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_moves_to_another_port_keeps_its_connection() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "");
+    let answers = tokio::task::spawn_blocking(move || h3(port, &["-requests", "3", "-migrate"]))
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+    }
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_migrations_total 2");
+    wait_for_metric(admin, "tlsterm_quic_connections_total 1");
+}
+
+/// A client still sending on a connection tlsterm no longer has (here: ended by tlsterm's
+/// idle timeout while the client ran no timers) gets a stateless reset carrying the token
+/// the connection's ID came with, and stops at once instead of retransmitting until its
+/// own timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_a_connection_gone_here_gets_a_stateless_reset() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "quic_idle_timeout = \"1s\"\n");
+    let admin = admin_address(&server.config).unwrap();
+    tokio::task::spawn_blocking(move || {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut conn = quiche_client(&socket, server);
+        let info = quiche::RecvInfo {
+            from: server,
+            to: socket.local_addr().unwrap(),
+        };
+        while !conn.is_established() {
+            quiche_flush(&mut conn, &socket);
+            let mut answer = receive(&socket);
+            conn.recv(&mut answer, info).unwrap();
+        }
+        // The client's last handshake flight: the server then has the connection open.
+        quiche_flush(&mut conn, &socket);
+        wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"full\"} 1");
+        wait_for_metric(admin, "tlsterm_quic_connections 0");
+        conn.send_ack_eliciting().unwrap();
+        quiche_flush(&mut conn, &socket);
+        // What the server sent before it forgot the connection (retransmissions the client
+        // never acknowledged) comes first; the reset closes the client's connection.
+        while !conn.is_closed() {
+            let mut datagram = receive(&socket);
+            let _ = conn.recv(&mut datagram, info);
+        }
+        assert!(
+            conn.peer_error().is_none(),
+            "closed by a reset, not by the server's close: {:?}",
+            conn.peer_error()
+        );
+        assert!(!conn.is_timed_out());
+    })
+    .await
+    .unwrap();
+    wait_for_metric(admin, "tlsterm_quic_stateless_resets_total 1");
+}
+
 /// SIGTERM: a request in flight is answered (the connection gets GOAWAY and ends after
 /// it), a new connection is not taken, and the process exits once drained.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -560,20 +626,42 @@ async fn with_retry_auto_a_client_gets_a_retry_once_handshakes_pile_up() {
     assert!((1.0..=2.0).contains(&retries), "{retries}");
 }
 
-/// A client's first Initial datagram (1200 bytes), from quiche's client state machine
-/// for a connection from `socket` to `server`.
-fn quiche_client_initial(socket: &std::net::UdpSocket, server: SocketAddr) -> Vec<u8> {
+/// A connection of quiche's client from `socket` to `server`, nothing sent yet; it offers
+/// X25519 alone, so its ClientHello fits one datagram (a post-quantum key share would
+/// spread it over two).
+fn quiche_client(socket: &std::net::UdpSocket, server: SocketAddr) -> quiche::Connection {
     let mut config = quiche::Config::new(quiche::PROTOCOL_VERSION).unwrap();
     config.set_application_protos(&[b"h3"]).unwrap();
     config.verify_peer(false);
-    // X25519 alone: a ClientHello that fits one datagram (a post-quantum key share
-    // would spread it over two).
     config.set_curves_list("X25519").unwrap();
-    let mut scid = [0u8; 16];
-    boring::rand::rand_bytes(&mut scid).unwrap();
+    // Room for the server's HTTP/3 control and QPACK streams.
+    config.set_initial_max_data(1 << 20);
+    config.set_initial_max_streams_uni(3);
+    config.set_initial_max_stream_data_uni(1 << 16);
+    let scid = random_id();
     let scid = quiche::ConnectionId::from_ref(&scid);
     let local = socket.local_addr().unwrap();
-    let mut conn = quiche::connect(Some("localhost"), &scid, local, server, &mut config).unwrap();
+    quiche::connect(Some("localhost"), &scid, local, server, &mut config).unwrap()
+}
+
+/// Sends all that `conn` has to send.
+fn quiche_flush(conn: &mut quiche::Connection, socket: &std::net::UdpSocket) {
+    let mut out = vec![0u8; 1500];
+    loop {
+        match conn.send(&mut out) {
+            Ok((len, info)) => {
+                socket.send_to(&out[..len], info.to).unwrap();
+            }
+            Err(quiche::Error::Done) => return,
+            Err(err) => panic!("quiche: {err}"),
+        }
+    }
+}
+
+/// A client's first Initial datagram (1200 bytes), from quiche's client state machine
+/// for a connection from `socket` to `server`.
+fn quiche_client_initial(socket: &std::net::UdpSocket, server: SocketAddr) -> Vec<u8> {
+    let mut conn = quiche_client(socket, server);
     let mut out = vec![0u8; 1500];
     let (len, _) = conn.send(&mut out).unwrap();
     out.truncate(len);

@@ -16,10 +16,12 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit};
 
 use super::backend::{Backends, BodyAborted, RequestBody};
+use super::cid;
 use super::client_cert::{self, CertFields};
 use super::endpoint::{Datagram, Handshaking, Routes};
 use super::metrics;
 use super::request::{self, Reply, RequestContext, REPLY_QUEUE};
+use super::reset;
 use super::service::QuicService;
 use super::tls::MAX_DATAGRAM;
 
@@ -39,6 +41,9 @@ const BODY_CHUNK: usize = 16 * 1024;
 
 /// What a connection's task is given besides its connection.
 pub(super) struct ConnectionContext {
+    pub worker: usize,
+    /// This connection's queue, for the routes of the spare IDs it issues.
+    pub queue: mpsc::Sender<Datagram>,
     pub socket: Rc<UdpSocket>,
     pub local: SocketAddr,
     pub client: SocketAddr,
@@ -114,6 +119,9 @@ pub(super) async fn run(
             metrics::record_handshake(conn.is_resumed());
             http = Requests::start(&mut conn, context.service.client_cert_headers);
         }
+        if established {
+            follow_paths(&mut conn, &mut context);
+        }
         match http.as_mut() {
             Some(requests) => requests.serve(&mut conn, &context, &wake),
             None if *context.draining.borrow() => {
@@ -150,6 +158,36 @@ pub(super) async fn run(
     }
     metrics::connection_closed(established);
     drop(context.permit);
+}
+
+/// Keeps the client supplied with spare connection IDs, each with its reset token (so it
+/// can move to another address with an ID an observer cannot link to the old one), stops
+/// routing the IDs it retired, and counts its moves.
+fn follow_paths(conn: &mut quiche::Connection, context: &mut ConnectionContext) {
+    while let Some(retired) = conn.retired_scid_next() {
+        context.routes.borrow_mut().remove(retired.as_ref());
+        context.ids.retain(|id| id.as_slice() != retired.as_ref());
+    }
+    while conn.scids_left() > 0 {
+        let id = cid::generate(context.worker);
+        let scid = quiche::ConnectionId::from_ref(&id);
+        if let Err(err) = conn.new_scid(&scid, reset::token(&id), false) {
+            tracing::debug!(error = %err, "no spare connection ID issued");
+            break;
+        }
+        context
+            .routes
+            .borrow_mut()
+            .insert(id.to_vec(), context.queue.clone());
+        context.ids.push(id.to_vec());
+    }
+    while let Some(event) = conn.path_event_next() {
+        if let quiche::PathEvent::PeerMigrated(_, to) = event {
+            tracing::debug!(from = %context.client, %to, "QUIC client moved");
+            context.client = to;
+            metrics::record_migration();
+        }
+    }
 }
 
 /// The HTTP/3 layer of an established connection, and its request streams.

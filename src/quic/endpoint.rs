@@ -19,6 +19,7 @@ use super::cid::{self, CID_LEN};
 use super::connection::{self, ConnectionContext};
 use super::metrics::{self, Dropped};
 use super::packet::{self, MIN_INITIAL_DATAGRAM};
+use super::reset;
 use super::service::QuicService;
 use super::token;
 
@@ -172,6 +173,10 @@ where
             }
             return;
         }
+        if header.ty == quiche::Type::Short {
+            self.send_reset(&header.dcid, packet.len(), from).await;
+            return metrics::record_dropped(Dropped::UnknownConnection);
+        }
         if header.ty != quiche::Type::Initial {
             return metrics::record_dropped(Dropped::UnknownConnection);
         }
@@ -235,6 +240,22 @@ where
         Ok(())
     }
 
+    /// Tells the client that a connection it still sends to is gone here: for IDs this
+    /// worker issued only (the reuseport program brings it no other worker's), so a packet
+    /// that strays can never reset a connection that lives elsewhere.
+    async fn send_reset(&self, dcid: &[u8], trigger_len: usize, to: SocketAddr) {
+        if cid::worker_of(dcid, cid::MAX_WORKERS) != Some(self.worker) {
+            return;
+        }
+        let Some(reset) = reset::packet(dcid, trigger_len) else {
+            return;
+        };
+        if let Err(err) = self.socket.send_to(&reset, to).await {
+            tracing::debug!(error = %err, to = %to, "UDP send failed");
+        }
+        metrics::record_stateless_reset();
+    }
+
     /// Makes a connection of a client's first Initial packet (whose destination connection
     /// ID is `client_chosen`) and starts its task. `original_dcid`: the client answered a
     /// Retry, and `client_chosen` is the ID the Retry gave it (the token vouches for it).
@@ -281,6 +302,8 @@ where
             }
         }
         let context = ConnectionContext {
+            worker: self.worker,
+            queue,
             socket: self.socket.clone(),
             local: self.local,
             client: from,

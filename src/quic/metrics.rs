@@ -1,6 +1,6 @@
 //! HTTP/3's series: QUIC connections, handshakes, request streams, the packets the
-//! endpoint dropped and why, Retries and refused tokens, and the answers made for
-//! backends that failed.
+//! endpoint dropped and why, Retries and refused tokens, stateless resets, clients that
+//! moved to another address, and the answers made for backends that failed.
 
 use std::sync::LazyLock;
 
@@ -20,6 +20,8 @@ struct QuicMetrics {
     retries: IntCounter,
     tokens_refused: IntCounterVec,
     handshaking: IntGauge,
+    resets: IntCounter,
+    migrations: IntCounter,
 }
 
 static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
@@ -61,6 +63,14 @@ static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
     handshaking: metrics::gauge(
         "quic_handshakes_in_progress",
         "QUIC connections whose first packet came and whose handshake has not completed, all workers together (quic_retry = \"auto\" compares each worker's own count with quic_retry_threshold)",
+    ),
+    resets: metrics::counter(
+        "quic_stateless_resets_total",
+        "Stateless resets sent: answers to short-header packets for a connection ID this process issued to a connection it no longer has",
+    ),
+    migrations: metrics::counter(
+        "quic_migrations_total",
+        "QUIC connections whose client moved to another address (a new port after NAT rebinding, another network), once the new path was validated",
     ),
 }
 });
@@ -163,6 +173,18 @@ pub(super) fn record_backend_error(status: u16) {
 pub(super) fn record_retry() {
     if metrics::enabled() {
         METRICS.retries.inc();
+    }
+}
+
+pub(super) fn record_stateless_reset() {
+    if metrics::enabled() {
+        METRICS.resets.inc();
+    }
+}
+
+pub(super) fn record_migration() {
+    if metrics::enabled() {
+        METRICS.migrations.inc();
     }
 }
 

@@ -12,6 +12,8 @@
 //! HTTP/1.1 to a backend, with bodies streamed both ways under QUIC's flow control.
 //! Under load (or always, by `quic_retry`) a new connection first gets a stateless Retry
 //! whose token (`token`) proves the client's address before a handshake is spent on it.
+//! Each connection ID comes with a stateless reset token (`reset`), so a client whose
+//! connection tlsterm no longer has learns it from its next packet.
 
 mod backend;
 pub mod cid;
@@ -22,6 +24,7 @@ mod headers;
 pub mod metrics;
 mod packet;
 mod request;
+mod reset;
 mod service;
 mod sockets;
 mod tls;

@@ -70,6 +70,8 @@ impl QuicService {
         peer: SocketAddr,
     ) -> quiche::Result<quiche::Connection> {
         let mut config = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        // The reset token of the ID the handshake uses, in the transport parameters.
+        config.set_stateless_reset_token(Some(super::reset::token(scid.as_ref())));
         quiche::accept(scid, original_dcid, local, peer, &mut config)
     }
 

@@ -51,11 +51,16 @@ pub(super) fn build(
     config.set_initial_max_streams_bidi(MAX_STREAMS);
     config.set_initial_max_streams_uni(MAX_UNI_STREAMS);
     // Connection IDs are issued by the endpoint (they name the worker); a client may move
-    // to another address with the one it has.
+    // to another address with the one it has or with a spare one.
     config.set_disable_active_migration(false);
+    config.set_active_connection_id_limit(ACTIVE_CONNECTION_IDS);
     Ok((config, tls))
 }
 
+/// Connection IDs each side keeps for the other: the one in use and spares for moving to
+/// another address or network (with an ID an observer cannot link to the old one). Each is
+/// a route in the worker's table while the connection lives.
+const ACTIVE_CONNECTION_IDS: u64 = 4;
 /// UDP payloads sent and accepted: what fits an Ethernet path with IPv6 and no tunnel.
 pub(super) const MAX_DATAGRAM: usize = 1350;
 /// Flow-control windows: bodies move in windows of this size, never whole.

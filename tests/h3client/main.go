@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -86,6 +87,35 @@ func request(client *http.Client, method, url string, body []byte, headers []str
 	return out
 }
 
+// movableTransport is a UDP socket on a new local port whose connections can move to
+// another one: their own connection IDs are not empty (quic-go's default for a client),
+// so the server's packets name the connection whichever socket receives them.
+func movableTransport() (*quic.Transport, error) {
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	return &quic.Transport{Conn: udp, ConnectionIDLength: 8}, nil
+}
+
+// move takes conn to a new UDP socket (a new local port), as a client does after NAT
+// rebinding or a change of network: it probes the new path with one of the spare
+// connection IDs the server issued, then sends from it.
+func move(ctx context.Context, conn *quic.Conn) error {
+	transport, err := movableTransport()
+	if err != nil {
+		return err
+	}
+	path, err := conn.AddPath(transport)
+	if err != nil {
+		return err
+	}
+	if err := path.Probe(ctx); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	return path.Switch()
+}
+
 type headerList []string
 
 func (h *headerList) String() string     { return strings.Join(*h, ", ") }
@@ -104,6 +134,7 @@ func main() {
 	connections := flag.Int("connections", 1, "connections, all at once")
 	concurrent := flag.Bool("concurrent", false, "a connection's requests all at once (one stream each)")
 	resume := flag.Bool("resume", false, "connections one after another, resuming the first one's session")
+	migrate := flag.Bool("migrate", false, "between a connection's requests, move it to a new local port")
 	timeout := flag.Duration("timeout", 30*time.Second, "for everything")
 	var headers headerList
 	flag.Var(&headers, "header", "a request header `name: value` (repeatable)")
@@ -146,18 +177,40 @@ func main() {
 		connection := func(c int) {
 			defer wg.Done()
 			// One transport per connection: its requests share one QUIC connection.
+			var conn *quic.Conn
 			transport := &http3.Transport{
 				// Shared: the session cache must outlive each connection.
 				TLSClientConfig: tlsConfig,
 				QUICConfig:      &quic.Config{MaxIdleTimeout: *timeout},
 				Dial: func(ctx context.Context, _ string, tlsConf *tls.Config, conf *quic.Config) (*quic.Conn, error) {
-					return quic.DialAddrEarly(ctx, *addr, tlsConf, conf)
+					if !*migrate {
+						return quic.DialAddrEarly(ctx, *addr, tlsConf, conf)
+					}
+					transport, err := movableTransport()
+					if err != nil {
+						return nil, err
+					}
+					server, err := net.ResolveUDPAddr("udp", *addr)
+					if err != nil {
+						return nil, err
+					}
+					conn, err = transport.DialEarly(ctx, server, tlsConf, conf)
+					return conn, err
 				},
 			}
 			defer transport.Close()
 			client := &http.Client{Transport: transport, Timeout: *timeout}
 			if !*concurrent {
 				for r := 0; r < *requests; r++ {
+					if *migrate && r > 0 && conn != nil {
+						ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+						err := move(ctx, conn)
+						cancel()
+						if err != nil {
+							results[c] = append(results[c], answer{Error: "move: " + err.Error()})
+							return
+						}
+					}
 					results[c] = append(results[c], request(client, *method, url, body, headers))
 				}
 				return
