@@ -88,6 +88,7 @@ async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper
         "x-client-cert-subject",
         "x-client-cert-san",
         "x-client-cert-sha256",
+        "early-data",
     ] {
         response = response.header(format!("x-seen-{name}"), seen(name));
     }
@@ -363,6 +364,54 @@ async fn a_client_of_a_connection_gone_here_gets_a_stateless_reset() {
     .await
     .unwrap();
     wait_for_metric(admin, "tlsterm_quic_stateless_resets_total 1");
+}
+
+/// With `early_data = true`, a client resuming a session sends its GET in 0-RTT data: the
+/// backend gets it with `Early-Data: 1` (a client's own copy never passes), and the
+/// handshake counts as `early_data`. Without it, the same client's GET waits for the
+/// handshake and reaches the backend as any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_client_sends_its_request_in_early_data_when_the_listener_allows_it() {
+    let backend = echo_backend().await;
+    for (extra, early) in [("early_data = true\n", true), ("", false)] {
+        let (_dir, server, port) = start_quic(&backend.to_string(), "", extra);
+        let args = [
+            "-connections",
+            "2",
+            "-resume",
+            "-method",
+            "GET_0RTT",
+            "-header",
+            "early-data: 0",
+        ];
+        let answers = tokio::task::spawn_blocking(move || h3(port, &args))
+            .await
+            .unwrap();
+        let seen =
+            |answer: &serde_json::Value| text(&answer["headers"], "x-seen-early-data").to_string();
+        assert_eq!(answers[0]["status"], 200, "{}", answers[0]);
+        assert_eq!(answers[0]["used_0rtt"], false);
+        assert_eq!(seen(&answers[0]), "", "{}", answers[0]);
+        assert_eq!(answers[1]["status"], 200, "{}", answers[1]);
+        assert_eq!(answers[1]["resumed"], true, "{}", answers[1]);
+        assert_eq!(answers[1]["used_0rtt"], early, "{}", answers[1]);
+        assert_eq!(
+            seen(&answers[1]),
+            if early { "1" } else { "" },
+            "{}",
+            answers[1]
+        );
+        let admin = admin_address(&server.config).unwrap();
+        if early {
+            wait_for_metric(
+                admin,
+                "tlsterm_quic_handshakes_total{kind=\"early_data\"} 1",
+            );
+            wait_for_metric(admin, "tlsterm_quic_early_data_requests_total 1");
+        } else {
+            wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"resumed\"} 1");
+        }
+    }
 }
 
 /// SIGTERM: a request in flight is answered (the connection gets GOAWAY and ends after

@@ -45,6 +45,11 @@ impl RequestBody {
         }
     }
 
+    /// A request without a body (its HEADERS frame ended the stream).
+    pub(super) fn is_empty(&self) -> bool {
+        self.chunks.is_none()
+    }
+
     pub(super) fn streamed(
         chunks: mpsc::Receiver<Result<Bytes, BodyAborted>>,
         room: Arc<Notify>,

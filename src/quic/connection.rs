@@ -96,7 +96,10 @@ pub(super) async fn run(
     AsMut::<boring::ssl::SslRef>::as_mut(&mut conn).set_task_waker(Some(waker));
     metrics::connection_opened();
     let mut established = false;
+    // Turns true when the handshake completes: requests that came in 0-RTT data wait on it.
+    let (confirmed, confirmed_rx) = watch::channel(false);
     let mut http: Option<Requests> = None;
+    let mut http_started = false;
     let mut out = vec![0u8; MAX_DATAGRAM];
     let mut received: Vec<Datagram> = Vec::new();
     // Until the handshake completes or has been given up.
@@ -116,8 +119,15 @@ pub(super) async fn run(
             established = true;
             handshake_deadline = None;
             context.handshaking = None;
-            metrics::record_handshake(conn.is_resumed());
-            http = Requests::start(&mut conn, context.service.client_cert_headers);
+            confirmed.send_replace(true);
+            let ssl = AsMut::<boring::ssl::SslRef>::as_mut(&mut conn);
+            let early_data = crate::tls::early_data_outcome(ssl) == Some("accepted");
+            metrics::record_handshake(conn.is_resumed(), early_data);
+        }
+        // HTTP/3 starts with the connection established, or before, in 0-RTT data.
+        if !http_started && (established || conn.is_in_early_data()) {
+            http_started = true;
+            http = Requests::start(&mut conn, &context, confirmed_rx.clone());
         }
         if established {
             follow_paths(&mut conn, &mut context);
@@ -199,13 +209,20 @@ struct Requests {
     goaway_sent: bool,
     /// The client certificate's fields for every request of the connection.
     client_cert: CertFields,
+    /// True once the handshake is confirmed.
+    confirmed: watch::Receiver<bool>,
 }
 
 impl Requests {
-    /// The HTTP/3 layer of a connection just established; `client_cert_headers`: its
-    /// requests carry the verified client certificate.
-    fn start(conn: &mut quiche::Connection, client_cert_headers: bool) -> Option<Requests> {
-        let client_cert: CertFields = match client_cert_headers {
+    /// The HTTP/3 layer of a connection just established, or whose 0-RTT data has come.
+    fn start(
+        conn: &mut quiche::Connection,
+        context: &ConnectionContext,
+        confirmed: watch::Receiver<bool>,
+    ) -> Option<Requests> {
+        // With `quic_client_cert_headers`, its requests carry the verified client
+        // certificate (in 0-RTT data: the one of the session it resumes).
+        let client_cert: CertFields = match context.service.client_cert_headers {
             true => client_cert::of_connection(AsMut::<boring::ssl::SslRef>::as_mut(conn)),
             false => Vec::new().into(),
         };
@@ -216,6 +233,7 @@ impl Requests {
                 unacknowledged: Vec::new(),
                 goaway_sent: false,
                 client_cert,
+                confirmed,
             }),
             Err(err) => {
                 tracing::debug!(error = %err, "HTTP/3 setup failed");
@@ -237,6 +255,7 @@ impl Requests {
         let requests = RequestsContext {
             connection: context,
             client_cert: &self.client_cert,
+            confirmed: &self.confirmed,
             wake,
         };
         poll_requests(h3, conn, streams, &requests);
@@ -293,6 +312,7 @@ async fn flush(conn: &mut quiche::Connection, socket: &UdpSocket, out: &mut [u8]
 struct RequestsContext<'a> {
     connection: &'a ConnectionContext,
     client_cert: &'a CertFields,
+    confirmed: &'a watch::Receiver<bool>,
     wake: &'a Arc<Notify>,
 }
 
@@ -359,6 +379,7 @@ fn start_request(
         client: context.connection.client.ip(),
         client_cert: context.client_cert.clone(),
         wake: wake.clone(),
+        early: (!conn.is_established()).then(|| context.confirmed.clone()),
     };
     tokio::task::spawn_local(request::forward(fields, body, request_context, replies_tx));
     Stream {

@@ -1,7 +1,7 @@
 //! HTTP/3 header fields to an HTTP/1.1 request and back: pseudo-headers to the request
 //! line and Host, connection-specific fields dropped (HTTP/3 has none, HTTP/1.1 framing is
-//! hyper's), the client's own `Forwarded`/`X-Forwarded-*` and `X-Client-Cert-*` replaced
-//! by tlsterm's.
+//! hyper's), the client's own `Forwarded`/`X-Forwarded-*`, `Early-Data` and
+//! `X-Client-Cert-*` replaced by tlsterm's.
 
 use std::net::IpAddr;
 
@@ -23,19 +23,27 @@ const CONNECTION_SPECIFIC: [&str; 6] = [
 
 /// Fields tlsterm sets toward the backend; a client's own copies are dropped, so a
 /// backend can trust them.
-const FORWARDING: [&str; 3] = ["forwarded", "x-forwarded-for", "x-forwarded-proto"];
+const FORWARDING: [&str; 4] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "early-data",
+];
 
 /// Why a request cannot be forwarded (answered 400).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct BadRequest(pub &'static str);
 
 /// The HTTP/1.1 request head for an HTTP/3 request's header fields, from a client at
-/// `client` whose verified certificate, if any, is `client_cert`; the body is added by
-/// the caller.
+/// `client` whose verified certificate, if any, is `client_cert`; `early`: the request
+/// came in 0-RTT data, which an attacker may have replayed, and the backend is told so
+/// with `Early-Data: 1` (RFC 8470; it may answer 425 Too Early). The body is added by the
+/// caller.
 pub(super) fn request_head(
     fields: &[Header],
     client: IpAddr,
     client_cert: &[(HeaderName, HeaderValue)],
+    early: bool,
 ) -> Result<hyper::http::request::Builder, BadRequest> {
     let (mut method, mut path, mut authority) = (None, None, None);
     let mut headers = HeaderMap::new();
@@ -88,6 +96,9 @@ pub(super) fn request_head(
         HeaderValue::from_str(&client.to_string()).expect("an address is a valid value"),
     );
     headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    if early {
+        headers.insert("early-data", HeaderValue::from_static("1"));
+    }
     for (name, value) in client_cert {
         headers.append(name.clone(), value.clone());
     }
@@ -151,6 +162,7 @@ mod tests {
                 HeaderName::from_static("x-client-cert-subject"),
                 HeaderValue::from_static("CN=alice"),
             )],
+            false,
         )
         .unwrap()
         .body(())
@@ -168,6 +180,28 @@ mod tests {
         let subjects: Vec<_> = h.get_all("x-client-cert-subject").iter().collect();
         assert_eq!(subjects, ["CN=alice"], "tlsterm's, never the client's");
         assert!(h.get("x-client-cert-anything").is_none());
+        assert!(h.get("early-data").is_none());
+    }
+
+    #[test]
+    fn a_request_from_early_data_says_so_and_only_tlsterm_can() {
+        let get = fields(&[
+            (":method", "GET"),
+            (":authority", "example.com"),
+            (":path", "/"),
+            ("early-data", "0"),
+        ]);
+        let client = "192.0.2.7".parse().unwrap();
+        let head = |early| {
+            request_head(&get, client, &[], early)
+                .unwrap()
+                .body(())
+                .unwrap()
+        };
+        let early = head(true);
+        let values: Vec<_> = early.headers().get_all("early-data").iter().collect();
+        assert_eq!(values, ["1"]);
+        assert!(head(false).headers().get("early-data").is_none());
     }
 
     #[test]
@@ -175,16 +209,16 @@ mod tests {
         let client = "::1".parse().unwrap();
         let no_path = fields(&[(":method", "GET"), (":authority", "a")]);
         assert_eq!(
-            request_head(&no_path, client, &[]).err(),
+            request_head(&no_path, client, &[], false).err(),
             Some(BadRequest("no :path"))
         );
         let no_host = fields(&[(":method", "GET"), (":path", "/")]);
         assert_eq!(
-            request_head(&no_host, client, &[]).err(),
+            request_head(&no_host, client, &[], false).err(),
             Some(BadRequest("no :authority or Host"))
         );
         let connect = fields(&[(":method", "CONNECT"), (":authority", "a:1")]);
-        assert!(request_head(&connect, client, &[]).is_err());
+        assert!(request_head(&connect, client, &[], false).is_err());
     }
 
     #[test]

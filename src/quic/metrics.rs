@@ -22,6 +22,7 @@ struct QuicMetrics {
     handshaking: IntGauge,
     resets: IntCounter,
     migrations: IntCounter,
+    early_requests: IntCounter,
 }
 
 static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
@@ -33,7 +34,7 @@ static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
     open: metrics::gauge("quic_connections", "QUIC connections open now"),
     handshakes: metrics::counter_vec(
         "quic_handshakes_total",
-        "QUIC handshakes completed, full or resumed (a ticket)",
+        "QUIC handshakes completed: full, resumed (a ticket), early_data (resumed with 0-RTT accepted)",
         &["kind"],
     ),
     handshake_failures: metrics::counter(
@@ -67,6 +68,10 @@ static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
     resets: metrics::counter(
         "quic_stateless_resets_total",
         "Stateless resets sent: answers to short-header packets for a connection ID this process issued to a connection it no longer has",
+    ),
+    early_requests: metrics::counter(
+        "quic_early_data_requests_total",
+        "HTTP/3 requests received in 0-RTT data (sent to the backend with Early-Data: 1; one with a body only once the handshake is confirmed)",
     ),
     migrations: metrics::counter(
         "quic_migrations_total",
@@ -142,9 +147,14 @@ pub(super) fn handshaking(started: bool) {
     }
 }
 
-pub(super) fn record_handshake(resumed: bool) {
+/// A completed handshake: `early_data` when it was resumed with 0-RTT accepted.
+pub(super) fn record_handshake(resumed: bool, early_data: bool) {
     if metrics::enabled() {
-        let kind = if resumed { "resumed" } else { "full" };
+        let kind = match (resumed, early_data) {
+            (true, true) => "early_data",
+            (true, false) => "resumed",
+            (false, _) => "full",
+        };
         METRICS.handshakes.with_label_values(&[kind]).inc();
     }
 }
@@ -179,6 +189,12 @@ pub(super) fn record_retry() {
 pub(super) fn record_stateless_reset() {
     if metrics::enabled() {
         METRICS.resets.inc();
+    }
+}
+
+pub(super) fn record_early_request() {
+    if metrics::enabled() {
+        METRICS.early_requests.inc();
     }
 }
 

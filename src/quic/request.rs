@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use quiche::h3::Header;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::backend::{Backends, RequestBody};
 use super::client_cert::CertFields;
@@ -47,6 +47,9 @@ pub(super) struct RequestContext {
     pub client_cert: CertFields,
     /// Woken whenever a reply is queued.
     pub wake: Arc<Notify>,
+    /// The request came in 0-RTT data: `Some` until the handshake is confirmed (then
+    /// `true`), `None` for a request of an established connection.
+    pub early: Option<watch::Receiver<bool>>,
 }
 
 /// Forwards one request and streams its response into `replies`; ends early when the
@@ -65,7 +68,17 @@ pub(super) async fn forward(
             sent
         }
     };
-    let head = match request_head(&fields, context.client, &context.client_cert) {
+    if let Some(confirmed) = &context.early {
+        metrics::record_early_request();
+        // Only a request without a body goes to the backend before the handshake is
+        // confirmed; one with a body waits, so no replayed upload reaches it. A client that
+        // never confirms has its connection closed, which ends this task.
+        if !body.is_empty() && confirmed.clone().wait_for(|c| *c).await.is_err() {
+            return;
+        }
+    }
+    let early = context.early.is_some();
+    let head = match request_head(&fields, context.client, &context.client_cert, early) {
         Ok(head) => head,
         Err(bad) => {
             tracing::debug!(reason = bad.0, "HTTP/3 request refused");

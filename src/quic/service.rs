@@ -72,7 +72,9 @@ impl QuicService {
         let mut config = self.config.lock().unwrap_or_else(|e| e.into_inner());
         // The reset token of the ID the handshake uses, in the transport parameters.
         config.set_stateless_reset_token(Some(super::reset::token(scid.as_ref())));
-        quiche::accept(scid, original_dcid, local, peer, &mut config)
+        let mut conn = quiche::accept(scid, original_dcid, local, peer, &mut config)?;
+        ServerTls::set_client(AsMut::<boring::ssl::SslRef>::as_mut(&mut conn), peer.ip());
+        Ok(conn)
     }
 
     /// The backends of a connection with this SNI.

@@ -10,13 +10,13 @@ use crate::tls::{CertifiedKey, ServerTls};
 pub(super) const H3: &[u8] = b"h3";
 
 /// The listener's settings as QUIC sees them: ALPN `h3` on every name (a TCP listener's
-/// `h2`/`http/1.1` mean nothing over QUIC), TLS 1.3 only, and no 0-RTT (its anti-replay
-/// and the early-data gate are the TCP path's; QUIC's early data is refused for now).
+/// `h2`/`http/1.1` mean nothing over QUIC) and TLS 1.3 only. `early_data` applies as on
+/// TCP (the same anti-replay check in the certificate-selection callback); what early
+/// data may reach the backend is the connection's rule (see `request::forward`).
 fn quic_settings(listener: &ListenerConfig) -> ListenerConfig {
     let mut quic = listener.clone();
     quic.alpn = vec![String::from_utf8_lossy(H3).into_owned()];
     quic.min_version = TlsVersion::Tls13;
-    *quic.early_data.get_mut() = false;
     for name in &mut quic.server_names {
         if name.alpn.is_some() {
             name.alpn = Some(quic.alpn.clone());

@@ -75,6 +75,13 @@ impl ServerTls {
         &self.base
     }
 
+    /// Tells a connection that another library made from [`Self::base_context`] (quiche)
+    /// which client it serves, as [`Self::new_ssl`] does: the 0-RTT anti-replay memory
+    /// counts each client's share.
+    pub fn set_client(ssl: &mut boring::ssl::SslRef, client: IpAddr) {
+        ssl.set_ex_data(*CLIENT_ADDRESS, client);
+    }
+
     /// A connection object for a client at `client`.
     pub fn new_ssl(&self, client: IpAddr) -> anyhow::Result<Ssl> {
         let mut ssl = Ssl::new(&self.base)?;

@@ -34,6 +34,7 @@ type answer struct {
 	Body       string            `json:"body,omitempty"`
 	PeerCN     string            `json:"peer_cn"`
 	Resumed    bool              `json:"resumed"`
+	Used0RTT   bool              `json:"used_0rtt"`
 	Error      string            `json:"error,omitempty"`
 }
 
@@ -127,7 +128,7 @@ func main() {
 	caFile := flag.String("ca", "", "PEM file of the CA to trust (default: verify nothing)")
 	certFile := flag.String("cert", "", "PEM file of a client certificate to present (with -key)")
 	keyFile := flag.String("key", "", "PEM file of the client certificate's key")
-	method := flag.String("method", "GET", "request method")
+	method := flag.String("method", "GET", "request method (GET_0RTT: a GET that may go in 0-RTT data)")
 	path := flag.String("path", "/", "request path")
 	bodyBytes := flag.Int("body-bytes", -1, "send a body of this many bytes (pattern i mod 251)")
 	requests := flag.Int("requests", 1, "requests per connection, one after another")
@@ -183,8 +184,10 @@ func main() {
 				TLSClientConfig: tlsConfig,
 				QUICConfig:      &quic.Config{MaxIdleTimeout: *timeout},
 				Dial: func(ctx context.Context, _ string, tlsConf *tls.Config, conf *quic.Config) (*quic.Conn, error) {
+					var err error
 					if !*migrate {
-						return quic.DialAddrEarly(ctx, *addr, tlsConf, conf)
+						conn, err = quic.DialAddrEarly(ctx, *addr, tlsConf, conf)
+						return conn, err
 					}
 					transport, err := movableTransport()
 					if err != nil {
@@ -199,6 +202,15 @@ func main() {
 				},
 			}
 			defer transport.Close()
+			// Whether the connection's requests went in 0-RTT data, once they are done.
+			defer func() {
+				if conn == nil {
+					return
+				}
+				for i := range results[c] {
+					results[c][i].Used0RTT = conn.ConnectionState().Used0RTT
+				}
+			}()
 			client := &http.Client{Transport: transport, Timeout: *timeout}
 			if !*concurrent {
 				for r := 0; r < *requests; r++ {
