@@ -414,6 +414,118 @@ async fn a_resumed_client_sends_its_request_in_early_data_when_the_listener_allo
     }
 }
 
+/// Datagrams and the client that sent each, in order.
+type Recorded = std::sync::Arc<std::sync::Mutex<Vec<(SocketAddr, Vec<u8>)>>>;
+
+/// A UDP relay between clients and a server that keeps what each client sent, in order
+/// (what an attacker on the path could record). Its threads stop when it is dropped.
+struct Relay {
+    address: SocketAddr,
+    sent: Recorded,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    fn start(server: SocketAddr) -> Relay {
+        use std::net::UdpSocket;
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let tick = Some(std::time::Duration::from_millis(50));
+        let front = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        front.set_read_timeout(tick).unwrap();
+        let relay = Relay {
+            address: front.local_addr().unwrap(),
+            sent: Arc::default(),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let (sent, stop) = (relay.sent.clone(), relay.stop.clone());
+        std::thread::spawn(move || {
+            let mut backs = std::collections::HashMap::new();
+            let mut buf = vec![0u8; 65_535];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((len, client)) = front.recv_from(&mut buf) else {
+                    continue;
+                };
+                sent.lock().unwrap().push((client, buf[..len].to_vec()));
+                let back = backs.entry(client).or_insert_with(|| {
+                    // One socket toward the server per client, and its way back.
+                    let back = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+                    back.connect(server).unwrap();
+                    back.set_read_timeout(tick).unwrap();
+                    let (answer, front, stop) = (back.clone(), front.clone(), stop.clone());
+                    std::thread::spawn(move || {
+                        let mut buf = vec![0u8; 65_535];
+                        while !stop.load(Ordering::Relaxed) {
+                            if let Ok(len) = answer.recv(&mut buf) {
+                                let _ = front.send_to(&buf[..len], client);
+                            }
+                        }
+                    });
+                    back
+                });
+                let _ = back.send(&buf[..len]);
+            }
+        });
+        relay
+    }
+
+    /// What the `n`th client (in the order they first sent) sent.
+    fn sent_by(&self, n: usize) -> Vec<Vec<u8>> {
+        let sent = self.sent.lock().unwrap();
+        let mut clients: Vec<SocketAddr> = Vec::new();
+        for (client, _) in sent.iter() {
+            if !clients.contains(client) {
+                clients.push(*client);
+            }
+        }
+        sent.iter()
+            .filter(|(client, _)| *client == clients[n])
+            .map(|(_, datagram)| datagram.clone())
+            .collect()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// 0-RTT data recorded on the path and sent again is refused: the replayed ClientHello
+/// gets no early data (the anti-replay memory has seen it), so its request never reaches
+/// the backend a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_early_data_is_refused() {
+    let backend = echo_backend().await;
+    // A short idle timeout: the recorded connections are soon gone, whether or not their
+    // client's close came through.
+    let extra = "early_data = true\nquic_idle_timeout = \"1s\"\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", extra);
+    let admin = admin_address(&server.config).unwrap();
+    let relay = Relay::start(format!("127.0.0.1:{port}").parse().unwrap());
+    let through = relay.address;
+    let answers = tokio::task::spawn_blocking(move || {
+        let out = run(Command::new(h3_client())
+            .arg("-addr")
+            .arg(through.to_string())
+            .args(["-connections", "2", "-resume", "-method", "GET_0RTT"]));
+        serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(answers[1]["used_0rtt"], true, "{}", answers[1]);
+    wait_for_metric(admin, "tlsterm_quic_early_data_requests_total 1");
+    // Once the connection is gone, its first datagrams (ClientHello and 0-RTT request)
+    // come again from elsewhere.
+    wait_for_metric(admin, "tlsterm_quic_connections 0");
+    let attacker = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for datagram in relay.sent_by(1).iter().take(3) {
+        attacker.send_to(datagram, ("127.0.0.1", port)).unwrap();
+    }
+    wait_for_metric(admin, "tlsterm_early_data_total{result=\"replayed\"} 1");
+    wait_for_metric(admin, "tlsterm_quic_early_data_requests_total 1");
+}
+
 /// SIGTERM: a request in flight is answered (the connection gets GOAWAY and ends after
 /// it), a new connection is not taken, and the process exits once drained.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
