@@ -176,6 +176,23 @@ fn inline_rsa_sign(pkey: &PKey<Private>, pss: bool) -> Vec<u8> {
     s.sign_to_vec().expect("sign")
 }
 
+/// A new P-256 key, as the engine's and as BoringSSL's.
+fn ecdsa_setup() -> anyhow::Result<(EcdsaP256Key, PKey<Private>)> {
+    progress("ecdsap256: generating key");
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
+    let ec = EcKey::generate(&group)?;
+    let scalar = zeroize::Zeroizing::new(ec.private_key().to_vec_padded(32)?);
+    let key = EcdsaP256Key::from_private_scalar(&scalar)?;
+    Ok((key, PKey::from_ec_key(ec)?))
+}
+
+/// One ECDSA P-256 signature by BoringSSL, inline.
+fn inline_ecdsa_sign(pkey: &PKey<Private>) {
+    let mut s = Signer::new(MessageDigest::sha256(), pkey).expect("signer");
+    s.update(MESSAGE).expect("update");
+    s.sign_to_vec().expect("sign");
+}
+
 /// `n` ECDSA P-256 signatures by the IFMA kernel (each fault-checked by the engine).
 fn ecdsa_sign(key: &EcdsaP256Key, n: usize) {
     let reqs: Vec<EcdsaRequest<'_>> = (0..n)
@@ -315,17 +332,8 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
                 (inline, batch)
             }
             "ecdsap256" => {
-                progress(&format!("{alg}: generating key"));
-                let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
-                let ec = EcKey::generate(&group)?;
-                let scalar = zeroize::Zeroizing::new(ec.private_key().to_vec_padded(32)?);
-                let key = EcdsaP256Key::from_private_scalar(&scalar)?;
-                let pkey = PKey::from_ec_key(ec)?;
-                let sign = || {
-                    let mut s = Signer::new(MessageDigest::sha256(), &pkey).expect("signer");
-                    s.update(MESSAGE).expect("update");
-                    s.sign_to_vec().expect("sign");
-                };
+                let (key, pkey) = ecdsa_setup()?;
+                let sign = || inline_ecdsa_sign(&pkey);
                 let mut inline = Vec::new();
                 let mut batch = vec![Vec::new(); batch_kernels.len()];
                 for round in 1..=args.rounds {
@@ -449,7 +457,8 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-/// Batch sizes 1..=8 vs inline: where does batching start to pay?
+/// Batch sizes 1..=8 vs inline: where does batching start to pay? For each RSA size and
+/// kernel, and for ECDSA P-256 on its IFMA kernel.
 fn batch_sizes(
     args: &SpeedArgs,
     kernel: Kernel,
@@ -457,55 +466,88 @@ fn batch_sizes(
     algs: &[String],
 ) -> anyhow::Result<()> {
     for alg in algs {
-        let bits: u32 = match alg.as_str() {
-            "rsa2048" | "rsa3072" | "rsa4096" => alg[3..].parse()?,
-            _ => continue,
-        };
-        progress(&format!("{alg}: generating key"));
-        let setup = rsa_setup(bits)?;
-        progress(&format!("{alg}: inline"));
-        let (inline_ops, inline_lat) = measure(args.seconds, args.elapsed, 1, || {
-            inline_rsa_sign(&setup.pkey, args.pss);
-        });
-        let mut rows = Vec::new();
-        for n in 1..=8 {
-            progress(&format!("{alg}: batch of {n}"));
-            rows.push((
-                n,
-                measure(args.seconds, args.elapsed, n, || {
-                    batch_sign(kernel, &setup.key, padding, n)
-                }),
-            ));
-        }
-        progress("");
-        println!(
-            "{alg}, kernel {}: inline (BoringSSL) {inline_ops:.0} ops/s, {:.1} us per op",
-            kernel.name(),
-            inline_lat * 1e6
-        );
-        println!(
-            "{:>5} {:>10} {:>14} {:>16} {:>8}",
-            "batch", "ops/s", "batch lat us", "n x inline us", "ratio"
-        );
-        let mut threshold = None;
-        for (n, (ops, lat)) in rows {
-            let serial = n as f64 * inline_lat;
-            if threshold.is_none() && lat < serial {
-                threshold = Some(n);
+        match alg.as_str() {
+            "rsa2048" | "rsa3072" | "rsa4096" => {
+                progress(&format!("{alg}: generating key"));
+                let setup = rsa_setup(alg[3..].parse()?)?;
+                progress(&format!("{alg}: inline"));
+                let inline = measure(args.seconds, args.elapsed, 1, || {
+                    inline_rsa_sign(&setup.pkey, args.pss);
+                });
+                batch_size_table(
+                    args,
+                    &format!("{alg}, kernel {}", kernel.name()),
+                    "inline (BoringSSL)",
+                    inline,
+                    |n| batch_sign(kernel, &setup.key, padding, n),
+                );
             }
-            println!(
-                "{n:>5} {ops:>10.0} {:>14.1} {:>16.1} {:>8.2}",
-                lat * 1e6,
-                serial * 1e6,
-                ops / inline_ops
-            );
-        }
-        match threshold {
-            Some(k) => println!("batching beats inline from {k} operation(s) per batch\n"),
-            None => println!("batching never beats inline up to 8\n"),
+            // P-256 has one multi-buffer kernel.
+            "ecdsap256" if kernel == Kernel::Ifma => {
+                let (key, pkey) = ecdsa_setup()?;
+                progress(&format!("{alg}: inline"));
+                let inline = measure(args.seconds, args.elapsed, 1, || {
+                    inline_ecdsa_sign(&pkey);
+                });
+                batch_size_table(
+                    args,
+                    &format!("{alg}, kernel {}", kernel.name()),
+                    "inline (BoringSSL)",
+                    inline,
+                    |n| ecdsa_sign(&key, n),
+                );
+            }
+            _ => {}
         }
     }
     Ok(())
+}
+
+/// Batches of 1..=8 operations of `what` against one at a time by `reference` (whose
+/// operations per second and seconds per operation are `single`): the table, and the first
+/// size at which a batch takes less time than that many single operations, which is what
+/// the `[engine] *_small_batch_threshold` settings are chosen from.
+fn batch_size_table(
+    args: &SpeedArgs,
+    what: &str,
+    reference: &str,
+    (single_ops, single): (f64, f64),
+    mut batch: impl FnMut(usize),
+) {
+    let mut rows = Vec::new();
+    for n in 1..=tlsterm_engine::LANES {
+        progress(&format!("{what}: batch of {n}"));
+        rows.push((n, measure(args.seconds, args.elapsed, n, || batch(n))));
+    }
+    progress("");
+    println!(
+        "{what}: {reference} {single_ops:.0} ops/s, {:.1} us per op",
+        single * 1e6
+    );
+    println!(
+        "{:>5} {:>10} {:>14} {:>16} {:>8}",
+        "batch", "ops/s", "batch lat us", "n x single us", "ratio"
+    );
+    let mut threshold = None;
+    for (n, (ops, latency)) in rows {
+        let serial = n as f64 * single;
+        if threshold.is_none() && latency < serial {
+            threshold = Some(n);
+        }
+        println!(
+            "{n:>5} {ops:>10.0} {:>14.1} {:>16.1} {:>8.2}",
+            latency * 1e6,
+            serial * 1e6,
+            ops / single_ops
+        );
+    }
+    match threshold {
+        Some(k) => println!("batching beats {reference} from {k} operation(s) per batch\n"),
+        None => println!(
+            "batching never beats {reference} up to {}\n",
+            tlsterm_engine::LANES
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use boring::pkey::{Id, PKey, Private};
 
 use tlsterm_engine::{x25519_server_shares, X25519Kernel};
 
-use super::{measure, median, paired_ratio, progress, SpeedArgs};
+use super::{batch_size_table, measure, median, paired_ratio, progress, SpeedArgs};
 use crate::offload::key_share::{compute, encapsulate, hybrid, split_hybrid, Group};
 
 /// The key-share algorithms `tlsterm speed` knows.
@@ -252,44 +252,17 @@ fn batch_sizes(args: &SpeedArgs, names: &[&str], kernels: &[X25519Kernel]) -> an
     }
     let client = Client::new(Group::X25519)?;
     progress("x25519: aws-lc-rs");
-    let (single_ops, single) = measure(args.seconds, args.elapsed, 1, || {
+    let single = measure(args.seconds, args.elapsed, 1, || {
         compute(Group::X25519, &client.share).expect("aws-lc key share");
     });
     for &kernel in kernels {
-        println!(
-            "x25519, kernel {}: aws-lc-rs {single_ops:.0} shares/s, {:.1} us per share",
-            kernel.name(),
-            single * 1e6
+        batch_size_table(
+            args,
+            &format!("x25519, kernel {}", kernel.name()),
+            "aws-lc-rs",
+            single,
+            |n| engine_shares(kernel, Group::X25519, &client, n),
         );
-        println!(
-            "{:>5} {:>10} {:>14} {:>16} {:>8}",
-            "batch", "shares/s", "batch lat us", "n x aws-lc us", "ratio"
-        );
-        let mut threshold = None;
-        for n in 1..=tlsterm_engine::LANES {
-            progress(&format!("x25519: batch of {n} ({})", kernel.name()));
-            let (ops, latency) = measure(args.seconds, args.elapsed, n, || {
-                engine_shares(kernel, Group::X25519, &client, n)
-            });
-            let serial = n as f64 * single;
-            if threshold.is_none() && latency < serial {
-                threshold = Some(n);
-            }
-            progress("");
-            println!(
-                "{n:>5} {ops:>10.0} {:>14.1} {:>16.1} {:>8.2}",
-                latency * 1e6,
-                serial * 1e6,
-                ops / single_ops
-            );
-        }
-        match threshold {
-            Some(k) => println!("batching beats aws-lc from {k} share(s) per batch\n"),
-            None => println!(
-                "batching never beats aws-lc up to {}\n",
-                tlsterm_engine::LANES
-            ),
-        }
     }
     Ok(())
 }
