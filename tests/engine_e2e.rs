@@ -302,6 +302,41 @@ async fn a_batch_size_below_the_small_batch_threshold_signs_inline() {
     );
 }
 
+/// `tlsterm speed --batch-sizes` prints, per kernel this CPU has, a table of batches of 1
+/// to 8 with the size from which batching pays: for RSA on every kernel, for ECDSA P-256
+/// on its IFMA kernel.
+#[test]
+fn speed_batch_sizes_has_a_table_per_kernel() {
+    let out = run(std::process::Command::new(TLSTERM).args([
+        "speed",
+        "--batch-sizes",
+        "--seconds",
+        "0.02",
+        "rsa2048",
+        "ecdsap256",
+    ]));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let mut expected: Vec<String> = Kernel::simd_available()
+        .iter()
+        .map(|k| format!("rsa2048, kernel {}", k.name()))
+        .collect();
+    if Kernel::simd_available().contains(&Kernel::Ifma) {
+        expected.push("ecdsap256, kernel avx512ifma".to_string());
+    }
+    for table in &expected {
+        let at = text
+            .find(&format!("{table}: inline (BoringSSL)"))
+            .unwrap_or_else(|| panic!("no table for {table} in {text}"));
+        let rows: Vec<&str> = text[at..].lines().skip(2).take(8).collect();
+        for (n, row) in rows.iter().enumerate() {
+            assert!(row.trim_start().starts_with(&(n + 1).to_string()), "{row}");
+        }
+        let verdict = text[at..].lines().nth(10).unwrap_or_default();
+        assert!(verdict.starts_with("batching "), "{verdict}");
+    }
+    assert_eq!(text.matches("kernel ").count(), expected.len(), "{text}");
+}
+
 /// `tlsterm speed` prints one column per multi-buffer kernel this CPU has (none, and says
 /// so, without either), and with `--rounds` the median of the rounds' paired ratios and
 /// their range. Every signature it times is checked by the engine (a wrong one panics).
