@@ -10,7 +10,11 @@
 # next run starts), repeated --runs times; the table gives medians.
 #
 # Run as root from anywhere:  bench/http3.sh [--runs 3] [--duration 8] [--concurrency 32]
+#                                              [--server-quota 0.5]
 #                                              [--json bench/results/http3.json]
+# --server-quota caps each server at that fraction of a core (as bench/peers.py does), so
+# that the one client core saturates either server: figures per server CPU-second are
+# then taken at full load for both.
 # $HAPROXY_AWSLC names another HAProxy binary (default /opt/haproxy-awslc/sbin/haproxy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,11 +97,11 @@ def start_server(name, cert, certs):
     if name == "tlsterm":
         conf = RUN / "http3-tlsterm.toml"
         conf.write_text(tlsterm_config(crt, key))
-        server = Proc(name, [TLSTERM, "serve", "-c", conf])
+        server = Proc(name, [TLSTERM, "serve", "-c", conf], capped=True)
     else:
         conf = RUN / "http3-haproxy.cfg"
         conf.write_text(haproxy_config(pem))
-        server = Proc(name, [HAPROXY_AWSLC, "-db", "-f", conf])
+        server = Proc(name, [HAPROXY_AWSLC, "-db", "-f", conf], capped=True)
     # Both bind TCP and UDP together: the TCP port answering means QUIC is up too.
     wait_port(LISTEN)
     return server
@@ -151,11 +155,15 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8, help="seconds per measurement")
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--server-quota", type=float, default=None,
+                    help="cap each server at this fraction of a core (cgroup v1 CPU quota)")
     ap.add_argument("--json", default=str(peers.RESULTS / "http3.json"))
     args = ap.parse_args()
     if not HAPROXY_AWSLC.exists():
         sys.exit(f"no HAProxy + AWS-LC at {HAPROXY_AWSLC} (bench/peers.sh builds it)")
     RUN.mkdir(parents=True, exist_ok=True)
+    if args.server_quota:
+        peers.set_server_quota(args.server_quota)
     raise_priority(-20)
     certs = make_certs()
     backend = start_backend("tlsterm")
