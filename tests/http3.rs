@@ -51,6 +51,8 @@ fn hex_sha256(data: &[u8]) -> String {
 
 /// Requests to `/wait` that the backend holds, and what lets them go.
 static WAITING: AtomicUsize = AtomicUsize::new(0);
+/// The paths of the requests every echo backend has received, in order.
+static RECEIVED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 static RELEASE: Notify = Notify::const_new();
 
 /// Echoes a request: its body back, and what it saw as `x-seen-*` headers. A request to
@@ -64,6 +66,10 @@ async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper
         WAITING.fetch_add(1, Ordering::SeqCst);
         released.await;
     }
+    RECEIVED
+        .lock()
+        .unwrap()
+        .push(request.uri().path().to_string());
     let (parts, body) = request.into_parts();
     let body = body.collect().await?.to_bytes();
     let seen = |name: &str| {
@@ -332,7 +338,7 @@ async fn a_client_of_a_connection_gone_here_gets_a_stateless_reset() {
     tokio::task::spawn_blocking(move || {
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut conn = quiche_client(&socket, server);
+        let mut conn = quiche_client(&socket, server, None);
         let info = quiche::RecvInfo {
             from: server,
             to: socket.local_addr().unwrap(),
@@ -524,6 +530,96 @@ async fn replayed_early_data_is_refused() {
     }
     wait_for_metric(admin, "tlsterm_early_data_total{result=\"replayed\"} 1");
     wait_for_metric(admin, "tlsterm_quic_early_data_requests_total 1");
+}
+
+/// The fields of a request for `path` on localhost.
+fn request_fields(method: &str, path: &str) -> Vec<quiche::h3::Header> {
+    [
+        (":method", method),
+        (":scheme", "https"),
+        (":authority", "localhost"),
+        (":path", path),
+    ]
+    .iter()
+    .map(|(name, value)| quiche::h3::Header::new(name.as_bytes(), value.as_bytes()))
+    .collect()
+}
+
+/// In 0-RTT data, a request without a body goes to the backend at once and one with a
+/// body waits until the handshake is confirmed: quiche's client resumes a session, sends
+/// a POST with a body and a GET in its 0-RTT data, completes its side of the handshake
+/// but holds back its Finished. The backend gets the GET, not the POST; once the Finished
+/// goes, the POST reaches it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_early_data_a_request_with_a_body_waits_for_the_handshake() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "early_data = true\n");
+    tokio::task::spawn_blocking(move || {
+        let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let info = |socket: &std::net::UdpSocket| quiche::RecvInfo {
+            from: server,
+            to: socket.local_addr().unwrap(),
+        };
+        // A first connection, for a session ticket.
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut first = quiche_client(&socket, server, None);
+        loop {
+            quiche_flush(&mut first, &socket);
+            if first.is_established() && first.session().is_some() {
+                break;
+            }
+            first.recv(&mut receive(&socket), info(&socket)).unwrap();
+        }
+        let session = first.session().unwrap().to_vec();
+
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut conn = quiche_client(&socket, server, Some(&session));
+        // The ClientHello first: it makes the 0-RTT keys.
+        quiche_flush(&mut conn, &socket);
+        let mut h3 =
+            quiche::h3::Connection::with_transport(&mut conn, &quiche::h3::Config::new().unwrap())
+                .expect("HTTP/3 in 0-RTT data");
+        let id = hex_sha256(&random_id());
+        let (post_path, get_path) = (format!("/upload-{id}"), format!("/page-{id}"));
+        let post = h3
+            .send_request(&mut conn, &request_fields("POST", &post_path), false)
+            .unwrap();
+        h3.send_body(
+            &mut conn,
+            post,
+            b"an upload that must not be replayed",
+            true,
+        )
+        .unwrap();
+        h3.send_request(&mut conn, &request_fields("GET", &get_path), true)
+            .unwrap();
+        assert!(conn.is_in_early_data());
+        quiche_flush(&mut conn, &socket);
+        // The client's side of the handshake, sending only until it is complete (the
+        // acknowledgements also lift the server's anti-amplification limit): its Finished
+        // stays unsent.
+        while !conn.is_established() {
+            conn.recv(&mut receive(&socket), info(&socket)).unwrap();
+            if !conn.is_established() {
+                quiche_flush(&mut conn, &socket);
+            }
+        }
+        let received = |path: &str| RECEIVED.lock().unwrap().iter().any(|p| p == path);
+        wait_until("the GET from 0-RTT data at the backend", || {
+            received(&get_path)
+        });
+        assert!(
+            !received(&post_path),
+            "the POST reached the backend before the handshake was confirmed"
+        );
+        // The Finished goes: the handshake is confirmed, and the POST goes on.
+        quiche_flush(&mut conn, &socket);
+        wait_until("the POST at the backend", || received(&post_path));
+    })
+    .await
+    .unwrap();
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_quic_early_data_requests_total 2");
 }
 
 /// SIGTERM: a request in flight is answered (the connection gets GOAWAY and ends after
@@ -787,11 +883,16 @@ async fn with_retry_auto_a_client_gets_a_retry_once_handshakes_pile_up() {
     assert!((1.0..=2.0).contains(&retries), "{retries}");
 }
 
-/// A connection of quiche's client from `socket` to `server`, nothing sent yet; it offers
-/// X25519 alone, so its ClientHello fits one datagram (a post-quantum key share would
-/// spread it over two).
-fn quiche_client(socket: &std::net::UdpSocket, server: SocketAddr) -> quiche::Connection {
+/// A connection of quiche's client from `socket` to `server`, nothing sent yet, resuming
+/// `session` (with 0-RTT where the server allows it) if given; it offers X25519 alone, so
+/// its ClientHello fits one datagram (a post-quantum key share would spread it over two).
+fn quiche_client(
+    socket: &std::net::UdpSocket,
+    server: SocketAddr,
+    session: Option<&[u8]>,
+) -> quiche::Connection {
     let mut config = quiche::Config::new(quiche::PROTOCOL_VERSION).unwrap();
+    config.enable_early_data();
     config.set_application_protos(&[b"h3"]).unwrap();
     config.verify_peer(false);
     config.set_curves_list("X25519").unwrap();
@@ -802,7 +903,11 @@ fn quiche_client(socket: &std::net::UdpSocket, server: SocketAddr) -> quiche::Co
     let scid = random_id();
     let scid = quiche::ConnectionId::from_ref(&scid);
     let local = socket.local_addr().unwrap();
-    quiche::connect(Some("localhost"), &scid, local, server, &mut config).unwrap()
+    let mut conn = quiche::connect(Some("localhost"), &scid, local, server, &mut config).unwrap();
+    if let Some(session) = session {
+        conn.set_session(session).unwrap();
+    }
+    conn
 }
 
 /// Sends all that `conn` has to send.
@@ -822,7 +927,7 @@ fn quiche_flush(conn: &mut quiche::Connection, socket: &std::net::UdpSocket) {
 /// A client's first Initial datagram (1200 bytes), from quiche's client state machine
 /// for a connection from `socket` to `server`.
 fn quiche_client_initial(socket: &std::net::UdpSocket, server: SocketAddr) -> Vec<u8> {
-    let mut conn = quiche_client(socket, server);
+    let mut conn = quiche_client(socket, server, None);
     let mut out = vec![0u8; 1500];
     let (len, _) = conn.send(&mut out).unwrap();
     out.truncate(len);
