@@ -16,6 +16,8 @@
 # that the one client core saturates either server: figures per server CPU-second are
 # then taken at full load for both.
 # $HAPROXY_AWSLC names another HAProxy binary (default /opt/haproxy-awslc/sbin/haproxy).
+# On a machine with more cores, CLIENT_CPUS=1-15 CLIENT_THREADS=15 gives the client enough
+# of them to saturate either server without a quota (bench/peers.py reads both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/tlsterm ] || cargo build --release
@@ -29,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, "bench")
 import peers  # noqa: E402  (bench/peers.py: setup and CPU accounting)
-from peers import (BACKEND, CLIENT_CPU, HAPROXY_AWSLC, LISTEN, NICE, RUN, TLSTERM,  # noqa: E402
+from peers import (BACKEND, CLIENT_CPU, CLIENT_THREADS, HAPROXY_AWSLC, LISTEN, NICE, RUN, TLSTERM,  # noqa: E402
                    Proc, cpu_seconds, log, make_certs, port_free, raise_priority,
                    start_backend, wait_port)
 
@@ -117,7 +119,8 @@ def bench(transport, args):
              else ["--tls-version", "1.3", "--cipher", "TLS_AES_128_GCM_SHA256"])
     cmd = NICE + ["taskset", "-c", CLIENT_CPU, TLSTERM, "bench", f"https://{LISTEN_AT}/",
                   "--mode", "full", "--insecure", "--json", "--quiet",
-                  "-c", str(args.concurrency), "-d", f"{args.duration}s"] + extra
+                  "-c", str(args.concurrency), "-d", f"{args.duration}s",
+                  "--threads", CLIENT_THREADS] + extra
     out = subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True,
                          timeout=args.duration + 60)
     return json.loads(out.stdout)

@@ -11,7 +11,7 @@
 # DIR/key.pem instead of a new one); MODE=full (default) or resume;
 # GROUP= a key-exchange group for the client (default: the client's own order);
 # BACKEND_THREADS= threads of the backend (default 1; one thread answers about 20,000
-# new connections per second, which 8 tlsterm workers exceed).
+# new connections per second, which 8 tlsterm workers exceed); BACKEND_CPUS= cores for it.
 # ACCEPT=shared sets tlsterm's `accept` (default per-worker: one SO_REUSEPORT socket each).
 # BIN= the tlsterm to measure (default target/release/tlsterm; the client and the
 # backend are always this checkout's). SERVER=haproxy-awslc measures HAProxy + AWS-LC
@@ -19,7 +19,9 @@
 # with bench/conf/haproxy.cfg's settings at `nbthread` W, each thread pinned to its core. Needs more cores than workers: on a 2-core machine
 # only 1 worker is measured. Prints one line per count and a table:
 # workers, handshakes/s, server CPU (cores), handshakes per server CPU-second, and the
-# efficiency per worker against 1 worker.
+# efficiency per worker against 1 worker; each line also says how busy the client's cores
+# were and the backend's CPU, which tell a server that waits for its load from one that
+# is slow.
 set -euo pipefail
 SECS=${1:-5}
 shift || true
@@ -49,8 +51,11 @@ else
     openssl req -x509 -nodes -days 2 -newkey "$newkey" -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
         -subj /CN=localhost 2>/dev/null
 fi
-# The backend shares the server's cores (as in bench/peers.py), and its CPU is not counted.
-"$CLIENT" backend --listen 127.0.0.1:9729 --threads "${BACKEND_THREADS:-1}" 2>/dev/null &
+# The backend runs on any core (BACKEND_CPUS= a taskset list to pin it), and its CPU is not
+# counted as the server's.
+taskset -c "${BACKEND_CPUS:-0-$((CORES - 1))}" "$CLIENT" backend --listen 127.0.0.1:9729 \
+    --threads "${BACKEND_THREADS:-1}" 2>/dev/null &
+backend=$!
 
 # Starts tlsterm with W workers on cores 0..W-1; sets $server.
 start_tlsterm() {
@@ -106,6 +111,13 @@ busy = [b / 100 / float(sys.argv[4]) for b in busy[: int(sys.argv[3])]]
 print(f"{min(busy):.2f}-{max(busy):.2f}")
 PY
 }
+# Busy and total jiffies of CPUs FIRST..LAST (/proc/stat): whether the load side's cores
+# ran out (a server that is not saturated because its client is).
+cores_ticks() {
+    awk -v first="$1" -v last="$2" '/^cpu[0-9]/ { n = substr($1, 4) + 0
+        if (n >= first && n <= last) { busy += $2 + $3 + $4 + $7 + $8; all += $2 + $3 + $4 + $5 + $6 + $7 + $8 } }
+        END { print busy, all }' /proc/stat
+}
 group_flag=()
 [ -n "${GROUP:-}" ] && group_flag=(--group "$GROUP")
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $CORES cores;" \
@@ -120,11 +132,15 @@ for workers in "${COUNTS[@]}"; do
     fi
     start_$(tr - _ <<<"$SERVER") "$workers"
     before=$(cpu_ticks $server)
+    backend_before=$(cpu_ticks $backend)
+    load_before=$(cores_ticks "$workers" $((CORES - 1)))
     thread_ticks $server > "$WORK/threads.before"
     report=$(taskset -c "$workers-$((CORES - 1))" "$CLIENT" bench https://127.0.0.1:9727/ --insecure \
         --json --threads "$client_cores" -c $((64 * workers)) -d "${SECS}s" --mode "$MODE" \
         "${group_flag[@]}" 2>/dev/null)
     after=$(cpu_ticks $server)
+    backend_after=$(cpu_ticks $backend)
+    load_after=$(cores_ticks "$workers" $((CORES - 1)))
     thread_ticks $server > "$WORK/threads.after"
     kill $server
     wait $server 2>/dev/null || true
@@ -136,8 +152,11 @@ for workers in "${COUNTS[@]}"; do
     per[$workers]=$((handshakes * 100 / ticks))
     measured+=("$workers")
     spread=$(thread_spread "$WORK/threads.before" "$WORK/threads.after" "$workers" "$elapsed")
+    load_busy=$(python3 -c "b0, a0 = map(int, '$load_before'.split()); b1, a1 = map(int, '$load_after'.split()); print(f'{(b1 - b0) / max(a1 - a0, 1):.0%}')")
+    backend_cores=$(python3 -c "print(round(($backend_after - $backend_before) / 100 / $elapsed, 2))")
     echo "$workers workers: ${rate[$workers]} handshakes/s, server ${cpu[$workers]} cores," \
-        "${per[$workers]} per server CPU-second; busiest $workers threads $spread of a core each"
+        "${per[$workers]} per server CPU-second; busiest $workers threads $spread of a core each;" \
+        "client cores $workers-$((CORES - 1)) busy $load_busy, backend $backend_cores cores"
 done
 [ ${#measured[@]} -gt 0 ] || exit 0
 base=${per[${measured[0]}]}

@@ -38,8 +38,9 @@ enum Command {
         /// address:port, or unix:/path for a unix-domain socket.
         #[arg(long, default_value = "127.0.0.1:9000")]
         listen: String,
-        /// Threads answering requests: one is plenty for tests; benchmarks of many
-        /// workers need more, so that the backend is not what they measure.
+        /// Threads answering requests, each accepting on its own socket: one is plenty
+        /// for tests; benchmarks of many workers need more, so that the backend is not
+        /// what they measure.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
         threads: u16,
     },
@@ -69,6 +70,26 @@ enum EchCommand {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+/// `tlsterm backend`: the built-in responder alone, on a unix-domain socket (one thread)
+/// or on a TCP address with `threads` threads.
+fn backend(listen: &str, threads: usize) -> anyhow::Result<()> {
+    let Some(path) = listen.strip_prefix("unix:") else {
+        let address: SocketAddr = listen
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--listen {listen}: not an address:port or unix:/path"))?;
+        return tlsterm::proxy::builtin_backend::serve_threaded(address, threads);
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::UnixListener::bind(path)?;
+        tracing::info!(path, "backend listening");
+        tlsterm::proxy::builtin_backend::serve_unix(listener).await;
+        anyhow::Ok(())
+    })
 }
 
 fn ech_keygen(public_name: &str, out: &std::path::Path) -> anyhow::Result<()> {
@@ -188,32 +209,7 @@ fn main() -> ExitCode {
         Command::Serve { config, check } => serve(config, check),
         Command::Backend { listen, threads } => {
             init_logging("info");
-            (|| {
-                let runtime = if threads == 1 {
-                    tokio::runtime::Builder::new_current_thread()
-                } else {
-                    let mut builder = tokio::runtime::Builder::new_multi_thread();
-                    builder.worker_threads(threads.into());
-                    builder
-                }
-                .enable_all()
-                .build()?;
-                runtime.block_on(async {
-                    if let Some(path) = listen.strip_prefix("unix:") {
-                        let listener = tokio::net::UnixListener::bind(path)?;
-                        tracing::info!(path, "backend listening");
-                        tlsterm::proxy::builtin_backend::serve_unix(listener).await;
-                        return anyhow::Ok(());
-                    }
-                    let listen: SocketAddr = listen.parse().map_err(|_| {
-                        anyhow::anyhow!("--listen {listen}: not an address:port or unix:/path")
-                    })?;
-                    let listener = tokio::net::TcpListener::bind(listen).await?;
-                    tracing::info!(address = %listener.local_addr()?, "backend listening");
-                    tlsterm::proxy::builtin_backend::serve(listener).await;
-                    anyhow::Ok(())
-                })
-            })()
+            backend(&listen, threads.into())
         }
         #[cfg(feature = "bench")]
         Command::Bench(args) => tlsterm_bench::run(&args),

@@ -41,6 +41,57 @@ pub async fn serve(listener: TcpListener) {
     }
 }
 
+/// Serves forever on `address` with `threads` threads (see [`spawn_threaded`]); returns
+/// only if setting up fails.
+pub fn serve_threaded(address: SocketAddr, threads: usize) -> anyhow::Result<()> {
+    let (address, handles) = spawn_threaded(address, threads)?;
+    tracing::info!(%address, threads, "backend listening");
+    for handle in handles {
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("a backend thread panicked"))??;
+    }
+    Ok(())
+}
+
+/// Starts `threads` threads serving `address`, each with its own SO_REUSEPORT socket and
+/// single-threaded runtime, so that the kernel spreads new connections over them: a
+/// benchmark's backend accepts a connection per handshake, more than one thread accepting
+/// on one socket keeps up with at many workers. Returns the address (the port the kernel
+/// gave to port 0) and the threads.
+pub fn spawn_threaded(
+    address: SocketAddr,
+    threads: usize,
+) -> std::io::Result<(
+    SocketAddr,
+    Vec<std::thread::JoinHandle<std::io::Result<()>>>,
+)> {
+    let first = crate::sys::listening_socket(address, true)?;
+    let address = first.local_addr()?;
+    let mut sockets = vec![first];
+    for _ in 1..threads {
+        sockets.push(crate::sys::listening_socket(address, true)?);
+    }
+    let handles = sockets
+        .into_iter()
+        .enumerate()
+        .map(|(index, socket)| {
+            std::thread::Builder::new()
+                .name(format!("backend-{index}"))
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    runtime.block_on(async move {
+                        serve(TcpListener::from_std(socket)?).await;
+                        Ok(())
+                    })
+                })
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok((address, handles))
+}
+
 /// Serves forever on a unix-domain socket (a backend for `unix:/path` in `backends`).
 pub async fn serve_unix(listener: UnixListener) {
     loop {
@@ -63,21 +114,7 @@ pub async fn serve_unix(listener: UnixListener) {
 
 /// Starts the responder on its own thread on 127.0.0.1 (ephemeral port); returns its address.
 pub fn spawn_builtin() -> anyhow::Result<SocketAddr> {
-    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    std_listener.set_nonblocking(true)?;
-    let address = std_listener.local_addr()?;
-    std::thread::Builder::new()
-        .name("builtin-backend".into())
-        .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("backend runtime");
-            runtime.block_on(async move {
-                let listener = TcpListener::from_std(std_listener).expect("backend listener");
-                serve(listener).await
-            });
-        })?;
+    let (address, _thread) = spawn_threaded(SocketAddr::from(([127, 0, 0, 1], 0)), 1)?;
     Ok(address)
 }
 
@@ -276,6 +313,23 @@ mod tests {
         // the reset is the answer.
         let _ = stream.read_to_end(&mut response).await;
         response
+    }
+
+    /// Every thread's socket is served: the kernel hashes each new connection to one of
+    /// them, so a socket nobody accepts on would leave some of these unanswered.
+    #[tokio::test]
+    async fn threads_answer_connections_spread_over_their_sockets() {
+        let (address, _threads) = spawn_threaded("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+        let request = b"GET /bytes/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        for _ in 0..30 {
+            let answer = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                exchange(address, request, request.len()),
+            )
+            .await
+            .expect("a connection was not answered");
+            assert!(answer.ends_with(b"\r\n\r\nxx"), "{answer:?}");
+        }
     }
 
     #[tokio::test]
