@@ -147,7 +147,7 @@ fn text<'a>(answer: &'a serde_json::Value, key: &str) -> &'a str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_and_post_reach_the_backend_as_http1_with_forwarding_headers() {
     let backend = echo_backend().await;
-    let (_dir, _server, port) = start_quic(&backend.to_string(), "", "");
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "");
     let client = tokio::task::spawn_blocking(move || {
         let get = h3(
             port,
@@ -197,6 +197,18 @@ async fn get_and_post_reach_the_backend_as_http1_with_forwarding_headers() {
     assert_eq!(text(&post["headers"], "x-seen-body-len"), "3000000");
     assert_eq!(post["body_len"], 3_000_000, "the body comes back whole");
     assert_eq!(text(post, "body_sha256"), hex_sha256(&pattern(3_000_000)));
+
+    // The 3 MB answer left in segmented sends (UDP GSO, which Linux has on loopback as on
+    // network cards): fewer system calls than datagrams, and it still came back whole.
+    let admin = admin_address(&server.config).unwrap();
+    let datagrams = metric(admin, "tlsterm_quic_datagrams_sent_total", "");
+    let sends = metric(admin, "tlsterm_quic_udp_sends_total", "");
+    eprintln!("{datagrams} datagrams in {sends} sends");
+    assert!(datagrams > 2_000.0, "{datagrams} datagrams for 3 MB");
+    assert!(
+        sends * 2.0 < datagrams,
+        "{sends} sends for {datagrams} datagrams"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

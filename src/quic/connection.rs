@@ -12,7 +12,6 @@ use std::task::{Wake, Waker};
 
 use bytes::Bytes;
 use quiche::h3;
-use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit};
 
 use super::backend::{Backends, BodyAborted, RequestBody};
@@ -23,7 +22,7 @@ use super::metrics;
 use super::request::{self, Reply, RequestContext, REPLY_QUEUE};
 use super::reset;
 use super::service::QuicService;
-use super::tls::MAX_DATAGRAM;
+use super::udp::{Outbox, QuicSocket};
 
 /// QUIC's code for a close without an error (RFC 9000, 20.1).
 const QUIC_NO_ERROR: u64 = 0x0;
@@ -44,7 +43,7 @@ pub(super) struct ConnectionContext {
     pub worker: usize,
     /// This connection's queue, for the routes of the spare IDs it issues.
     pub queue: mpsc::Sender<Datagram>,
-    pub socket: Rc<UdpSocket>,
+    pub socket: Rc<QuicSocket>,
     pub local: SocketAddr,
     pub client: SocketAddr,
     pub service: Arc<QuicService>,
@@ -87,20 +86,25 @@ struct Stream {
 }
 
 pub(super) async fn run(
-    mut conn: quiche::Connection,
+    // Boxed: quiche's connection is 8 KB, which the task's future would otherwise hold
+    // twice (as its argument and as the local it becomes).
+    mut conn: Box<quiche::Connection>,
     mut inbox: mpsc::Receiver<Datagram>,
     mut context: ConnectionContext,
 ) {
     let wake = Arc::new(Notify::new());
     let waker = Waker::from(Arc::new(NotifyWaker(wake.clone())));
-    AsMut::<boring::ssl::SslRef>::as_mut(&mut conn).set_task_waker(Some(waker));
+    let ssl = AsMut::<boring::ssl::SslRef>::as_mut(&mut *conn);
+    ssl.set_task_waker(Some(waker));
+    // As over TCP: the listener's settings are of no use once the handshake is done (the
+    // tickets and the 0-RTT answer are part of it), and BoringSSL then frees its copy.
+    crate::sys::shed_handshake_config(ssl);
     metrics::connection_opened();
     let mut established = false;
     // Turns true when the handshake completes: requests that came in 0-RTT data wait on it.
     let (confirmed, confirmed_rx) = watch::channel(false);
     let mut http: Option<Requests> = None;
     let mut http_started = false;
-    let mut out = vec![0u8; MAX_DATAGRAM];
     let mut received: Vec<Datagram> = Vec::new();
     // Until the handshake completes or has been given up.
     let mut handshake_deadline =
@@ -120,7 +124,7 @@ pub(super) async fn run(
             handshake_deadline = None;
             context.handshaking = None;
             confirmed.send_replace(true);
-            let ssl = AsMut::<boring::ssl::SslRef>::as_mut(&mut conn);
+            let ssl = AsMut::<boring::ssl::SslRef>::as_mut(&mut *conn);
             let early_data = crate::tls::early_data_outcome(ssl) == Some("accepted");
             metrics::record_handshake(conn.is_resumed(), early_data);
         }
@@ -139,7 +143,7 @@ pub(super) async fn run(
             }
             None => {}
         }
-        flush(&mut conn, &context.socket, &mut out).await;
+        flush(&mut conn, &context.socket).await;
         if conn.is_closed() {
             break;
         }
@@ -290,22 +294,23 @@ async fn sleep_until(deadline: Option<std::time::Instant>) {
     }
 }
 
-/// Sends every packet quiche has ready.
-async fn flush(conn: &mut quiche::Connection, socket: &UdpSocket, out: &mut [u8]) {
+/// Sends every packet quiche has ready, several in one system call where the kernel
+/// segments them (see [`Outbox`]).
+async fn flush(conn: &mut quiche::Connection, socket: &QuicSocket) {
+    let mut outbox = Outbox::new(socket);
     loop {
-        let (len, info) = match conn.send(out) {
+        let (len, info) = match conn.send(outbox.room()) {
             Ok(sent) => sent,
-            Err(quiche::Error::Done) => return,
+            Err(quiche::Error::Done) => break,
             Err(err) => {
                 tracing::debug!(error = %err, "QUIC send failed");
                 let _ = conn.close(false, QUIC_INTERNAL_ERROR, b"");
-                return;
+                break;
             }
         };
-        if let Err(err) = socket.send_to(&out[..len], info.to).await {
-            tracing::debug!(error = %err, to = %info.to, "UDP send failed");
-        }
+        outbox.push(len, info.to).await;
     }
+    outbox.finish().await;
 }
 
 /// What a new request's task is made with besides its own fields.

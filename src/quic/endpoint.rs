@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::offload::HandshakeGuard;
@@ -22,6 +21,7 @@ use super::packet::{self, MIN_INITIAL_DATAGRAM};
 use super::reset;
 use super::service::QuicService;
 use super::token;
+use super::udp::QuicSocket;
 
 /// A datagram for a connection, as received.
 pub(super) struct Datagram {
@@ -62,8 +62,6 @@ impl Drop for Handshaking {
 
 /// Datagrams queued for one connection before the endpoint drops more of them.
 const INBOX: usize = 256;
-/// The largest UDP payload read.
-const MAX_UDP_PAYLOAD: usize = 65_535;
 
 /// What the worker gives its endpoint of a listener.
 pub struct Endpoint<S> {
@@ -90,7 +88,7 @@ where
         limit,
         mut stop,
     } = endpoint;
-    let socket = match UdpSocket::from_std(socket) {
+    let socket = match QuicSocket::new(socket) {
         Ok(socket) => Rc::new(socket),
         Err(err) => {
             tracing::error!(worker, error = %err, "cannot serve QUIC on this socket");
@@ -110,11 +108,11 @@ where
         backends: None,
         handshaking: Rc::default(),
     };
-    let mut buf = vec![0u8; MAX_UDP_PAYLOAD];
+    let mut buf = vec![0u8; state.socket.receive_buffer_len()];
     loop {
         let draining_now = *state.draining.borrow();
-        let (len, from) = tokio::select! {
-            received = state.socket.recv_from(&mut buf) => match received {
+        let received = tokio::select! {
+            received = state.socket.recv(&mut buf) => match received {
                 Ok(received) => received,
                 Err(err) => {
                     tracing::debug!(error = %err, "UDP receive failed");
@@ -128,14 +126,17 @@ where
             // Every connection has ended: the socket closes.
             _ = state.limit.acquire_many(total), if draining_now => return,
         };
-        state.receive(&mut buf[..len], from).await;
+        // Datagrams the kernel coalesced (one sender, one size but the last).
+        for datagram in buf[..received.len].chunks_mut(received.stride) {
+            state.receive(datagram, received.from).await;
+        }
     }
 }
 
 /// An endpoint's state between datagrams.
 struct State<S> {
     worker: usize,
-    socket: Rc<UdpSocket>,
+    socket: Rc<QuicSocket>,
     local: SocketAddr,
     current: S,
     limit: Arc<Semaphore>,
@@ -315,7 +316,7 @@ where
             permit,
             handshaking: Some(Handshaking::start(&self.handshaking)),
         };
-        tokio::task::spawn_local(connection::run(conn, inbox, context));
+        tokio::task::spawn_local(connection::run(Box::new(conn), inbox, context));
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! HTTP/3's series: QUIC connections, handshakes, request streams, the packets the
 //! endpoint dropped and why, Retries and refused tokens, stateless resets, clients that
-//! moved to another address, and the answers made for backends that failed.
+//! moved to another address, the answers made for backends that failed, and how many
+//! datagrams each UDP send carried.
 
 use std::sync::LazyLock;
 
@@ -23,6 +24,8 @@ struct QuicMetrics {
     resets: IntCounter,
     migrations: IntCounter,
     early_requests: IntCounter,
+    datagrams_sent: IntCounter,
+    udp_sends: IntCounter,
 }
 
 static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
@@ -72,6 +75,14 @@ static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
     early_requests: metrics::counter(
         "quic_early_data_requests_total",
         "HTTP/3 requests received in 0-RTT data (sent to the backend with Early-Data: 1; one with a body only once the handshake is confirmed)",
+    ),
+    datagrams_sent: metrics::counter(
+        "quic_datagrams_sent_total",
+        "UDP datagrams sent by QUIC connections",
+    ),
+    udp_sends: metrics::counter(
+        "quic_udp_sends_total",
+        "System calls that sent QUIC connections' datagrams: fewer than the datagrams where the kernel segments them (GSO)",
     ),
     migrations: metrics::counter(
         "quic_migrations_total",
@@ -201,6 +212,14 @@ pub(super) fn record_early_request() {
 pub(super) fn record_migration() {
     if metrics::enabled() {
         METRICS.migrations.inc();
+    }
+}
+
+/// One UDP send of `datagrams` datagrams.
+pub(super) fn record_send(datagrams: usize) {
+    if metrics::enabled() {
+        METRICS.udp_sends.inc();
+        METRICS.datagrams_sent.inc_by(datagrams as u64);
     }
 }
 

@@ -29,6 +29,7 @@ mod service;
 mod sockets;
 mod tls;
 mod token;
+mod udp;
 
 pub use endpoint::{serve, Endpoint};
 pub use service::QuicService;
