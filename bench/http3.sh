@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # HTTP/3 benchmark: QUIC full handshakes per server CPU-second, tlsterm vs HAProxy 3.3 +
 # AWS-LC (USE_QUIC=1), RSA-2048 and ECDSA P-256, and both servers' TLS 1.3 figure over TCP
-# in the same run. Each server has one worker (one thread) and the same backend
+# in the same run. `--workload requests` measures requests per server CPU-second instead
+# (keep-alive connections, 1 KiB responses), `--workload bulk` MiB per server CPU-second
+# (1 MiB responses); both with the ECDSA certificate only, which they do not exercise. Each server has one worker (one thread) and the same backend
 # (`tlsterm backend`); server and backend are pinned to CPU 0, the client (`tlsterm bench`,
 # `--http3` for QUIC) to CPU 1, as in bench/peers.py, whose setup this reuses
 # (certificates, process pinning, CPU time from /proc/PID/stat utime + stime).
@@ -11,6 +13,7 @@
 #
 # Run as root from anywhere:  bench/http3.sh [--runs 3] [--duration 8] [--concurrency 32]
 #                                              [--server-quota 0.5]
+#                                              [--workload handshakes|requests|bulk]
 #                                              [--json bench/results/http3.json]
 # --server-quota caps each server at that fraction of a core (as bench/peers.py does), so
 # that the one client core saturates either server: figures per server CPU-second are
@@ -18,12 +21,15 @@
 # $HAPROXY_AWSLC names another HAProxy binary (default /opt/haproxy-awslc/sbin/haproxy).
 # On a machine with more cores, CLIENT_CPUS=1-15 CLIENT_THREADS=15 gives the client enough
 # of them to saturate either server without a quota (bench/peers.py reads both).
+# TLSTERM_BASE=/path/to/tlsterm adds that binary as a third server, "tlsterm-base" (an A/B
+# of a change, in the same run as the comparison with HAProxy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/tlsterm ] || cargo build --release
 exec python3 - "$@" <<'PY'
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -94,12 +100,18 @@ backend be
 """
 
 
+# The servers of a run: tlsterm, HAProxy + AWS-LC, and the baseline tlsterm when given.
+BASE = os.environ.get("TLSTERM_BASE")
+SERVERS = ["tlsterm", "haproxy-awslc"] + (["tlsterm-base"] if BASE else [])
+
+
 def start_server(name, cert, certs):
     crt, key, pem = certs / f"{cert}.crt", certs / f"{cert}.key", certs / f"{cert}.pem"
-    if name == "tlsterm":
+    if name.startswith("tlsterm"):
         conf = RUN / "http3-tlsterm.toml"
         conf.write_text(tlsterm_config(crt, key))
-        server = Proc(name, [TLSTERM, "serve", "-c", conf], capped=True)
+        binary = BASE if name == "tlsterm-base" else TLSTERM
+        server = Proc(name, [binary, "serve", "-c", conf], capped=True)
     else:
         conf = RUN / "http3-haproxy.cfg"
         conf.write_text(haproxy_config(pem))
@@ -114,11 +126,21 @@ def quic_handshakes():
     return peers.handshakes_by_kind("tlsterm_quic_handshakes_total", ADMIN)
 
 
+# What each workload measures: the client's mode, the path it asks for, the unit counted
+# and how to count it from the client's report.
+WORKLOADS = {
+    "handshakes": ("full", "/", "full handshakes", lambda r: r["handshakes"]),
+    "requests": ("bulk", "/bytes/1024", "requests", lambda r: r["requests"]),
+    "bulk": ("bulk", "/bytes/1048576", "MiB", lambda r: r["body_bytes"] / 2**20),
+}
+
+
 def bench(transport, args):
+    mode, path, _, _ = WORKLOADS[args.workload]
     extra = (["--http3"] if transport == "quic"
              else ["--tls-version", "1.3", "--cipher", "TLS_AES_128_GCM_SHA256"])
-    cmd = NICE + ["taskset", "-c", CLIENT_CPU, TLSTERM, "bench", f"https://{LISTEN_AT}/",
-                  "--mode", "full", "--insecure", "--json", "--quiet",
+    cmd = NICE + ["taskset", "-c", CLIENT_CPU, TLSTERM, "bench", f"https://{LISTEN_AT}{path}",
+                  "--mode", mode, "--insecure", "--json", "--quiet",
                   "-c", str(args.concurrency), "-d", f"{args.duration}s",
                   "--threads", CLIENT_THREADS] + extra
     out = subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True,
@@ -127,12 +149,18 @@ def bench(transport, args):
 
 
 def measure(server, transport, args):
-    before = quic_handshakes() if server.name == "tlsterm" and transport == "quic" else None
+    before = (quic_handshakes() if server.name.startswith("tlsterm") and transport == "quic"
+              else None)
     pids = server.pids()
     cpu0 = cpu_seconds(pids)
     report = bench(transport, args)
     cpu = cpu_seconds(sorted(set(pids) | set(server.pids()))) - cpu0
+    units = WORKLOADS[args.workload][3](report)
     result = {
+        "workload": args.workload,
+        "units": units,
+        "per_s": units / report["elapsed_s"],
+        "per_server_cpu_s": units / cpu if cpu > 0 else 0.0,
         "handshakes": report["handshakes"],
         "resumed": report["resumed"],
         "errors": report["errors_total"],
@@ -154,12 +182,15 @@ def measure(server, transport, args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="QUIC full handshakes per server CPU-second")
+    ap = argparse.ArgumentParser(description="QUIC handshakes, requests or bulk bytes per "
+                                 "server CPU-second against HAProxy + AWS-LC")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8, help="seconds per measurement")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--server-quota", type=float, default=None,
                     help="cap each server at this fraction of a core (cgroup v1 CPU quota)")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="handshakes",
+                    help="what to count per server CPU-second (default: full handshakes)")
     ap.add_argument("--json", default=str(peers.RESULTS / "http3.json"))
     args = ap.parse_args()
     if not HAPROXY_AWSLC.exists():
@@ -173,16 +204,17 @@ def main():
     results = []
     try:
         for run in range(1, args.runs + 1):
-            for cert in ("rsa", "ecdsa"):
-                for name in ("tlsterm", "haproxy-awslc"):
+            for cert in certificates(args.workload):
+                for name in SERVERS:
                     server = start_server(name, cert, certs)
                     try:
                         for transport in ("quic", "tcp"):
                             r = measure(server, transport, args)
                             r.update(run=run, cert=cert, server=name, transport=transport)
+                            unit = WORKLOADS[args.workload][2]
                             log(f"run {run} {cert} {name} {transport}: "
-                                f"{r['handshakes_per_server_cpu_s']:.0f} hs/server-CPU-s, "
-                                f"{r['handshakes_per_s']:.0f} hs/s, server {r['server_util']:.0%}, "
+                                f"{r['per_server_cpu_s']:.0f} {unit}/server-CPU-s, "
+                                f"{r['per_s']:.0f}/s, server {r['server_util']:.0%}, "
                                 f"client {r['client_cpu_util']:.0%}, errors {r['errors']}"
                                 + (f", server counted full {r['server_full']} resumed "
                                    f"{r['server_resumed']}" if "server_full" in r else ""))
@@ -194,36 +226,45 @@ def main():
         backend.stop()
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=1))
-    print_table(results)
+    print_table(results, args.workload)
 
 
-def print_table(results):
+def certificates(workload):
+    """Handshakes differ by certificate; requests and bulk on open connections do not."""
+    return ("rsa", "ecdsa") if workload == "handshakes" else ("ecdsa",)
+
+
+def print_table(results, workload):
     def med(cert, name, transport, key):
         values = [r[key] for r in results
                   if (r["cert"], r["server"], r["transport"]) == (cert, name, transport)]
         return statistics.median(values) if values else float("nan")
 
-    print("| certificate | transport | server | full handshakes per server CPU-second (median) "
-          "| handshakes/s | server CPU | client CPU | errors (all runs) |")
+    unit = WORKLOADS[workload][2]
+    print(f"| certificate | transport | server | {unit} per server CPU-second (median) "
+          f"| {unit}/s | server CPU | client CPU | errors (all runs) |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
-    for cert in ("rsa", "ecdsa"):
+    for cert in certificates(workload):
         for transport in ("quic", "tcp"):
-            for name in ("tlsterm", "haproxy-awslc"):
+            for name in SERVERS:
                 errors = sum(r["errors"] for r in results
                              if (r["cert"], r["server"], r["transport"]) == (cert, name, transport))
                 print(f"| {cert} | {transport} | {name} "
-                      f"| {med(cert, name, transport, 'handshakes_per_server_cpu_s'):.0f} "
-                      f"| {med(cert, name, transport, 'handshakes_per_s'):.0f} "
+                      f"| {med(cert, name, transport, 'per_server_cpu_s'):.0f} "
+                      f"| {med(cert, name, transport, 'per_s'):.0f} "
                       f"| {med(cert, name, transport, 'server_util'):.0%} "
                       f"| {med(cert, name, transport, 'client_cpu_util'):.0%} | {errors} |")
     print()
-    for cert in ("rsa", "ecdsa"):
+    for cert in certificates(workload):
         for transport in ("quic", "tcp"):
-            t = med(cert, "tlsterm", transport, "handshakes_per_server_cpu_s")
-            h = med(cert, "haproxy-awslc", transport, "handshakes_per_server_cpu_s")
+            t = med(cert, "tlsterm", transport, "per_server_cpu_s")
+            h = med(cert, "haproxy-awslc", transport, "per_server_cpu_s")
             print(f"{cert} {transport}: tlsterm / haproxy-awslc = {t / h:.2f}")
-        q = med(cert, "tlsterm", "quic", "handshakes_per_server_cpu_s")
-        t = med(cert, "tlsterm", "tcp", "handshakes_per_server_cpu_s")
+            if BASE:
+                b = med(cert, "tlsterm-base", transport, "per_server_cpu_s")
+                print(f"{cert} {transport}: tlsterm / tlsterm-base = {t / b:.2f}")
+        q = med(cert, "tlsterm", "quic", "per_server_cpu_s")
+        t = med(cert, "tlsterm", "tcp", "per_server_cpu_s")
         print(f"{cert}: tlsterm quic / tcp = {q / t:.2f}")
 
 

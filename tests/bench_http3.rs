@@ -198,3 +198,25 @@ fn concurrent_quic_handshakes_share_engine_batches() {
         "{batched} signatures in {batches} batches: none held more than one"
     );
 }
+
+/// Idle mode over HTTP/3 opens QUIC connections, each with its request answered, holds
+/// them, and reads the server's process (found by the TCP port its QUIC listener shares).
+#[test]
+fn idle_mode_holds_quic_connections_open() {
+    let (_dir, server, port, admin) = start();
+    let out = run(Command::new(TLSTERM)
+        .args(["bench", &format!("https://127.0.0.1:{port}/")])
+        .args(["--http3", "--insecure", "--json", "--mode", "idle"])
+        .args(["-c", "20", "--threads", "2", "-d", "0s"]));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (count(&report, "open"), count(&report, "errors")),
+        (20, 0),
+        "{report}"
+    );
+    assert_eq!(count(&report, "server_pid"), u64::from(server.child.id()));
+    // The client left without closing them: the server still holds all twenty, each
+    // after a full handshake, until its idle timeout.
+    wait_for_handshakes(admin, "full", 20);
+    wait_for_metric(admin, "tlsterm_quic_connections 20");
+}

@@ -1,9 +1,12 @@
 //! `--mode idle`: what idle connections cost the server. Opens N connections, completes
 //! each handshake, sends one keep-alive request and reads its response, then holds them
 //! all open without a byte moving, and reads the server's resident memory and CPU time
-//! from /proc: before the first connection, and over `--duration` of idleness.
+//! from /proc: before the first connection, and over `--duration` of idleness. With
+//! `--http3` the connections are QUIC connections with one HTTP/3 request each (keep
+//! `--duration` under the server's idle timeout, 30 s in tlsterm by default).
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -16,6 +19,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::http::{self, HttpError};
+use crate::quic::{self, H3Conn};
 use crate::BenchArgs;
 
 /// Connections each client thread has in handshakes at once while opening.
@@ -99,6 +103,9 @@ pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
     if args.threads > args.concurrency {
         bail!("--threads cannot exceed --concurrency (the connections to open)");
     }
+    if args.http3 {
+        crate::refuse_for_http3(args)?;
+    }
     let pid = match args.server_pid {
         Some(pid) => pid,
         None => listening_pid(addr.port())?,
@@ -122,12 +129,21 @@ pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
         ech_config: args.ech_config.clone(),
     })?;
     crate::tls::offer_cert_compression(&mut tls, &args.cert_compression)?;
+    let http3 = if args.http3 {
+        let opts = crate::quic_options(args, &server_name);
+        // Built once here so that bad options fail before the run, not in its threads.
+        quic::Client::new(&opts)?;
+        Some((opts, http::h3_request(&path, &host_header)))
+    } else {
+        None
+    };
     let target = Arc::new(Target {
         addr,
         server_name,
         request: http::request(&path, &host_header, false),
         connector: TlsConnector::from(Arc::new(tls)),
         timeout: args.timeout,
+        http3,
     });
 
     let before = sample(pid)?;
@@ -194,7 +210,12 @@ struct Target {
     request: Vec<u8>,
     connector: TlsConnector,
     timeout: Duration,
+    /// With `--http3`: the QUIC client's options and the request's header fields.
+    http3: Option<(quic::QuicOptions, Vec<quiche::h3::Header>)>,
 }
+
+/// A connection held open: TLS over TCP or QUIC, only ever dropped.
+type Held = Box<dyn std::any::Any>;
 
 #[derive(Default)]
 struct Outcome {
@@ -216,6 +237,10 @@ fn open_and_hold(
         .build()
         .expect("tokio runtime");
     let local = tokio::task::LocalSet::new();
+    // quiche's client configuration is the thread's own.
+    let quic_client = target.http3.as_ref().map(|(opts, _)| {
+        Rc::new(quic::Client::new(opts).expect("options checked before the threads"))
+    });
     let (held, mut outcome) = local.block_on(&rt, async move {
         let mut held = Vec::with_capacity(count);
         let mut outcome = Outcome::default();
@@ -224,7 +249,17 @@ fn open_and_hold(
         loop {
             // A few at a time: the server's accept queue is not what is measured.
             while started < count && pending.len() < OPENING_AT_ONCE {
-                pending.spawn_local(open_one(target.clone()));
+                let target = target.clone();
+                match quic_client.clone() {
+                    Some(client) => pending.spawn_local(async move {
+                        open_one_quic(&client, &target)
+                            .await
+                            .map(|conn| conn as Held)
+                    }),
+                    None => pending.spawn_local(async move {
+                        open_one(target).await.map(|conn| Box::new(conn) as Held)
+                    }),
+                };
                 started += 1;
             }
             match pending.join_next().await {
@@ -276,6 +311,22 @@ async fn open_one(target: Arc<Target>) -> Result<TlsStream<TcpStream>, String> {
             return Err("the server closed the connection after its response".to_string());
         }
         Ok(conn)
+    };
+    tokio::time::timeout(target.timeout, work)
+        .await
+        .unwrap_or_else(|_| Err("timeout".to_string()))
+}
+
+/// One QUIC connection: handshake, one HTTP/3 request, its whole response.
+async fn open_one_quic(client: &quic::Client, target: &Target) -> Result<Box<H3Conn>, String> {
+    let (_, headers) = target.http3.as_ref().expect("an HTTP/3 target");
+    let work = async {
+        let mut conn = H3Conn::connect(client, target.addr, None).await?;
+        let response = conn.get(headers).await?;
+        if !(200..300).contains(&response.status) {
+            return Err(format!("http status {}", response.status));
+        }
+        Ok(Box::new(conn))
     };
     tokio::time::timeout(target.timeout, work)
         .await

@@ -101,7 +101,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub rate: Option<f64>,
     /// HTTP/3 over QUIC (UDP to the URL's port) instead of HTTP/1.1 over TLS, with the
-    /// full, resume and bulk modes. TLS 1.3 only; no 0-RTT, ECH or certificate
+    /// full, resume, bulk and idle modes. TLS 1.3 only; no 0-RTT, ECH or certificate
     /// compression.
     #[arg(long)]
     pub http3: bool,
@@ -280,16 +280,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
         tls::offer_cert_compression(&mut tls, &args.cert_compression)?
     };
     let http3 = if args.http3 {
-        let opts = quic::QuicOptions {
-            group: args.group.clone(),
-            insecure: args.insecure,
-            cacert: args.cacert.clone(),
-            // An address is no server name: nothing is sent, as rustls does.
-            server_name: match &server_name {
-                ServerName::DnsName(name) => Some(name.as_ref().to_string()),
-                _ => None,
-            },
-        };
+        let opts = quic_options(args, &server_name);
         // Built once here so that bad options fail before the run, not in its threads.
         quic::Client::new(&opts)?;
         Some((opts, http::h3_request(&path, &host_header)))
@@ -388,6 +379,20 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
 }
 
 /// Refuses the options that mean nothing over QUIC, rather than ignoring them.
+/// The QUIC client's options from the command line.
+fn quic_options(args: &BenchArgs, server_name: &ServerName<'_>) -> quic::QuicOptions {
+    quic::QuicOptions {
+        group: args.group.clone(),
+        insecure: args.insecure,
+        cacert: args.cacert.clone(),
+        // An address is no server name: nothing is sent, as rustls does.
+        server_name: match server_name {
+            ServerName::DnsName(name) => Some(name.as_ref().to_string()),
+            _ => None,
+        },
+    }
+}
+
 fn refuse_for_http3(args: &BenchArgs) -> anyhow::Result<()> {
     let refused = [
         (args.early_data, "--early-data"),
