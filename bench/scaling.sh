@@ -13,6 +13,8 @@
 # BACKEND_THREADS= threads of the backend (default 1; one thread answers about 20,000
 # new connections per second, which 8 tlsterm workers exceed); BACKEND_CPUS= cores for it.
 # ACCEPT=shared sets tlsterm's `accept` (default per-worker: one SO_REUSEPORT socket each).
+# QUIC=1 measures HTTP/3 handshakes instead (`quic = true`; HAProxy's `bind quic4@`, its
+# Retry kept off as tlsterm's stays off below 200 handshakes in progress per worker).
 # BIN= the tlsterm to measure (default target/release/tlsterm; the client and the
 # backend are always this checkout's). SERVER=haproxy-awslc measures HAProxy + AWS-LC
 # instead ($HAPROXY_AWSLC, default /opt/haproxy-awslc/sbin/haproxy; built by bench/peers.sh)
@@ -68,6 +70,7 @@ address = "127.0.0.1:9728"
 [[listener]]
 address = "127.0.0.1:9727"
 backends = ["127.0.0.1:9729"]
+quic = ${QUIC_ON:-false}
 [[listener.certificate]]
 cert = "$WORK/cert.pem"
 key = "$WORK/key.pem"
@@ -88,6 +91,11 @@ start_haproxy_awslc() {
         -e "s|@PEM@|$WORK/haproxy.pem|" -e "s|@CURVES@|X25519MLKEM768:X25519:P-256|" \
         -e "s|@CIPHERS@|ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256|" \
         "$ROOT/bench/conf/haproxy.cfg" > "$WORK/haproxy.cfg"
+    if [ -n "${QUIC:-}" ]; then
+        sed -i -e "s|^global$|global\n    tune.quic.fe.sec.retry-threshold 1000000|" \
+            -e "s|^\(    bind 127.0.0.1:9727 ssl crt \(\S*\) .*\)$|\1\n    bind quic4@127.0.0.1:9727 ssl crt \2 alpn h3|" \
+            "$WORK/haproxy.cfg"
+    fi
     taskset -c "0-$(($1 - 1))" "$HAPROXY_AWSLC" -db -f "$WORK/haproxy.cfg" 2>"$WORK/serve.log" &
     server=$!
     until (exec 3<>/dev/tcp/127.0.0.1/9727) 2>/dev/null; do
@@ -120,8 +128,9 @@ cores_ticks() {
 }
 group_flag=()
 [ -n "${GROUP:-}" ] && group_flag=(--group "$GROUP")
+[ -n "${QUIC:-}" ] && group_flag+=(--http3) && QUIC_ON=true
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $CORES cores;" \
-    "server=$SERVER key=$KEY mode=$MODE seconds=$SECS load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    "server=$SERVER key=$KEY mode=$MODE${QUIC:+ quic} seconds=$SECS load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A rate cpu per
 measured=()
 for workers in "${COUNTS[@]}"; do
