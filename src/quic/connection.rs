@@ -17,7 +17,8 @@ use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit};
 use super::backend::{Backends, BodyAborted, RequestBody};
 use super::cid;
 use super::client_cert::{self, CertFields};
-use super::endpoint::{Datagram, Handshaking, Routes};
+use super::endpoint::{Handshaking, Routes};
+use super::inbox::{Datagram, Inbox};
 use super::metrics;
 use super::request::{self, Reply, RequestContext, REPLY_QUEUE};
 use super::reset;
@@ -42,7 +43,7 @@ const BODY_CHUNK: usize = 16 * 1024;
 pub(super) struct ConnectionContext {
     pub worker: usize,
     /// This connection's queue, for the routes of the spare IDs it issues.
-    pub queue: mpsc::Sender<Datagram>,
+    pub queue: Rc<Inbox>,
     pub socket: Rc<QuicSocket>,
     pub local: SocketAddr,
     pub client: SocketAddr,
@@ -89,7 +90,6 @@ pub(super) async fn run(
     // Boxed: quiche's connection is 8 KB, which the task's future would otherwise hold
     // twice (as its argument and as the local it becomes).
     mut conn: Box<quiche::Connection>,
-    mut inbox: mpsc::Receiver<Datagram>,
     mut context: ConnectionContext,
 ) {
     let wake = Arc::new(Notify::new());
@@ -149,13 +149,7 @@ pub(super) async fn run(
         }
         let deadline = conn.timeout_instant();
         tokio::select! {
-            datagram = inbox.recv() => {
-                let Some(datagram) = datagram else { break };
-                received.push(datagram);
-                while let Ok(more) = inbox.try_recv() {
-                    received.push(more);
-                }
-            }
+            _ = context.queue.take_all(&mut received) => {}
             _ = wake.notified() => {}
             _ = context.draining.changed() => {}
             _ = sleep_until(deadline) => conn.on_timeout(),

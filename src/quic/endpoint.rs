@@ -9,13 +9,14 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{watch, Semaphore};
 
 use crate::offload::HandshakeGuard;
 
 use super::backend::Backends;
 use super::cid::{self, CID_LEN};
 use super::connection::{self, ConnectionContext};
+use super::inbox::{Datagram, Inbox};
 use super::metrics::{self, Dropped};
 use super::packet::{self, MIN_INITIAL_DATAGRAM};
 use super::reset;
@@ -23,14 +24,8 @@ use super::service::QuicService;
 use super::token;
 use super::udp::QuicSocket;
 
-/// A datagram for a connection, as received.
-pub(super) struct Datagram {
-    pub data: Vec<u8>,
-    pub from: SocketAddr,
-}
-
 /// Connection IDs to their connection's queue.
-pub(super) type Routes = Rc<RefCell<HashMap<Vec<u8>, mpsc::Sender<Datagram>>>>;
+pub(super) type Routes = Rc<RefCell<HashMap<Vec<u8>, Rc<Inbox>>>>;
 
 /// A handshake in progress on the worker: counted from a connection's first packet until
 /// its handshake completes or it ends, which is what `quic_retry = "auto"` weighs. The
@@ -59,9 +54,6 @@ impl Drop for Handshaking {
         metrics::handshaking(false);
     }
 }
-
-/// Datagrams queued for one connection before the endpoint drops more of them.
-const INBOX: usize = 256;
 
 /// What the worker gives its endpoint of a listener.
 pub struct Endpoint<S> {
@@ -169,7 +161,7 @@ where
                 data: packet.to_vec(),
                 from,
             };
-            if let Err(mpsc::error::TrySendError::Full(_)) = queue.try_send(datagram) {
+            if !queue.push(datagram) {
                 metrics::record_dropped(Dropped::QueueFull);
             }
             return;
@@ -286,8 +278,8 @@ where
                 tracing::debug!(error = %err, client = %from, "QUIC connection refused");
                 Dropped::AcceptFailed
             })?;
-        let (queue, inbox) = mpsc::channel(INBOX);
-        let _ = queue.try_send(Datagram {
+        let queue = Inbox::new();
+        queue.push(Datagram {
             data: packet.to_vec(),
             from,
         });
@@ -316,7 +308,7 @@ where
             permit,
             handshaking: Some(Handshaking::start(&self.handshaking)),
         };
-        tokio::task::spawn_local(connection::run(Box::new(conn), inbox, context));
+        tokio::task::spawn_local(connection::run(Box::new(conn), context));
         Ok(())
     }
 

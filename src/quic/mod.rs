@@ -21,6 +21,7 @@ mod client_cert;
 mod connection;
 mod endpoint;
 mod headers;
+mod inbox;
 pub mod metrics;
 mod packet;
 mod request;
