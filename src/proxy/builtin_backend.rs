@@ -57,7 +57,8 @@ pub fn serve_threaded(address: SocketAddr, threads: usize) -> anyhow::Result<()>
 /// Starts `threads` threads serving `address`, each with its own SO_REUSEPORT socket and
 /// single-threaded runtime, so that the kernel spreads new connections over them: a
 /// benchmark's backend accepts a connection per handshake, more than one thread accepting
-/// on one socket keeps up with at many workers. Returns the address (the port the kernel
+/// on one socket keeps up with at many workers. One thread's socket is a plain one (no
+/// SO_REUSEPORT: no other socket may join it). Returns the address (the port the kernel
 /// gave to port 0) and the threads.
 pub fn spawn_threaded(
     address: SocketAddr,
@@ -66,11 +67,12 @@ pub fn spawn_threaded(
     SocketAddr,
     Vec<std::thread::JoinHandle<std::io::Result<()>>>,
 )> {
-    let first = crate::sys::listening_socket(address, true)?;
+    let reuse_port = threads > 1;
+    let first = crate::sys::listening_socket(address, reuse_port)?;
     let address = first.local_addr()?;
     let mut sockets = vec![first];
     for _ in 1..threads {
-        sockets.push(crate::sys::listening_socket(address, true)?);
+        sockets.push(crate::sys::listening_socket(address, reuse_port)?);
     }
     let handles = sockets
         .into_iter()

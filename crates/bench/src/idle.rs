@@ -129,14 +129,7 @@ pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
         ech_config: args.ech_config.clone(),
     })?;
     crate::tls::offer_cert_compression(&mut tls, &args.cert_compression)?;
-    let http3 = if args.http3 {
-        let opts = crate::quic_options(args, &server_name);
-        // Built once here so that bad options fail before the run, not in its threads.
-        quic::Client::new(&opts)?;
-        Some((opts, http::h3_request(&path, &host_header)))
-    } else {
-        None
-    };
+    let http3 = crate::http3_request(args, &server_name, &path, &host_header)?;
     let target = Arc::new(Target {
         addr,
         server_name,

@@ -279,14 +279,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
     } else {
         tls::offer_cert_compression(&mut tls, &args.cert_compression)?
     };
-    let http3 = if args.http3 {
-        let opts = quic_options(args, &server_name);
-        // Built once here so that bad options fail before the run, not in its threads.
-        quic::Client::new(&opts)?;
-        Some((opts, http::h3_request(&path, &host_header)))
-    } else {
-        None
-    };
+    let http3 = http3_request(args, &server_name, &path, &host_header)?;
     let cfg = LoadConfig {
         mode,
         addr,
@@ -378,10 +371,19 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
     })
 }
 
-/// Refuses the options that mean nothing over QUIC, rather than ignoring them.
-/// The QUIC client's options from the command line.
-fn quic_options(args: &BenchArgs, server_name: &ServerName<'_>) -> quic::QuicOptions {
-    quic::QuicOptions {
+/// With `--http3`: the QUIC client's options from the command line and the header fields
+/// of the request for `path`; `None` without. The client is built once here so that bad
+/// options fail before the run, not in its threads.
+fn http3_request(
+    args: &BenchArgs,
+    server_name: &ServerName<'_>,
+    path: &str,
+    host_header: &str,
+) -> anyhow::Result<Option<(quic::QuicOptions, Vec<quiche::h3::Header>)>> {
+    if !args.http3 {
+        return Ok(None);
+    }
+    let opts = quic::QuicOptions {
         group: args.group.clone(),
         insecure: args.insecure,
         cacert: args.cacert.clone(),
@@ -390,9 +392,12 @@ fn quic_options(args: &BenchArgs, server_name: &ServerName<'_>) -> quic::QuicOpt
             ServerName::DnsName(name) => Some(name.as_ref().to_string()),
             _ => None,
         },
-    }
+    };
+    quic::Client::new(&opts)?;
+    Ok(Some((opts, http::h3_request(path, host_header))))
 }
 
+/// Refuses the options that mean nothing over QUIC, rather than ignoring them.
 fn refuse_for_http3(args: &BenchArgs) -> anyhow::Result<()> {
     let refused = [
         (args.early_data, "--early-data"),
