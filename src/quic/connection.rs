@@ -103,8 +103,8 @@ pub(super) async fn run(
     let mut established = false;
     // Turns true when the handshake completes: requests that came in 0-RTT data wait on it.
     let (confirmed, confirmed_rx) = watch::channel(false);
-    let mut http: Option<Requests> = None;
-    let mut http_started = false;
+    // The HTTP/3 layer once started (`Some(None)`: its setup failed).
+    let mut http: Option<Option<Requests>> = None;
     let mut received: Vec<Datagram> = Vec::new();
     // Until the handshake completes or has been given up.
     let mut handshake_deadline =
@@ -118,6 +118,13 @@ pub(super) async fn run(
             if let Err(err) = conn.recv(&mut datagram.data, info) {
                 tracing::trace!(error = %err, "QUIC packet not processed");
             }
+            // Requests in 0-RTT data are taken before a later datagram of the batch
+            // completes the handshake: they reach the backend as the early data they were.
+            if conn.is_in_early_data() {
+                if let Some(requests) = requests_of(&mut http, &mut conn, &context, &confirmed_rx) {
+                    requests.serve(&mut conn, &context, &wake);
+                }
+            }
         }
         if !established && conn.is_established() {
             established = true;
@@ -128,15 +135,15 @@ pub(super) async fn run(
             let early_data = crate::tls::early_data_outcome(ssl) == Some("accepted");
             metrics::record_handshake(conn.is_resumed(), early_data);
         }
-        // HTTP/3 starts with the connection established, or before, in 0-RTT data.
-        if !http_started && (established || conn.is_in_early_data()) {
-            http_started = true;
-            http = Requests::start(&mut conn, &context, confirmed_rx.clone());
-        }
         if established {
             follow_paths(&mut conn, &mut context);
         }
-        match http.as_mut() {
+        // HTTP/3 starts with the connection established, or before, in 0-RTT data.
+        let requests = match established || conn.is_in_early_data() {
+            true => requests_of(&mut http, &mut conn, &context, &confirmed_rx),
+            false => None,
+        };
+        match requests {
             Some(requests) => requests.serve(&mut conn, &context, &wake),
             None if *context.draining.borrow() => {
                 let _ = conn.close(true, H3_NO_ERROR, b"");
@@ -146,6 +153,12 @@ pub(super) async fn run(
         flush(&mut conn, &context.socket).await;
         if conn.is_closed() {
             break;
+        }
+        // Sending drove the handshake on (the ClientHello's certificate selection had
+        // finished asynchronously), and quiche then read the 0-RTT packets it had kept for
+        // want of keys: their requests are taken now, not when the next datagram comes.
+        if http.is_none() && conn.is_in_early_data() {
+            continue;
         }
         let deadline = conn.timeout_instant();
         tokio::select! {
@@ -166,6 +179,18 @@ pub(super) async fn run(
     }
     metrics::connection_closed(established);
     drop(context.permit);
+}
+
+/// The connection's HTTP/3 layer, started on the first call; `None` when its setup failed
+/// (the connection is then closing).
+fn requests_of<'a>(
+    http: &'a mut Option<Option<Requests>>,
+    conn: &mut quiche::Connection,
+    context: &ConnectionContext,
+    confirmed: &watch::Receiver<bool>,
+) -> Option<&'a mut Requests> {
+    http.get_or_insert_with(|| Requests::start(conn, context, confirmed.clone()))
+        .as_mut()
 }
 
 /// Keeps the client supplied with spare connection IDs, each with its reset token (so it
