@@ -664,6 +664,35 @@ async fn sigterm_answers_requests_in_flight_and_takes_no_new_connection() {
     assert!(status.success(), "{status}");
 }
 
+/// The process-wide `max_connections` counts TCP and QUIC connections together: while a
+/// TCP connection holds the only place, a QUIC client's first packets are dropped (counted
+/// as `max_connections`) and it gets no connection; once the TCP connection is gone, the
+/// same client is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_process_wide_connection_limit_counts_quic_connections_with_tcp() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "max_connections = 1", "");
+    let admin = admin_address(&server.config).unwrap();
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    wait_for_metric(admin, "tlsterm_connections_active 1");
+    let refused = tokio::task::spawn_blocking(move || h3(port, &["-timeout", "1s"]))
+        .await
+        .unwrap();
+    assert!(refused[0]["error"].is_string(), "{}", refused[0]);
+    let dropped = metric(
+        admin,
+        "tlsterm_quic_packets_dropped_total",
+        "reason=\"max_connections\"",
+    );
+    assert!(dropped >= 1.0, "{dropped}");
+    drop(tcp);
+    wait_for_metric(admin, "tlsterm_connections_active 0");
+    let served = tokio::task::spawn_blocking(move || h3(port, &[]))
+        .await
+        .unwrap();
+    assert_eq!(served[0]["status"], 200, "{}", served[0]);
+}
+
 /// A backend that sends no response head within `quic_backend_timeout`: 504, and the
 /// connection's other requests are not held up by it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,12 +12,12 @@ use std::task::{Wake, Waker};
 
 use bytes::Bytes;
 use quiche::h3;
-use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::backend::{Backends, BodyAborted, RequestBody};
 use super::cid;
 use super::client_cert::{self, CertFields};
-use super::endpoint::{Handshaking, Routes};
+use super::endpoint::{Handshaking, Places, Routes};
 use super::inbox::{Datagram, Inbox};
 use super::metrics;
 use super::request::{self, Reply, RequestContext, REPLY_QUEUE};
@@ -54,8 +54,8 @@ pub(super) struct ConnectionContext {
     pub ids: Vec<Vec<u8>>,
     /// True once the listener drains (SIGTERM, or the listener removed).
     pub draining: watch::Receiver<bool>,
-    /// A place under the listener's `quic_max_connections`, held until the end.
-    pub permit: OwnedSemaphorePermit,
+    /// Its places under the connection limits, given back at the end.
+    pub places: Places,
     /// Counts this connection among the worker's handshakes in progress until it is
     /// established.
     pub handshaking: Option<Handshaking>,
@@ -178,7 +178,7 @@ pub(super) async fn run(
         routes.remove(id);
     }
     metrics::connection_closed(established);
-    drop(context.permit);
+    drop(context.places);
 }
 
 /// The connection's HTTP/3 layer, started on the first call; `None` when its setup failed

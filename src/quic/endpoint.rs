@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::offload::HandshakeGuard;
 
@@ -55,6 +55,25 @@ impl Drop for Handshaking {
     }
 }
 
+/// A connection's places under the listener's `quic_max_connections` (on this worker) and
+/// under the process-wide `max_connections`, held until it ends.
+pub(super) struct Places {
+    _listener: OwnedSemaphorePermit,
+    _process: OwnedSemaphorePermit,
+}
+
+impl Places {
+    /// Both places, or neither: a client's first packet beyond either limit is dropped
+    /// (it retransmits, or goes elsewhere), as a TCP client waits in the backlog.
+    fn take(listener: &Arc<Semaphore>, process: &Arc<Semaphore>) -> Result<Places, Dropped> {
+        let full = |_| Dropped::MaxConnections;
+        Ok(Places {
+            _listener: listener.clone().try_acquire_owned().map_err(full)?,
+            _process: process.clone().try_acquire_owned().map_err(full)?,
+        })
+    }
+}
+
 /// What the worker gives its endpoint of a listener.
 pub struct Endpoint<S> {
     pub worker: usize,
@@ -64,6 +83,8 @@ pub struct Endpoint<S> {
     /// One permit per open connection (`quic_max_connections` in all); the worker waits
     /// for them all when it drains.
     pub limit: Arc<Semaphore>,
+    /// The process-wide `max_connections`, which TCP connections take from too.
+    pub process_limit: Arc<Semaphore>,
     /// Turns true when the listener stops taking connections (SIGTERM, or removed).
     pub stop: watch::Receiver<bool>,
 }
@@ -78,6 +99,7 @@ where
         socket,
         current,
         limit,
+        process_limit,
         mut stop,
     } = endpoint;
     let socket = match QuicSocket::new(socket) {
@@ -95,6 +117,7 @@ where
         socket,
         current,
         limit,
+        process_limit,
         routes: Rc::default(),
         draining,
         backends: None,
@@ -132,6 +155,7 @@ struct State<S> {
     local: SocketAddr,
     current: S,
     limit: Arc<Semaphore>,
+    process_limit: Arc<Semaphore>,
     routes: Routes,
     draining: watch::Receiver<bool>,
     /// The worker's backend connections, for the service they were made for: a reload's
@@ -196,7 +220,7 @@ where
             _ => return Err(Dropped::NotAccepting),
         };
         // Before a Retry: a client asked to come back would only be dropped then.
-        if self.limit.available_permits() == 0 {
+        if self.limit.available_permits() == 0 || self.process_limit.available_permits() == 0 {
             return Err(Dropped::MaxConnections);
         }
         let token = header.token.as_deref().unwrap_or_default();
@@ -260,8 +284,7 @@ where
         packet: &[u8],
         from: SocketAddr,
     ) -> Result<(), Dropped> {
-        let permit =
-            (self.limit.clone().try_acquire_owned()).map_err(|_| Dropped::MaxConnections)?;
+        let places = Places::take(&self.limit, &self.process_limit)?;
         let scid = match original_dcid {
             Some(_) => client_chosen.clone(),
             None => cid::generate(self.worker).to_vec(),
@@ -305,7 +328,7 @@ where
             routes: self.routes.clone(),
             ids,
             draining: self.draining.clone(),
-            permit,
+            places,
             handshaking: Some(Handshaking::start(&self.handshaking)),
         };
         tokio::task::spawn_local(connection::run(Box::new(conn), context));

@@ -46,6 +46,7 @@ pub struct Endpoint<S> {
     pub socket: std::net::UdpSocket,
     pub current: S,
     pub limit: Arc<Semaphore>,
+    pub process_limit: Arc<Semaphore>,
     pub stop: watch::Receiver<bool>,
 }
 

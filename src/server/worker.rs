@@ -87,7 +87,13 @@ impl Worker {
                 break;
             };
             if let Some(socket) = quic {
-                limits.push(serve_quic(self.index, &listener, socket, &self.shutdown));
+                limits.push(serve_quic(
+                    self.index,
+                    &listener,
+                    socket,
+                    &self.shared,
+                    &self.shutdown,
+                ));
             }
             let max_connections = listener.max_connections;
             let limit = Arc::new(Semaphore::new(max_connections));
@@ -130,6 +136,7 @@ fn serve_quic(
     worker: usize,
     listener: &Arc<Listener>,
     socket: std::net::UdpSocket,
+    shared: &ProcessWide,
     shutdown: &watch::Receiver<bool>,
 ) -> (Arc<Semaphore>, usize) {
     let total = *listener.state.load().config.quic_max_connections.get_ref();
@@ -150,6 +157,7 @@ fn serve_quic(
         socket,
         current: move || state.state.load().quic.clone(),
         limit: limit.clone(),
+        process_limit: shared.connection_limit.clone(),
         stop,
     }));
     (limit, total)
