@@ -352,10 +352,7 @@ async fn a_client_of_a_connection_gone_here_gets_a_stateless_reset() {
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut conn = quiche_client(&socket, server, None);
-        let info = quiche::RecvInfo {
-            from: server,
-            to: socket.local_addr().unwrap(),
-        };
+        let info = from_server(&socket, server);
         while !conn.is_established() {
             quiche_flush(&mut conn, &socket);
             let mut answer = receive(&socket);
@@ -982,10 +979,7 @@ fn quiche_handshake(
     socket: &std::net::UdpSocket,
     server: SocketAddr,
 ) {
-    let info = quiche::RecvInfo {
-        from: server,
-        to: socket.local_addr().unwrap(),
-    };
+    let info = from_server(socket, server);
     while !conn.is_established() {
         conn.recv(&mut receive(socket), info).unwrap();
         if !conn.is_established() {
@@ -994,14 +988,19 @@ fn quiche_handshake(
     }
 }
 
+/// Where a datagram `socket` received came from and arrived, for quiche's client.
+fn from_server(socket: &std::net::UdpSocket, server: SocketAddr) -> quiche::RecvInfo {
+    quiche::RecvInfo {
+        from: server,
+        to: socket.local_addr().unwrap(),
+    }
+}
+
 /// A session ticket from a first, complete connection to `server`.
 fn quiche_session(server: SocketAddr) -> Vec<u8> {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut conn = quiche_client(&socket, server, None);
-    let info = quiche::RecvInfo {
-        from: server,
-        to: socket.local_addr().unwrap(),
-    };
+    let info = from_server(&socket, server);
     loop {
         quiche_flush(&mut conn, &socket);
         if conn.is_established() && conn.session().is_some() {

@@ -55,23 +55,35 @@ impl Drop for Handshaking {
     }
 }
 
-/// A connection's places under the listener's `quic_max_connections` (on this worker) and
-/// under the process-wide `max_connections`, held until it ends.
+/// The limits a new connection must fit under: the listener's `quic_max_connections` on
+/// this worker and the process-wide `max_connections` (which TCP connections take from
+/// too). A client's first packet beyond either is dropped (it retransmits, or goes
+/// elsewhere), as a TCP client waits in the backlog.
+struct Limits {
+    listener: Arc<Semaphore>,
+    process: Arc<Semaphore>,
+}
+
+impl Limits {
+    /// No place left under one of them.
+    fn full(&self) -> bool {
+        self.listener.available_permits() == 0 || self.process.available_permits() == 0
+    }
+
+    /// A place under both, or under neither.
+    fn take(&self) -> Result<Places, Dropped> {
+        let full = |_| Dropped::MaxConnections;
+        Ok(Places {
+            _listener: self.listener.clone().try_acquire_owned().map_err(full)?,
+            _process: self.process.clone().try_acquire_owned().map_err(full)?,
+        })
+    }
+}
+
+/// A connection's places under its [`Limits`], held until it ends.
 pub(super) struct Places {
     _listener: OwnedSemaphorePermit,
     _process: OwnedSemaphorePermit,
-}
-
-impl Places {
-    /// Both places, or neither: a client's first packet beyond either limit is dropped
-    /// (it retransmits, or goes elsewhere), as a TCP client waits in the backlog.
-    fn take(listener: &Arc<Semaphore>, process: &Arc<Semaphore>) -> Result<Places, Dropped> {
-        let full = |_| Dropped::MaxConnections;
-        Ok(Places {
-            _listener: listener.clone().try_acquire_owned().map_err(full)?,
-            _process: process.clone().try_acquire_owned().map_err(full)?,
-        })
-    }
 }
 
 /// What the worker gives its endpoint of a listener.
@@ -116,8 +128,10 @@ where
         local: socket.local_addr().expect("a bound socket has an address"),
         socket,
         current,
-        limit,
-        process_limit,
+        limits: Limits {
+            listener: limit,
+            process: process_limit,
+        },
         routes: Rc::default(),
         draining,
         backends: None,
@@ -139,7 +153,7 @@ where
                 continue;
             }
             // Every connection has ended: the socket closes.
-            _ = state.limit.acquire_many(total), if draining_now => return,
+            _ = state.limits.listener.acquire_many(total), if draining_now => return,
         };
         // Datagrams the kernel coalesced (one sender, one size but the last).
         for datagram in buf[..received.len].chunks_mut(received.stride) {
@@ -154,8 +168,7 @@ struct State<S> {
     socket: Rc<QuicSocket>,
     local: SocketAddr,
     current: S,
-    limit: Arc<Semaphore>,
-    process_limit: Arc<Semaphore>,
+    limits: Limits,
     routes: Routes,
     draining: watch::Receiver<bool>,
     /// The worker's backend connections, for the service they were made for: a reload's
@@ -220,7 +233,7 @@ where
             _ => return Err(Dropped::NotAccepting),
         };
         // Before a Retry: a client asked to come back would only be dropped then.
-        if self.limit.available_permits() == 0 || self.process_limit.available_permits() == 0 {
+        if self.limits.full() {
             return Err(Dropped::MaxConnections);
         }
         let token = header.token.as_deref().unwrap_or_default();
@@ -284,7 +297,7 @@ where
         packet: &[u8],
         from: SocketAddr,
     ) -> Result<(), Dropped> {
-        let places = Places::take(&self.limit, &self.process_limit)?;
+        let places = self.limits.take()?;
         let scid = match original_dcid {
             Some(_) => client_chosen.clone(),
             None => cid::generate(self.worker).to_vec(),
