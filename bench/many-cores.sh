@@ -8,7 +8,8 @@
 #
 #   bench/many-cores.sh [SECONDS] [ROUNDS]          (defaults: 5 s, 2 rounds)
 #
-# SERVERS="tlsterm haproxy-awslc" (also tlsterm-shared: tlsterm with accept = "shared");
+# SERVERS="tlsterm haproxy-awslc" (also tlsterm-per-worker: tlsterm with accept = "per-worker";
+# plain tlsterm has its default, "shared");
 # SCENARIOS="ec-full ec-resume rsa-full"; BACKEND_THREADS as for bench/scaling.sh;
 # COUNTS="1 4 8" worker counts; IDLE=50000 idle connections (0: none); CERTS=DIR with
 # DIR/ec and DIR/rsa each holding cert.pem and key.pem (default: new ones by openssl);
@@ -31,10 +32,10 @@ for round in $(seq "$ROUNDS"); do
         key=ec:p256
         [ "$cert" = rsa ] && key=rsa:2048
         for server in ${SERVERS:-tlsterm haproxy-awslc}; do
-            accept=per-worker
-            [ "$server" = tlsterm-shared ] && accept=shared
+            accept=shared
+            [ "$server" = tlsterm-per-worker ] && accept=per-worker
             echo "## round $round: $server $scenario"
-            CERTS=${CERTS:+$CERTS/$cert} KEY=$key MODE=$mode SERVER=${server%-shared} \
+            CERTS=${CERTS:+$CERTS/$cert} KEY=$key MODE=$mode SERVER=${server%-per-worker} \
                 ACCEPT=$accept "$ROOT/bench/scaling.sh" "$SECS" $COUNTS | grep ' workers: ' |
                 sed "s/^/$server $scenario /" | tee -a "$LOG"
         done

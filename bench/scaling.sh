@@ -12,7 +12,7 @@
 # GROUP= a key-exchange group for the client (default: the client's own order);
 # BACKEND_THREADS= threads of the backend (default 1; one thread answers about 20,000
 # new connections per second, which 8 tlsterm workers exceed); BACKEND_CPUS= cores for it.
-# ACCEPT=shared sets tlsterm's `accept` (default per-worker: one SO_REUSEPORT socket each).
+# ACCEPT=per-worker sets tlsterm's `accept` (default shared, tlsterm's own default).
 # QUIC=1 measures HTTP/3 handshakes instead (`quic = true`; HAProxy's `bind quic4@`, its
 # Retry kept off as tlsterm's stays off below 200 handshakes in progress per worker).
 # BIN= the tlsterm to measure (default target/release/tlsterm; the client and the
@@ -64,7 +64,7 @@ start_tlsterm() {
     cat > "$WORK/tlsterm.toml" <<CONF
 workers = $1
 pin_workers = true
-accept = "${ACCEPT:-per-worker}"
+accept = "${ACCEPT:-shared}"
 [admin]
 address = "127.0.0.1:9728"
 [[listener]]

@@ -962,21 +962,27 @@ async fn sigterm_drains_open_connections() {
     assert!(status.success());
 }
 
-/// With `accept = "shared"` the workers take connections from one socket: every
-/// connection is served, and counted once.
+/// Both ways of spreading connections over the workers serve every connection and count
+/// it once: `"shared"` (the default: the workers take connections from one socket) and
+/// `"per-worker"` (a SO_REUSEPORT socket each, the kernel choosing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_accept_socket_serves_every_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let listener = format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]");
-    let config = write_config(dir.path(), "accept = \"shared\"", &[listener]);
-    let _server = Server::start(&config);
-    let admin = admin_address(&config).unwrap();
-    for _ in 0..20 {
-        let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
-            .await
-            .unwrap();
-        assert!(!http_get(&mut client, "/").await.unwrap().is_empty());
+async fn both_accept_modes_serve_every_connection() {
+    for mode in ["shared", "per-worker"] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let listener = format!("address = \"127.0.0.1:{port}\"\nbackends = [\"builtin\"]");
+        let config = write_config(dir.path(), &format!("accept = \"{mode}\""), &[listener]);
+        let _server = Server::start(&config);
+        let admin = admin_address(&config).unwrap();
+        for _ in 0..20 {
+            let mut client = tls_connect(port, "localhost", SslVersion::TLS1_3, &[])
+                .await
+                .unwrap();
+            assert!(
+                !http_get(&mut client, "/").await.unwrap().is_empty(),
+                "{mode}"
+            );
+        }
+        wait_for_metric(admin, "tlsterm_connections_accepted_total 20");
     }
-    wait_for_metric(admin, "tlsterm_connections_accepted_total 20");
 }
