@@ -13,7 +13,10 @@ FROM rust:1-bookworm AS build
 RUN apt-get update -qq && apt-get install -y -qq cmake clang libclang-dev >/dev/null
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p tlsterm
+# Without the debug information and symbols the release profile keeps for profiling:
+# a 146 MB binary becomes 22 MB.
+RUN CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
+    cargo build --release --locked -p tlsterm
 
 FROM debian:bookworm-slim
 RUN apt-get update -qq && apt-get install -y -qq ca-certificates >/dev/null \
