@@ -38,6 +38,12 @@ const H3_REQUEST_CANCELLED: u64 = 0x10c;
 const BODY_QUEUE: usize = 4;
 /// The most body read from QUIC at once.
 const BODY_CHUNK: usize = 16 * 1024;
+/// How long the acknowledgement of a datagram that brought new requests may wait for their
+/// responses, so that a backend answering within it (a cache hit) costs the connection one
+/// packet per request instead of two: an acknowledgement alone, then the response. Far
+/// below the acknowledgement delay quiche announces (`max_ack_delay`, 25 ms), so the
+/// client never retransmits for want of it.
+const ACK_HOLD: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// What a connection's task is given besides its connection.
 pub(super) struct ConnectionContext {
@@ -109,7 +115,10 @@ pub(super) async fn run(
     // Until the handshake completes or has been given up.
     let mut handshake_deadline =
         Some(std::time::Instant::now() + context.service.handshake_timeout);
+    // While the acknowledgement of new requests waits for their responses (ACK_HOLD).
+    let mut ack_hold: Option<std::time::Instant> = None;
     loop {
+        let took_datagrams = !received.is_empty();
         for mut datagram in received.drain(..) {
             let info = quiche::RecvInfo {
                 from: datagram.from,
@@ -143,14 +152,25 @@ pub(super) async fn run(
             true => requests_of(&mut http, &mut conn, &context, &confirmed_rx),
             false => None,
         };
-        match requests {
+        let served = match requests {
             Some(requests) => requests.serve(&mut conn, &context, &wake),
             None if *context.draining.borrow() => {
                 let _ = conn.close(true, H3_NO_ERROR, b"");
+                Served::default()
             }
-            None => {}
+            None => Served::default(),
+        };
+        let now = std::time::Instant::now();
+        let hold = established
+            && took_datagrams
+            && served.started
+            && !served.replied
+            && !*context.draining.borrow()
+            && *ack_hold.get_or_insert(now + ACK_HOLD) > now;
+        if !hold {
+            ack_hold = None;
+            flush(&mut conn, &context.socket).await;
         }
-        flush(&mut conn, &context.socket).await;
         if conn.is_closed() {
             break;
         }
@@ -166,6 +186,7 @@ pub(super) async fn run(
             _ = wake.notified() => {}
             _ = context.draining.changed() => {}
             _ = sleep_until(deadline) => conn.on_timeout(),
+            _ = sleep_until(ack_hold) => {}
             _ = sleep_until(handshake_deadline) => {
                 tracing::debug!(client = %context.client, "QUIC handshake timed out");
                 handshake_deadline = None;
@@ -273,7 +294,7 @@ impl Requests {
         conn: &mut quiche::Connection,
         context: &ConnectionContext,
         wake: &Arc<Notify>,
-    ) {
+    ) -> Served {
         let (h3, streams) = (&mut self.h3, &mut self.streams);
         let requests = RequestsContext {
             connection: context,
@@ -281,16 +302,17 @@ impl Requests {
             confirmed: &self.confirmed,
             wake,
         };
-        poll_requests(h3, conn, streams, &requests);
+        let mut started = poll_requests(h3, conn, streams, &requests);
         move_bodies(h3, conn, streams);
         // Reading a body's last bytes queues its Finished event.
-        poll_requests(h3, conn, streams, &requests);
-        send_replies(h3, conn, streams, &mut self.unacknowledged);
+        started |= poll_requests(h3, conn, streams, &requests);
+        let replied = send_replies(h3, conn, streams, &mut self.unacknowledged);
         // quiche forgets a stream once both sides are done and acknowledged.
         self.unacknowledged
             .retain(|id| conn.stream_capacity(*id).is_ok());
+        let served = Served { started, replied };
         if !*context.draining.borrow() {
-            return;
+            return served;
         }
         if !self.goaway_sent {
             // Requests already received are answered; none after.
@@ -303,7 +325,17 @@ impl Requests {
         if self.streams.is_empty() && self.unacknowledged.is_empty() {
             let _ = conn.close(true, H3_NO_ERROR, b"");
         }
+        served
     }
+}
+
+/// What one turn of [`Requests::serve`] did.
+#[derive(Default, Clone, Copy)]
+struct Served {
+    /// New requests were started.
+    started: bool,
+    /// Replies were written to their streams (quiche has something to send).
+    replied: bool,
 }
 
 async fn sleep_until(deadline: Option<std::time::Instant>) {
@@ -340,13 +372,15 @@ struct RequestsContext<'a> {
     wake: &'a Arc<Notify>,
 }
 
-/// Takes HTTP/3's events: new requests start their task; a reset aborts one.
+/// Takes HTTP/3's events: new requests start their task; a reset aborts one. True when a
+/// request was started.
 fn poll_requests(
     h3: &mut h3::Connection,
     conn: &mut quiche::Connection,
     streams: &mut HashMap<u64, Stream>,
     context: &RequestsContext<'_>,
-) {
+) -> bool {
+    let mut started = false;
     loop {
         match h3.poll(conn) {
             Ok((id, h3::Event::Headers { list, more_frames })) => {
@@ -356,6 +390,7 @@ fn poll_requests(
                 }
                 metrics::record_stream();
                 streams.insert(id, start_request(list, more_frames, context, conn));
+                started = true;
             }
             Ok((id, h3::Event::Finished)) => {
                 if let Some(stream) = streams.get_mut(&id) {
@@ -371,12 +406,12 @@ fn poll_requests(
             }
             // Body data is read by `move_bodies`, as fast as each backend takes it.
             Ok((_, h3::Event::Data | h3::Event::PriorityUpdate | h3::Event::GoAway)) => {}
-            Err(h3::Error::Done) => return,
+            Err(h3::Error::Done) => return started,
             Err(err) => {
                 tracing::debug!(error = %err, "HTTP/3 error");
                 // quiche has closed the connection itself on a protocol error; this covers the rest.
                 let _ = conn.close(true, H3_INTERNAL_ERROR, b"");
-                return;
+                return started;
             }
         }
     }
@@ -421,6 +456,10 @@ fn move_bodies(
     conn: &mut quiche::Connection,
     streams: &mut HashMap<u64, Stream>,
 ) {
+    // Most requests have no body: no buffer to clear for them on every turn of the loop.
+    if streams.values().all(|stream| stream.body.is_none()) {
+        return;
+    }
     let mut chunk = [0u8; BODY_CHUNK];
     for (id, stream) in streams.iter_mut() {
         let Some(body) = stream.body.as_ref() else {
@@ -436,13 +475,15 @@ fn move_bodies(
 }
 
 /// Writes the request tasks' replies to their streams while quiche has room, and forgets
-/// a stream whose response has ended (adding it to `answered`).
+/// a stream whose response has ended (adding it to `answered`). True when a reply was
+/// taken.
 fn send_replies(
     h3: &mut h3::Connection,
     conn: &mut quiche::Connection,
     streams: &mut HashMap<u64, Stream>,
     answered: &mut Vec<u64>,
-) {
+) -> bool {
+    let mut replied = false;
     for (id, stream) in streams.iter_mut() {
         while !stream.done {
             let reply = match stream.unsent.take() {
@@ -454,6 +495,7 @@ fn send_replies(
                     Err(mpsc::error::TryRecvError::Disconnected) => Reply::Abort,
                 },
             };
+            replied = true;
             match write_reply(h3, conn, *id, reply) {
                 Ok(ended) => stream.done = ended,
                 Err(rest) => {
@@ -474,6 +516,7 @@ fn send_replies(
         }
         false
     });
+    replied
 }
 
 /// Writes one reply: `Ok(true)` when it ended the response, `Err` with what is left of it
