@@ -92,20 +92,17 @@ struct Stream {
     done: bool,
 }
 
+/// The connection's task. Longer than most functions here because its one loop is the
+/// order each turn must follow (read datagrams, with 0-RTT requests taken between them;
+/// note the handshake's end; serve HTTP/3; send; wait), and its steps share the
+/// connection's state; each step that stands alone is a function below.
 pub(super) async fn run(
     // Boxed: quiche's connection is 8 KB, which the task's future would otherwise hold
     // twice (as its argument and as the local it becomes).
     mut conn: Box<quiche::Connection>,
     mut context: ConnectionContext,
 ) {
-    let wake = Arc::new(Notify::new());
-    let waker = Waker::from(Arc::new(NotifyWaker(wake.clone())));
-    let ssl = AsMut::<boring::ssl::SslRef>::as_mut(&mut *conn);
-    ssl.set_task_waker(Some(waker));
-    // As over TCP: the listener's settings are of no use once the handshake is done (the
-    // tickets and the 0-RTT answer are part of it), and BoringSSL then frees its copy.
-    crate::sys::shed_handshake_config(ssl);
-    metrics::connection_opened();
+    let wake = open(&mut conn);
     let mut established = false;
     // Turns true when the handshake completes: requests that came in 0-RTT data wait on it.
     let (confirmed, confirmed_rx) = watch::channel(false);
@@ -115,8 +112,7 @@ pub(super) async fn run(
     // Until the handshake completes or has been given up.
     let mut handshake_deadline =
         Some(std::time::Instant::now() + context.service.handshake_timeout);
-    // While the acknowledgement of new requests waits for their responses (ACK_HOLD).
-    let mut ack_hold: Option<std::time::Instant> = None;
+    let mut ack_hold = AckHold::default();
     loop {
         let took_datagrams = !received.is_empty();
         for mut datagram in received.drain(..) {
@@ -138,11 +134,7 @@ pub(super) async fn run(
         if !established && conn.is_established() {
             established = true;
             handshake_deadline = None;
-            context.handshaking = None;
-            confirmed.send_replace(true);
-            let ssl = AsMut::<boring::ssl::SslRef>::as_mut(&mut *conn);
-            let early_data = crate::tls::early_data_outcome(ssl) == Some("accepted");
-            metrics::record_handshake(conn.is_resumed(), early_data);
+            handshake_done(&mut conn, &mut context, &confirmed);
         }
         if established {
             follow_paths(&mut conn, &mut context);
@@ -160,15 +152,12 @@ pub(super) async fn run(
             }
             None => Served::default(),
         };
-        let now = std::time::Instant::now();
-        let hold = established
+        let new_requests = established
             && took_datagrams
             && served.started
             && !served.replied
-            && !*context.draining.borrow()
-            && *ack_hold.get_or_insert(now + ACK_HOLD) > now;
-        if !hold {
-            ack_hold = None;
+            && !*context.draining.borrow();
+        if !ack_hold.holds(new_requests, std::time::Instant::now()) {
             flush(&mut conn, &context.socket).await;
         }
         if conn.is_closed() {
@@ -186,7 +175,7 @@ pub(super) async fn run(
             _ = wake.notified() => {}
             _ = context.draining.changed() => {}
             _ = sleep_until(deadline) => conn.on_timeout(),
-            _ = sleep_until(ack_hold) => {}
+            _ = sleep_until(ack_hold.until) => {}
             _ = sleep_until(handshake_deadline) => {
                 tracing::debug!(client = %context.client, "QUIC handshake timed out");
                 handshake_deadline = None;
@@ -200,6 +189,55 @@ pub(super) async fn run(
     }
     metrics::connection_closed(established);
     drop(context.places);
+}
+
+/// Readies a new connection for its task: BoringSSL's asynchronous callbacks wake the task
+/// through the `Notify` returned.
+fn open(conn: &mut quiche::Connection) -> Arc<Notify> {
+    let wake = Arc::new(Notify::new());
+    let waker = Waker::from(Arc::new(NotifyWaker(wake.clone())));
+    let ssl = AsMut::<boring::ssl::SslRef>::as_mut(conn);
+    ssl.set_task_waker(Some(waker));
+    // As over TCP: the listener's settings are of no use once the handshake is done (the
+    // tickets and the 0-RTT answer are part of it), and BoringSSL then frees its copy.
+    crate::sys::shed_handshake_config(ssl);
+    metrics::connection_opened();
+    wake
+}
+
+/// The handshake has completed: it no longer counts as one in progress, requests that came
+/// in 0-RTT data may go on, and it is counted by kind.
+fn handshake_done(
+    conn: &mut quiche::Connection,
+    context: &mut ConnectionContext,
+    confirmed: &watch::Sender<bool>,
+) {
+    context.handshaking = None;
+    confirmed.send_replace(true);
+    let ssl = AsMut::<boring::ssl::SslRef>::as_mut(conn);
+    let early_data = crate::tls::early_data_outcome(ssl) == Some("accepted");
+    metrics::record_handshake(conn.is_resumed(), early_data);
+}
+
+/// Holds back sending after a turn that read new requests and had no reply yet, for at most
+/// [`ACK_HOLD`] from the first such turn, so that the requests' acknowledgement leaves with
+/// their responses.
+#[derive(Default)]
+struct AckHold {
+    /// When the hold runs out; `None` when nothing is held.
+    until: Option<std::time::Instant>,
+}
+
+impl AckHold {
+    /// Whether this turn's sending waits: it read `new_requests` (and has no reply for
+    /// them) and the hold has not run out at `now`. Otherwise the hold ends.
+    fn holds(&mut self, new_requests: bool, now: std::time::Instant) -> bool {
+        let holds = new_requests && *self.until.get_or_insert(now + ACK_HOLD) > now;
+        if !holds {
+            self.until = None;
+        }
+        holds
+    }
 }
 
 /// The connection's HTTP/3 layer, started on the first call; `None` when its setup failed
@@ -556,5 +594,29 @@ fn write_reply(
             let _ = conn.stream_shutdown(id, quiche::Shutdown::Read, H3_REQUEST_CANCELLED);
             Ok(true)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sending_waits_for_new_requests_at_most_the_hold() {
+        let start = std::time::Instant::now();
+        let mut hold = AckHold::default();
+        assert!(!hold.holds(false, start), "nothing new: send");
+        assert!(hold.until.is_none());
+        assert!(hold.holds(true, start));
+        assert_eq!(hold.until, Some(start + ACK_HOLD));
+        // More requests in a later turn do not push the end back.
+        assert!(hold.holds(true, start + ACK_HOLD / 2));
+        assert_eq!(hold.until, Some(start + ACK_HOLD));
+        assert!(!hold.holds(true, start + ACK_HOLD), "the hold has run out");
+        assert!(hold.until.is_none());
+        // A reply (or anything but new requests) sends at once and ends the hold.
+        assert!(hold.holds(true, start + ACK_HOLD * 2));
+        assert!(!hold.holds(false, start + ACK_HOLD * 2));
+        assert!(hold.until.is_none());
     }
 }
