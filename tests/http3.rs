@@ -353,13 +353,13 @@ async fn a_client_of_a_connection_gone_here_gets_a_stateless_reset() {
         let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut conn = quiche_client(&socket, server, None);
         let info = from_server(&socket, server);
-        while !conn.is_established() {
-            quiche_flush(&mut conn, &socket);
-            let mut answer = receive(&socket);
-            conn.recv(&mut answer, info).unwrap();
-        }
-        // The client's last handshake flight: the server then has the connection open.
-        quiche_flush(&mut conn, &socket);
+        // Its last handshake flight sent too: the server then has the connection open.
+        quiche_exchange_until(
+            &mut conn,
+            &socket,
+            server,
+            quiche::Connection::is_established,
+        );
         wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"full\"} 1");
         wait_for_metric(admin, "tlsterm_quic_connections 0");
         conn.send_ack_eliciting().unwrap();
@@ -641,13 +641,12 @@ async fn a_quickly_answered_request_costs_one_datagram() {
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut conn = quiche_client(&socket, server, None);
         let info = from_server(&socket, server);
-        loop {
-            quiche_flush(&mut conn, &socket);
-            if conn.is_established() {
-                break;
-            }
-            conn.recv(&mut receive(&socket), info).unwrap();
-        }
+        quiche_exchange_until(
+            &mut conn,
+            &socket,
+            server,
+            quiche::Connection::is_established,
+        );
         let mut h3 =
             quiche::h3::Connection::with_transport(&mut conn, &quiche::h3::Config::new().unwrap())
                 .unwrap();
@@ -1067,13 +1066,27 @@ fn from_server(socket: &std::net::UdpSocket, server: SocketAddr) -> quiche::Recv
 fn quiche_session(server: SocketAddr) -> Vec<u8> {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut conn = quiche_client(&socket, server, None);
-    let info = from_server(&socket, server);
+    quiche_exchange_until(&mut conn, &socket, server, |conn| {
+        conn.is_established() && conn.session().is_some()
+    });
+    conn.session().unwrap().to_vec()
+}
+
+/// Sends what `conn` has to send and reads the server's answers, in turn, until `done`
+/// says so after a send.
+fn quiche_exchange_until(
+    conn: &mut quiche::Connection,
+    socket: &std::net::UdpSocket,
+    server: SocketAddr,
+    done: impl Fn(&quiche::Connection) -> bool,
+) {
+    let info = from_server(socket, server);
     loop {
-        quiche_flush(&mut conn, &socket);
-        if conn.is_established() && conn.session().is_some() {
-            return conn.session().unwrap().to_vec();
+        quiche_flush(conn, socket);
+        if done(conn) {
+            return;
         }
-        conn.recv(&mut receive(&socket), info).unwrap();
+        conn.recv(&mut receive(socket), info).unwrap();
     }
 }
 
