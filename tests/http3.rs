@@ -349,17 +349,10 @@ async fn a_client_of_a_connection_gone_here_gets_a_stateless_reset() {
     let (_dir, server, port) = start_quic(&backend.to_string(), "", "quic_idle_timeout = \"1s\"\n");
     let admin = admin_address(&server.config).unwrap();
     tokio::task::spawn_blocking(move || {
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut conn = quiche_client(&socket, server, None);
-        let info = from_server(&socket, server);
         // Its last handshake flight sent too: the server then has the connection open.
-        quiche_exchange_until(
-            &mut conn,
-            &socket,
-            server,
-            quiche::Connection::is_established,
-        );
+        let (socket, mut conn) = quiche_connected(server);
+        let info = from_server(&socket, server);
         wait_for_metric(admin, "tlsterm_quic_handshakes_total{kind=\"full\"} 1");
         wait_for_metric(admin, "tlsterm_quic_connections 0");
         conn.send_ack_eliciting().unwrap();
@@ -638,15 +631,8 @@ async fn a_quickly_answered_request_costs_one_datagram() {
     let (_dir, _server, port) = start_quic(&backend.to_string(), "", "");
     let datagrams = tokio::task::spawn_blocking(move || {
         let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut conn = quiche_client(&socket, server, None);
+        let (socket, mut conn) = quiche_connected(server);
         let info = from_server(&socket, server);
-        quiche_exchange_until(
-            &mut conn,
-            &socket,
-            server,
-            quiche::Connection::is_established,
-        );
         let mut h3 =
             quiche::h3::Connection::with_transport(&mut conn, &quiche::h3::Config::new().unwrap())
                 .unwrap();
@@ -1070,6 +1056,20 @@ fn quiche_session(server: SocketAddr) -> Vec<u8> {
         conn.is_established() && conn.session().is_some()
     });
     conn.session().unwrap().to_vec()
+}
+
+/// A new connection of quiche's client to `server`, its handshake complete (its last flight
+/// sent), and the socket it uses.
+fn quiche_connected(server: SocketAddr) -> (std::net::UdpSocket, quiche::Connection) {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut conn = quiche_client(&socket, server, None);
+    quiche_exchange_until(
+        &mut conn,
+        &socket,
+        server,
+        quiche::Connection::is_established,
+    );
+    (socket, conn)
 }
 
 /// Sends what `conn` has to send and reads the server's answers, in turn, until `done`
