@@ -16,7 +16,7 @@ use tlsterm_engine::{
     SignRequest, MAX_BATCH,
 };
 
-mod key_shares;
+mod curves;
 
 #[derive(clap::Args, Debug)]
 pub struct SpeedArgs {
@@ -51,8 +51,8 @@ pub struct SpeedArgs {
     /// `--batch-sizes`.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
-    /// Algorithms to measure (rsa2048, rsa3072, rsa4096, ecdsap256; key shares x25519,
-    /// x25519mlkem768, p256ecdh); all if none.
+    /// Algorithms to measure (rsa2048, rsa3072, rsa4096, ecdsap256, ecdsap384; key shares
+    /// x25519, x25519mlkem768, p256ecdh, p384ecdh); all if none.
     pub algorithms: Vec<String>,
 }
 
@@ -258,16 +258,16 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
     let algs: Vec<String> = if args.algorithms.is_empty() {
         ["rsa2048", "rsa3072", "rsa4096", "ecdsap256"]
             .into_iter()
-            .chain(key_shares::NAMES)
+            .chain(curves::NAMES)
             .map(String::from)
             .collect()
     } else {
         args.algorithms.clone()
     };
-    let (share_algs, algs): (Vec<String>, Vec<String>) = algs
+    let (curve_algs, algs): (Vec<String>, Vec<String>) = algs
         .into_iter()
-        .partition(|alg| key_shares::NAMES.contains(&alg.as_str()));
-    let share_algs: Vec<&str> = share_algs.iter().map(String::as_str).collect();
+        .partition(|alg| curves::NAMES.contains(&alg.as_str()));
+    let curve_algs: Vec<&str> = curve_algs.iter().map(String::as_str).collect();
     let padding = if args.pss {
         RsaPadding::Pss(Hash::Sha256)
     } else {
@@ -285,7 +285,7 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
         for &kernel in &kernels {
             batch_sizes(args, kernel, padding, &algs)?;
         }
-        return key_shares::run(args, &share_algs);
+        return curves::run(args, &curve_algs);
     }
 
     println!(
@@ -294,7 +294,7 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
         if args.elapsed { "wall-clock" } else { "CPU" }
     );
     if algs.is_empty() {
-        return key_shares::run(args, &share_algs);
+        return curves::run(args, &curve_algs);
     }
     let mut rows = Vec::new();
     for alg in &algs {
@@ -363,7 +363,7 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
             }
             other => bail!(
                 "unknown algorithm {other:?} (rsa2048, rsa3072, rsa4096, ecdsap256, {})",
-                key_shares::NAMES.join(", ")
+                curves::NAMES.join(", ")
             ),
         };
         rows.push((alg.clone(), inline, batch));
@@ -409,7 +409,7 @@ pub fn run(args: &SpeedArgs) -> anyhow::Result<()> {
         );
     }
     println!();
-    key_shares::run(args, &share_algs)
+    curves::run(args, &curve_algs)
 }
 
 /// The median of `v` (the mean of the middle two for an even count), `None`

@@ -1,5 +1,5 @@
 //! Handshakes through `serve` with the batch engine: many concurrent clients, RSA keys of
-//! every size, PSS and PKCS#1 v1.5, and ECDSA P-256; each client verifies the server's
+//! every size, PSS and PKCS#1 v1.5, ECDSA P-256 and P-384; each client verifies the server's
 //! signature (BoringSSL checks CertificateVerify / ServerKeyExchange even when it does not
 //! check the chain).
 //!
@@ -22,6 +22,8 @@ enum Sig {
     /// ECDSA (the certificate's key decides the algorithm in TLS 1.3).
     Any13,
     Ecdsa12,
+    /// TLS 1.2, ECDSA with SHA-384 only (what a P-384 key signs in TLS 1.3).
+    EcdsaSha384Tls12,
 }
 
 async fn handshake(port: u16, sig: Sig) -> anyhow::Result<()> {
@@ -41,6 +43,10 @@ async fn handshake(port: u16, sig: Sig) -> anyhow::Result<()> {
             builder.set_max_proto_version(Some(SslVersion::TLS1_2))?;
             builder.set_sigalgs_list("ECDSA+SHA256:ECDSA+SHA384")?;
         }
+        Sig::EcdsaSha384Tls12 => {
+            builder.set_max_proto_version(Some(SslVersion::TLS1_2))?;
+            builder.set_sigalgs_list("ECDSA+SHA384")?;
+        }
     }
     let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
     let mut tls = tokio_boring::connect(builder.build().configure()?, "localhost", tcp).await?;
@@ -55,6 +61,8 @@ struct Load {
     signatures: f64,
     /// Of those, the ones the multi-buffer engine made.
     batched: f64,
+    /// Of those, the ones aws-lc made.
+    aws_lc: f64,
     batches: f64,
     ops_in_batches: f64,
     /// Batches below their kind's small-batch threshold, signed one by one inline.
@@ -65,11 +73,14 @@ struct Load {
 }
 
 /// `openssl req -newkey` arguments, the `algorithm` label of the key's signatures, and the
-/// client's signature choices, for `key` ("rsa:BITS" or "ec:P-256").
+/// client's signature choices, for `key` ("rsa:BITS", "ec:P-256" or "ec:P-384").
 fn key_type(key: &str) -> (Vec<&str>, &'static str, &'static [Sig]) {
     if key == "ec:P-256" {
         let args = vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
         (args, "ecdsap256", &[Sig::Any13, Sig::Ecdsa12])
+    } else if key == "ec:P-384" {
+        let args = vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp384r1"];
+        (args, "ecdsap384", &[Sig::Any13, Sig::EcdsaSha384Tls12])
     } else {
         (
             vec!["-newkey", key],
@@ -136,6 +147,11 @@ async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) ->
         ops,
         &format!("algorithm=\"{algorithm}\",path=\"batch\""),
     );
+    let aws_lc = metric(
+        admin,
+        ops,
+        &format!("algorithm=\"{algorithm}\",path=\"aws-lc-rs\""),
+    );
     let batches = metric(admin, "tlsterm_engine_batch_operations_count", "");
     let ops_in_batches = metric(admin, "tlsterm_engine_batch_operations_sum", "");
     let small_batches = metric(admin, "tlsterm_engine_flushes_total", "cause=\"small\"");
@@ -158,6 +174,7 @@ async fn run_load(engine: &str, key: &str, clients: usize, per_client: usize) ->
     Load {
         signatures,
         batched,
+        aws_lc,
         batches,
         ops_in_batches,
         small_batches,
@@ -258,6 +275,22 @@ async fn ecdsa_inline_signs_p256_inline_and_leaves_rsa_batched() {
     assert_eq!(load.batches + load.small_batches, 0.0, "none was queued");
     let load = run_load(engine, "rsa:2048", 8, 2).await;
     assert_path(&load, best_kernel(), "rsa2048 beside ecdsa = \"inline\"");
+}
+
+/// ECDSA P-384 has no kernel: aws-lc signs each signature at once on every CPU (TLS 1.3,
+/// and TLS 1.2 with SHA-384), without the queue; `ecdsa = "inline"` leaves them to BoringSSL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecdsa_p384_is_signed_by_aws_lc_unless_inline() {
+    let load = run_load("mode = \"batch\"", "ec:P-384", 8, 2).await;
+    assert_eq!(
+        load.aws_lc, load.signatures,
+        "every P-384 signature was aws-lc's"
+    );
+    assert_eq!(load.batches + load.small_batches, 0.0, "none was queued");
+    let load = run_load("mode = \"batch\"\necdsa = \"inline\"", "ec:P-384", 4, 2).await;
+    assert_eq!(load.aws_lc, 0.0, "BoringSSL signed every P-384 signature");
+    let load = run_load("mode = \"inline\"", "ec:P-384", 4, 2).await;
+    assert_eq!(load.aws_lc, 0.0, "BoringSSL signed every P-384 signature");
 }
 
 /// ECDSA P-256 batches follow `ecdsa_small_batch_threshold`, not RSA's threshold (1 here):
@@ -380,4 +413,49 @@ fn speed_has_a_column_per_kernel_and_pairs_rounds() {
         assert!(lo <= ratio && ratio <= hi && lo > 0.0, "{row:?}");
     }
     assert!(text.contains("2 rounds:"), "{text}");
+}
+
+/// `tlsterm speed` for what `serve` takes from BoringSSL to aws-lc or a curve kernel: a row
+/// per key share and for ECDSA P-384 signatures, with BoringSSL's and aws-lc's figures and
+/// ratio; P-384 signatures have no kernel, so their kernel columns are empty.
+#[test]
+fn speed_compares_key_shares_and_p384_signatures_with_boringssl() {
+    let out = run(std::process::Command::new(TLSTERM).args([
+        "speed",
+        "--seconds",
+        "0.05",
+        "x25519",
+        "p384ecdh",
+        "ecdsap384",
+    ]));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("operation"))
+        .unwrap_or_else(|| panic!("no table header in {text}"));
+    let kernels = header.matches("/s").count() - 2;
+    assert_eq!(
+        kernels,
+        usize::from(P256Kernel::Ifma.is_available()),
+        "{header}"
+    );
+    for name in ["x25519", "p384ecdh", "ecdsap384"] {
+        let row: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} row in {text}"))
+            .split_whitespace()
+            .collect();
+        // name, then ops/s, µs per operation and (after the first) a ratio per column.
+        assert_eq!(row.len(), 3 + 3 + 3 * kernels, "{row:?}");
+        for column in [1, 3, 5] {
+            assert!(
+                row[column].parse::<f64>().expect("a figure") > 0.0,
+                "{row:?}"
+            );
+        }
+        if name == "ecdsap384" {
+            assert!(row[6..].iter().all(|c| *c == "-"), "{row:?}");
+        }
+    }
 }

@@ -1,5 +1,10 @@
 //! A private key as the offload layer sees it: the BoringSSL key for inline signing and,
-//! for RSA and ECDSA P-256, the same key converted for the multi-buffer engine.
+//! for RSA and ECDSA P-256, the same key converted for the multi-buffer engine; for ECDSA
+//! P-384, which has no kernel, the same key for aws-lc, whose P-384 signs about 4x as fast
+//! as BoringSSL's.
+
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{EcdsaKeyPair, ECDSA_P384_SHA384_ASN1_SIGNING};
 
 use boring::hash::MessageDigest;
 use boring::nid::Nid;
@@ -90,6 +95,9 @@ pub struct SigningKey {
     engine_key: Option<tlsterm_engine::RsaPrivateKey>,
     /// The key in the engine's form, for P-256 keys.
     p256_key: Option<tlsterm_engine::EcdsaP256Key>,
+    /// The key as aws-lc's, for P-384 keys (its SHA-384 signatures: the only ones TLS 1.3
+    /// lets a P-384 key make).
+    p384_key: Option<EcdsaKeyPair>,
 }
 
 impl std::fmt::Debug for SigningKey {
@@ -100,7 +108,7 @@ impl std::fmt::Debug for SigningKey {
 
 impl SigningKey {
     pub fn new(pkey: PKey<Private>) -> anyhow::Result<SigningKey> {
-        let mut p256_key = None;
+        let (mut p256_key, mut p384_key) = (None, None);
         let (kind, engine_key) = match pkey.id() {
             Id::RSA => {
                 let bits = pkey.bits();
@@ -126,6 +134,10 @@ impl SigningKey {
                     p256_key = p256_engine_key(&ec)
                         .map_err(|err| tracing::warn!(error = %err, "P-256 key not usable by the engine: signing it inline"))
                         .ok();
+                } else {
+                    p384_key = aws_lc_key(&pkey)
+                        .map_err(|err| tracing::warn!(error = %err, "P-384 key not usable by aws-lc: signing it with BoringSSL"))
+                        .ok();
                 }
                 (KeyKind::Ecdsa { curve }, None)
             }
@@ -136,6 +148,7 @@ impl SigningKey {
             kind,
             engine_key,
             p256_key,
+            p384_key,
         })
     }
 
@@ -160,6 +173,26 @@ impl SigningKey {
         }
     }
 
+    /// Signs with aws-lc on the calling thread where it is faster than BoringSSL: ECDSA
+    /// P-384 with SHA-384. `None` for every other key and scheme. aws-lc draws each nonce
+    /// from its random generator with the key and the digest mixed in, as BoringSSL does.
+    pub fn sign_aws_lc(
+        &self,
+        scheme: Scheme,
+        message: &[u8],
+    ) -> Option<Result<Vec<u8>, OffloadError>> {
+        let key = self.p384_key.as_ref()?;
+        if scheme != Scheme::Ecdsa(HashAlg::Sha384) {
+            return None;
+        }
+        let signature = key.sign(&SystemRandom::new(), message);
+        Some(
+            signature
+                .map(|s| s.as_ref().to_vec())
+                .map_err(|_| OffloadError::Signing),
+        )
+    }
+
     /// Signs with BoringSSL on the calling thread.
     pub fn sign_inline(&self, scheme: Scheme, message: &[u8]) -> Result<Vec<u8>, OffloadError> {
         let result = (|| {
@@ -180,6 +213,13 @@ impl SigningKey {
         })();
         result.unwrap_or(Err(OffloadError::Signing))
     }
+}
+
+/// The key as aws-lc's, through its PKCS#8 encoding (wiped once parsed).
+fn aws_lc_key(pkey: &PKey<Private>) -> anyhow::Result<EcdsaKeyPair> {
+    let pkcs8 = zeroize::Zeroizing::new(pkey.private_key_to_der_pkcs8()?);
+    EcdsaKeyPair::from_pkcs8(&ECDSA_P384_SHA384_ASN1_SIGNING, &pkcs8)
+        .map_err(|err| anyhow::anyhow!("aws-lc refused the key: {err}"))
 }
 
 /// Copies the RSA components out of BoringSSL into the engine's key type.

@@ -1,7 +1,7 @@
 //! The server's key share of a TLS 1.3 handshake, computed outside BoringSSL.
 //!
 //! BoringSSL computes its (EC)DHE share inline, and its X25519 and ML-KEM-768 are about
-//! half as fast as aws-lc's. Here a share is computed from the client's share of the
+//! half as fast as aws-lc's (its P-384 several times slower). Here a share is computed from the client's share of the
 //! group the handshake will use: the server's public value (or, for ML-KEM, the
 //! ciphertext) and the shared secret. `tls::key_share_hint` hands the result to BoringSSL.
 
@@ -17,11 +17,13 @@ pub enum Group {
     X25519MlKem768,
     X25519,
     P256,
+    P384,
 }
 
 const X25519_LEN: usize = 32;
 const MLKEM768_PUBLIC_LEN: usize = 1184;
 const P256_POINT_LEN: usize = 65;
+const P384_POINT_LEN: usize = 97;
 
 impl Group {
     /// The group of a TLS `NamedGroup` code point, if tlsterm computes its shares.
@@ -30,6 +32,7 @@ impl Group {
             0x11ec => Some(Group::X25519MlKem768),
             0x001d => Some(Group::X25519),
             0x0017 => Some(Group::P256),
+            0x0018 => Some(Group::P384),
             _ => None,
         }
     }
@@ -40,6 +43,7 @@ impl Group {
             Group::X25519MlKem768 => 0x11ec,
             Group::X25519 => 0x001d,
             Group::P256 => 0x0017,
+            Group::P384 => 0x0018,
         }
     }
 
@@ -49,6 +53,7 @@ impl Group {
             Group::X25519MlKem768 => "X25519MLKEM768",
             Group::X25519 => "X25519",
             Group::P256 => "P-256",
+            Group::P384 => "P-384",
         }
     }
 }
@@ -81,18 +86,8 @@ pub fn compute(group: Group, peer: &[u8]) -> Result<ServerShare, KeyShareError> 
                 secret,
             })
         }
-        Group::P256 => {
-            // BoringSSL accepts only uncompressed points in TLS 1.3; so must we.
-            if peer.len() != P256_POINT_LEN || peer[0] != 4 {
-                return Err(KeyShareError::BadPeerShare);
-            }
-            let (public, secret) = ecdh(&agreement::ECDH_P256, peer)?;
-            Ok(ServerShare {
-                group,
-                public,
-                secret,
-            })
-        }
+        Group::P256 => nist_ecdh(group, &agreement::ECDH_P256, P256_POINT_LEN, peer),
+        Group::P384 => nist_ecdh(group, &agreement::ECDH_P384, P384_POINT_LEN, peer),
         Group::X25519MlKem768 => {
             let (peer_mlkem, peer_x25519) = split_hybrid(peer)?;
             let mlkem = encapsulate(peer_mlkem)?;
@@ -100,6 +95,25 @@ pub fn compute(group: Group, peer: &[u8]) -> Result<ServerShare, KeyShareError> 
             Ok(hybrid(mlkem, &x25519_public, &x25519_secret))
         }
     }
+}
+
+/// A P-256 or P-384 share: the client's point must be uncompressed, as BoringSSL accepts
+/// only those in TLS 1.3.
+fn nist_ecdh(
+    group: Group,
+    alg: &'static agreement::Algorithm,
+    point_len: usize,
+    peer: &[u8],
+) -> Result<ServerShare, KeyShareError> {
+    if peer.len() != point_len || peer[0] != 4 {
+        return Err(KeyShareError::BadPeerShare);
+    }
+    let (public, secret) = ecdh(alg, peer)?;
+    Ok(ServerShare {
+        group,
+        public,
+        secret,
+    })
 }
 
 /// A client's X25519MLKEM768 share: its ML-KEM-768 encapsulation key and its X25519 share.
@@ -176,11 +190,11 @@ mod tests {
     /// The client's half of each group, with aws-lc: its share, and its finish.
     fn client_half(group: Group) -> (Vec<u8>, ClientFinish) {
         match group {
-            Group::X25519 | Group::P256 => {
-                let alg = if group == Group::X25519 {
-                    &agreement::X25519
-                } else {
-                    &agreement::ECDH_P256
+            Group::X25519 | Group::P256 | Group::P384 => {
+                let alg = match group {
+                    Group::X25519 => &agreement::X25519,
+                    Group::P256 => &agreement::ECDH_P256,
+                    _ => &agreement::ECDH_P384,
                 };
                 let private = PrivateKey::generate(alg).unwrap();
                 let share = private.compute_public_key().unwrap().as_ref().to_vec();
@@ -227,7 +241,12 @@ mod tests {
 
     #[test]
     fn each_group_agrees_with_the_client() {
-        for group in [Group::X25519MlKem768, Group::X25519, Group::P256] {
+        for group in [
+            Group::X25519MlKem768,
+            Group::X25519,
+            Group::P256,
+            Group::P384,
+        ] {
             let (share, finish) = client_half(group);
             let server = compute(group, &share).unwrap();
             assert_eq!(finish(&server.public), *server.secret, "{group:?}");
@@ -254,14 +273,25 @@ mod tests {
     fn malformed_shares_are_refused() {
         assert!(compute(Group::X25519, &[9u8; 31]).is_err());
         assert!(compute(Group::X25519MlKem768, &[0u8; 1184]).is_err());
-        // A compressed P-256 point: valid, but not what TLS 1.3 allows.
-        let (share, _) = client_half(Group::P256);
-        let mut compressed = vec![2 + (share[64] & 1)];
-        compressed.extend_from_slice(&share[1..33]);
-        assert_eq!(
-            compute(Group::P256, &compressed).err(),
-            Some(KeyShareError::BadPeerShare)
-        );
+        // A compressed point: valid, but not what TLS 1.3 allows.
+        for (group, coordinate) in [(Group::P256, 32), (Group::P384, 48)] {
+            let (share, _) = client_half(group);
+            let mut compressed = vec![2 + (share[2 * coordinate] & 1)];
+            compressed.extend_from_slice(&share[1..=coordinate]);
+            assert_eq!(
+                compute(group, &compressed).err(),
+                Some(KeyShareError::BadPeerShare),
+                "{group:?}"
+            );
+            // A point that is not on the curve.
+            let mut off_curve = share.clone();
+            off_curve[coordinate] ^= 1;
+            assert_eq!(
+                compute(group, &off_curve).err(),
+                Some(KeyShareError::BadPeerShare),
+                "{group:?}"
+            );
+        }
         // An ML-KEM key whose coefficients are not reduced mod q (all bits set).
         let mut bad = vec![0xffu8; 1184];
         bad.extend_from_slice(&[9u8; 32]);

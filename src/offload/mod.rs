@@ -6,7 +6,8 @@
 //! kernel (AVX-512 IFMA) and `[engine] ecdsa` batches, joins its worker's queue and the
 //! handshake is suspended; the worker's queue runs the multi-buffer engine when a kind's
 //! batch is full, when every handshake of the worker is waiting on it, or when the poll
-//! delay expires.
+//! delay expires. An ECDSA P-384 signature, which has no kernel, is aws-lc's at once
+//! (unless `[engine]` asks for inline signing).
 
 mod key;
 pub mod key_share;
@@ -77,6 +78,9 @@ pub struct OffloadSettings {
     pub curve_kernel: CurveKernel,
     /// Below this many queued X25519 shares, aws-lc computes them one by one.
     pub x25519_small_batch_threshold: usize,
+    /// ECDSA P-384 signatures (no kernel) by aws-lc, about 4x as fast as BoringSSL's;
+    /// false when `[engine]` asks for inline signing, which is BoringSSL's.
+    pub p384_aws_lc: bool,
 }
 
 /// Who computed a key share: `/metrics` counts each path.
@@ -171,6 +175,7 @@ impl OffloadSettings {
             curve_kernel,
             x25519_small_batch_threshold: count(&config.x25519_small_batch_threshold)
                 .unwrap_or_else(|| x25519_small_batch_threshold(curve_kernel)),
+            p384_aws_lc: config.mode == EngineMode::Batch && config.ecdsa == EcdsaMode::Batch,
         }
     }
 
@@ -323,7 +328,7 @@ pub fn sign(key: Arc<SigningKey>, alg: SslSignatureAlgorithm, message: &[u8]) ->
     match queue::try_enqueue(&key, scheme, message) {
         Some(pending) => pending,
         None => {
-            let result = queue::counted_inline(&key, scheme, message);
+            let result = queue::counted_single(&key, scheme, message);
             Box::pin(std::future::ready(result))
         }
     }
@@ -353,7 +358,7 @@ pub fn key_share(group: key_share::Group, peer: &[u8]) -> Option<PendingKeyShare
     };
     match (path, group) {
         (KeySharePath::Inline, _) => None,
-        (KeySharePath::AwsLc, _) | (KeySharePath::Batch, Group::P256) => {
+        (KeySharePath::AwsLc, _) | (KeySharePath::Batch, Group::P256 | Group::P384) => {
             ready(compute(group, peer).ok(), KeySharePath::AwsLc)
         }
         (KeySharePath::Batch, Group::X25519) => {

@@ -154,12 +154,19 @@ pub(super) fn try_enqueue_x25519(peer: [u8; 32]) -> Option<PendingX25519> {
     current()?.enqueue_x25519(peer)
 }
 
-/// Computes one operation with BoringSSL and counts it as an inline operation.
-pub(super) fn counted_inline(
+/// Computes one operation at once and counts it by its path: aws-lc where it is faster
+/// than BoringSSL and this worker's settings let it (ECDSA P-384), else BoringSSL inline.
+pub(super) fn counted_single(
     key: &SigningKey,
     scheme: Scheme,
     message: &[u8],
 ) -> Result<Vec<u8>, OffloadError> {
+    // Off a worker (as in tests) aws-lc signs, as it computes key shares there.
+    let aws_lc = settings().is_none_or(|settings| settings.p384_aws_lc);
+    if let Some(result) = aws_lc.then(|| key.sign_aws_lc(scheme, message)).flatten() {
+        metrics::record_op(key.kind().label(), "aws-lc-rs");
+        return result;
+    }
     let result = key.sign_inline(scheme, message);
     metrics::record_op(key.kind().label(), "inline");
     result

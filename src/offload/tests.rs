@@ -146,3 +146,16 @@ fn key_shares_as_configured() {
     let threshold = OffloadSettings::choose(&config("x25519_small_batch_threshold = 1"), &ifma());
     assert_eq!(threshold.x25519_small_batch_threshold, 1);
 }
+
+#[test]
+fn aws_lc_signs_p384_on_every_cpu_unless_signing_is_inline() {
+    for cpu in [ifma(), avx2_only(), no_simd()] {
+        assert!(OffloadSettings::choose(&config(""), &cpu).p384_aws_lc);
+        for inline in ["mode = \"inline\"", "ecdsa = \"inline\""] {
+            assert!(
+                !OffloadSettings::choose(&config(inline), &cpu).p384_aws_lc,
+                "{inline}"
+            );
+        }
+    }
+}

@@ -110,6 +110,7 @@ fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings 
         key_shares: KeySharePath::Batch,
         curve_kernel: tlsterm_engine::CurveKernel::Ifma,
         x25519_small_batch_threshold: small_batch_threshold,
+        p384_aws_lc: true,
     }
 }
 

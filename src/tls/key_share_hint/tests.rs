@@ -10,8 +10,10 @@ use super::*;
 use crate::offload::key_share::compute;
 use crate::tls::selfsigned::{generate, SelfSignedKey};
 
-const SERVER_GROUPS: &str = "X25519MLKEM768:X25519:P-256:P-384";
-const SERVER_GROUP_IDS: [u16; 4] = [0x11ec, 0x001d, 0x0017, 0x0018];
+/// Every group tlsterm computes, and P-521, which it does not (BoringSSL has it, a
+/// listener cannot ask for it).
+const SERVER_GROUPS: &str = "X25519MLKEM768:X25519:P-256:P-384:P-521";
+const SERVER_GROUP_IDS: [u16; 5] = [0x11ec, 0x001d, 0x0017, 0x0018, 0x0019];
 
 /// What the server's certificate callback does with the share it computed.
 #[derive(Clone, Copy)]
@@ -89,7 +91,7 @@ fn client_share_of(group: Group) -> Vec<u8> {
             let generator = hex_p256_generator();
             compute(Group::P256, &generator).unwrap().public
         }
-        Group::X25519MlKem768 => panic!("not needed"),
+        Group::X25519MlKem768 | Group::P384 => panic!("not needed"),
     }
 }
 
@@ -109,6 +111,7 @@ fn boringssl_uses_the_hint_for_every_group() {
         ("X25519MLKEM768:X25519", 0x11ec),
         ("X25519", 0x001d),
         ("P-256:X25519", 0x0017),
+        ("P-384:X25519", 0x0018),
     ] {
         assert_eq!(handshake(groups, Hint::AsComputed), Ok(id), "{groups}");
         // If BoringSSL stopped applying hints, the corrupted secret would go unnoticed.
@@ -135,8 +138,8 @@ fn a_hint_of_another_group_is_ignored() {
 
 #[test]
 fn no_hint_for_a_group_tlsterm_does_not_compute() {
-    // P-384: BoringSSL computes it, and the callback sets nothing.
-    assert_eq!(handshake("P-384", Hint::Corrupted), Ok(0x0018));
+    // P-521: BoringSSL computes it, and the callback sets nothing.
+    assert_eq!(handshake("P-521", Hint::Corrupted), Ok(0x0019));
 }
 
 #[test]

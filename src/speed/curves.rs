@@ -1,7 +1,9 @@
-//! `tlsterm speed x25519 x25519mlkem768 p256ecdh`: the server's half of a TLS 1.3 key
-//! exchange (key generation and agreement, or ML-KEM encapsulation), per second on the
-//! calling thread: BoringSSL (what it computes inline in a handshake), aws-lc (what
-//! `serve` hands BoringSSL as a hint), and each multi-buffer kernel that has the group.
+//! `tlsterm speed x25519 x25519mlkem768 p256ecdh p384ecdh ecdsap384`: the operations that
+//! `serve` takes from BoringSSL to aws-lc or a curve kernel, per second on the calling
+//! thread, against BoringSSL: the server's half of a TLS 1.3 key exchange (key generation
+//! and agreement, or ML-KEM encapsulation; aws-lc's is handed to BoringSSL as a hint), and
+//! ECDSA P-384 signatures (which have no kernel: aws-lc signs them one at a time). Each
+//! multi-buffer kernel that has the group adds a column.
 
 use anyhow::bail;
 use boring::derive::Deriver;
@@ -14,15 +16,26 @@ use tlsterm_engine::{x25519_server_shares, X25519Kernel};
 
 use super::{batch_size_table, measure, median, paired_ratio, progress, SpeedArgs};
 use crate::offload::key_share::{compute, encapsulate, hybrid, split_hybrid, Group};
+use crate::offload::{HashAlg, Scheme, SigningKey};
 
-/// The key-share algorithms `tlsterm speed` knows.
-pub(super) const NAMES: [&str; 3] = ["x25519", "x25519mlkem768", "p256ecdh"];
+/// The algorithms of this table.
+pub(super) const NAMES: [&str; 5] = [
+    "x25519",
+    "x25519mlkem768",
+    "p256ecdh",
+    "p384ecdh",
+    "ecdsap384",
+];
+
+/// What ECDSA P-384 signs in `tlsterm speed`, as its RSA and P-256 rows do.
+const P384_MESSAGE: &[u8] = &[0x5a; 100];
 
 fn group(name: &str) -> Option<Group> {
     match name {
         "x25519" => Some(Group::X25519),
         "x25519mlkem768" => Some(Group::X25519MlKem768),
         "p256ecdh" => Some(Group::P256),
+        "p384ecdh" => Some(Group::P384),
         _ => None,
     }
 }
@@ -31,19 +44,20 @@ fn group(name: &str) -> Option<Group> {
 struct Client {
     share: Vec<u8>,
     x25519: PKey<Private>,
-    p256: PKey<Private>,
+    /// The client's key of a NIST curve group (P-256 for the others, unused).
+    nist: PKey<Private>,
     mlkem: Option<MlKemPublicKey>,
 }
 
 impl Client {
     fn new(group: Group) -> anyhow::Result<Client> {
         let x25519 = PKey::generate(Id::X25519)?;
-        let p256 = PKey::from_ec_key(EcKey::generate(&*p256_group()?)?)?;
+        let nist = PKey::from_ec_key(EcKey::generate(&*nist_group(group)?)?)?;
         let mut raw = [0u8; 32];
         let x25519_share = x25519.raw_public_key(&mut raw)?.to_vec();
         let (share, mlkem) = match group {
             Group::X25519 => (x25519_share, None),
-            Group::P256 => (point_bytes(&p256)?, None),
+            Group::P256 | Group::P384 => (point_bytes(&nist)?, None),
             Group::X25519MlKem768 => {
                 let (public, _private) = boring::mlkem::MlKemPrivateKey::generate(MlKem::MlKem768)?;
                 let mut share = public.as_bytes().to_vec();
@@ -54,14 +68,19 @@ impl Client {
         Ok(Client {
             share,
             x25519,
-            p256,
+            nist,
             mlkem,
         })
     }
 }
 
-fn p256_group() -> anyhow::Result<EcGroup> {
-    Ok(EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?)
+/// The curve of a NIST group (P-256 for the groups that have none).
+fn nist_group(group: Group) -> anyhow::Result<EcGroup> {
+    let curve = match group {
+        Group::P384 => Nid::SECP384R1,
+        _ => Nid::X9_62_PRIME256V1,
+    };
+    Ok(EcGroup::from_curve_name(curve)?)
 }
 
 fn point_bytes(key: &PKey<Private>) -> anyhow::Result<Vec<u8>> {
@@ -85,11 +104,11 @@ fn boringssl_share(group: Group, client: &Client) -> anyhow::Result<usize> {
     };
     Ok(match group {
         Group::X25519 => x25519()?,
-        Group::P256 => {
-            let key = PKey::from_ec_key(EcKey::generate(&*p256_group()?)?)?;
+        Group::P256 | Group::P384 => {
+            let key = PKey::from_ec_key(EcKey::generate(&*nist_group(group)?)?)?;
             let public = point_bytes(&key)?;
             let mut deriver = Deriver::new(&key)?;
-            deriver.set_peer(&client.p256)?;
+            deriver.set_peer(&client.nist)?;
             public.len() + deriver.derive_to_vec()?.len()
         }
         Group::X25519MlKem768 => {
@@ -134,7 +153,7 @@ fn engine_shares(kernel: X25519Kernel, group: Group, client: &Client, n: usize) 
             }
         }
         // No kernel: aws-lc's figure stands.
-        Group::P256 => {
+        Group::P256 | Group::P384 => {
             for _ in 0..n {
                 compute(group, &client.share).expect("aws-lc key share");
             }
@@ -142,7 +161,8 @@ fn engine_shares(kernel: X25519Kernel, group: Group, client: &Client, n: usize) 
     }
 }
 
-/// One row of the table: a group's operations per second of each round, per column.
+/// One row of the table: an algorithm's operations per second of each round, per column
+/// (no kernel column for an algorithm without a kernel).
 struct Row {
     name: &'static str,
     boringssl: Vec<f64>,
@@ -150,68 +170,115 @@ struct Row {
     kernels: Vec<Vec<f64>>,
 }
 
-/// Measures every key-share algorithm in `names` and prints their table.
+/// Measures every algorithm of this table in `names` and prints the table.
 pub(super) fn run(args: &SpeedArgs, names: &[&str]) -> anyhow::Result<()> {
     if names.is_empty() {
         return Ok(());
     }
     let kernels = kernels();
-    let lanes = tlsterm_engine::LANES;
     if args.batch_sizes {
         return batch_sizes(args, names, &kernels);
     }
+    if let Some(unknown) = names.iter().find(|n| !NAMES.contains(n)) {
+        bail!("unknown algorithm {unknown:?}");
+    }
     let mut rows = Vec::new();
     for &name in NAMES.iter().filter(|n| names.contains(n)) {
-        let group = group(name).expect("a known name");
-        let client = Client::new(group)?;
-        let mut row = Row {
-            name,
-            boringssl: Vec::new(),
-            aws_lc: Vec::new(),
-            kernels: vec![Vec::new(); kernels.len()],
-        };
-        for round in 1..=args.rounds {
-            progress(&format!("{name}: round {round}: BoringSSL"));
-            row.boringssl.push(
-                measure(args.seconds, args.elapsed, 1, || {
-                    boringssl_share(group, &client).expect("BoringSSL key share");
-                })
-                .0,
-            );
-            progress(&format!("{name}: round {round}: aws-lc-rs"));
-            row.aws_lc.push(
-                measure(args.seconds, args.elapsed, 1, || {
-                    compute(group, &client.share).expect("aws-lc key share");
-                })
-                .0,
-            );
-            for (runs, &kernel) in row.kernels.iter_mut().zip(&kernels) {
-                progress(&format!(
-                    "{name}: round {round}: batch of {lanes} ({})",
-                    kernel.name()
-                ));
-                runs.push(
-                    measure(args.seconds, args.elapsed, lanes, || {
-                        engine_shares(kernel, group, &client, lanes)
-                    })
-                    .0,
-                );
-            }
-        }
-        rows.push(row);
-    }
-    if let Some(unknown) = names.iter().find(|n| group(n).is_none()) {
-        bail!("unknown key-share algorithm {unknown:?}");
+        rows.push(match group(name) {
+            Some(group) => share_row(args, name, group, &kernels)?,
+            None => p384_signature_row(args)?,
+        });
     }
     progress("");
     print_table(&rows, &kernels);
     Ok(())
 }
 
+/// A key-share row: BoringSSL, aws-lc and each kernel, round after round.
+fn share_row(
+    args: &SpeedArgs,
+    name: &'static str,
+    group: Group,
+    kernels: &[X25519Kernel],
+) -> anyhow::Result<Row> {
+    let lanes = tlsterm_engine::LANES;
+    let client = Client::new(group)?;
+    let mut row = Row {
+        name,
+        boringssl: Vec::new(),
+        aws_lc: Vec::new(),
+        kernels: vec![Vec::new(); kernels.len()],
+    };
+    for round in 1..=args.rounds {
+        progress(&format!("{name}: round {round}: BoringSSL"));
+        row.boringssl.push(
+            measure(args.seconds, args.elapsed, 1, || {
+                boringssl_share(group, &client).expect("BoringSSL key share");
+            })
+            .0,
+        );
+        progress(&format!("{name}: round {round}: aws-lc-rs"));
+        row.aws_lc.push(
+            measure(args.seconds, args.elapsed, 1, || {
+                compute(group, &client.share).expect("aws-lc key share");
+            })
+            .0,
+        );
+        for (runs, &kernel) in row.kernels.iter_mut().zip(kernels) {
+            progress(&format!(
+                "{name}: round {round}: batch of {lanes} ({})",
+                kernel.name()
+            ));
+            runs.push(
+                measure(args.seconds, args.elapsed, lanes, || {
+                    engine_shares(kernel, group, &client, lanes)
+                })
+                .0,
+            );
+        }
+    }
+    Ok(row)
+}
+
+/// ECDSA P-384 (SHA-384) signatures as `serve` makes them: BoringSSL's inline path and
+/// aws-lc's, with the same key.
+fn p384_signature_row(args: &SpeedArgs) -> anyhow::Result<Row> {
+    progress("ecdsap384: generating key");
+    let ec = EcKey::generate(&*EcGroup::from_curve_name(Nid::SECP384R1)?)?;
+    let key = SigningKey::new(PKey::from_ec_key(ec)?)?;
+    let scheme = Scheme::Ecdsa(HashAlg::Sha384);
+    let mut row = Row {
+        name: "ecdsap384",
+        boringssl: Vec::new(),
+        aws_lc: Vec::new(),
+        kernels: Vec::new(),
+    };
+    for round in 1..=args.rounds {
+        progress(&format!("ecdsap384: round {round}: BoringSSL"));
+        row.boringssl.push(
+            measure(args.seconds, args.elapsed, 1, || {
+                key.sign_inline(scheme, P384_MESSAGE)
+                    .expect("BoringSSL signature");
+            })
+            .0,
+        );
+        progress(&format!("ecdsap384: round {round}: aws-lc-rs"));
+        row.aws_lc.push(
+            measure(args.seconds, args.elapsed, 1, || {
+                key.sign_aws_lc(scheme, P384_MESSAGE)
+                    .expect("a P-384 key for aws-lc")
+                    .expect("aws-lc signature");
+            })
+            .0,
+        );
+    }
+    Ok(row)
+}
+
 fn print_table(rows: &[Row], kernels: &[X25519Kernel]) {
     let mut header = format!(
         "{:<15} {:>12} {:>7} {:>12} {:>7} {:>6}",
-        "key share", "BoringSSL/s", "us", "aws-lc-rs/s", "us", "ratio"
+        "operation", "BoringSSL/s", "us", "aws-lc-rs/s", "us", "ratio"
     );
     for kernel in kernels {
         header += &format!(
@@ -234,12 +301,17 @@ fn print_table(rows: &[Row], kernels: &[X25519Kernel]) {
             let ratio = paired_ratio(&row.boringssl, runs).map_or(0.0, |r| r.median);
             line += &format!(" {ops:>12.0} {:>7.1} {ratio:>6.2}", 1e6 / ops);
         }
+        // A row without a kernel (the columns of the first are the kernels').
+        for _ in row.kernels.len()..kernels.len() {
+            line += &format!(" {:>14} {:>7} {:>6}", "-", "-", "-");
+        }
         println!("{line}");
     }
     println!(
-        "key share: the server's half (key generation and agreement; for X25519MLKEM768 \
-         also ML-KEM-768 encapsulation, by aws-lc in every tlsterm column); ratio: over \
-         BoringSSL; kernel columns: batches of {} (P-256 has no kernel: aws-lc)",
+        "key shares: the server's half (key generation and agreement; for X25519MLKEM768 \
+         also ML-KEM-768 encapsulation, by aws-lc in every tlsterm column); ecdsap384: a \
+         SHA-384 signature; ratio: over BoringSSL; kernel columns: batches of {} (P-256 and \
+         P-384 have no kernel: aws-lc)",
         tlsterm_engine::LANES
     );
 }
