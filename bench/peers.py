@@ -66,6 +66,11 @@ SCENARIOS = [
     ("tls13-ecdsa-full-pq", "ecdsa", ["--mode", "full", "--group", "x25519mlkem768"] + T13,
      "/", "hs"),
     ("tls13-ecdsa-resume", "ecdsa", ["--mode", "resume", "--per-session", "4"] + T13, "/", "hs"),
+    # An ECDSA P-384 certificate (X25519 key exchange, as its clients mostly use).
+    ("tls13-ecdsa384-full", "ecdsa384", ["--mode", "full"] + T13, "/", "hs"),
+    # ...and with a P-384 key exchange too (clients held to the NIST P-384 suite).
+    ("tls13-ecdsa384-full-p384", "ecdsa384", ["--mode", "full", "--group", "p384"] + T13,
+     "/", "hs"),
     ("tls12-rsa-full", "rsa", ["--mode", "full", "--tls-version", "1.2",
                                "--cipher", "ECDHE-RSA-AES128-GCM-SHA256"], "/", "hs"),
     ("tls13-rsa-resume", "rsa", ["--mode", "resume", "--per-session", "4"] + T13, "/", "hs"),
@@ -109,7 +114,8 @@ def sh(cmd, **kw):
 # ---------------------------------------------------------------- setup
 
 def make_certs():
-    """A local CA and, signed by it, an RSA-2048 and an ECDSA P-256 leaf for localhost."""
+    """A local CA and, signed by it, an RSA-2048, an ECDSA P-256 and an ECDSA P-384 leaf
+    for localhost."""
     certs = RUN / "certs"
     certs.mkdir(parents=True, exist_ok=True)
     q = dict(capture_output=True)
@@ -121,7 +127,8 @@ def make_certs():
     ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
                    "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n")
     for kind, newkey in (("rsa", ["-newkey", "rsa:2048"]),
-                         ("ecdsa", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])):
+                         ("ecdsa", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]),
+                         ("ecdsa384", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"])):
         if (certs / f"{kind}.crt").exists():
             continue
         sh(["openssl", "req", "-new", *newkey, "-nodes", "-keyout", certs / f"{kind}.key",
@@ -129,7 +136,7 @@ def make_certs():
         sh(["openssl", "x509", "-req", "-in", certs / f"{kind}.csr", "-CA", certs / "ca.crt",
             "-CAkey", certs / "ca.key", "-CAcreateserial", "-days", "365", "-extfile", ext,
             "-out", certs / f"{kind}.crt"], **q)
-    for kind in ("rsa", "ecdsa"):
+    for kind in ("rsa", "ecdsa", "ecdsa384"):
         pem = certs / f"{kind}.pem"  # certificate + key, for HAProxy and hitch
         pem.write_bytes((certs / f"{kind}.crt").read_bytes() + (certs / f"{kind}.key").read_bytes())
         os.chmod(certs / f"{kind}.key", 0o644)  # hitch workers run as nobody
@@ -268,7 +275,8 @@ def start_server(name, cert, certs, engine):
     elif name in ("haproxy", "haproxy-awslc"):
         # Same template and settings for both: only the binary (and its TLS library) differs.
         # Groups: AWS-LC has the post-quantum hybrid, Debian's OpenSSL 3.0 does not.
-        curves = "X25519MLKEM768:X25519:P-256" if name == "haproxy-awslc" else "X25519:P-256"
+        curves = (
+            "X25519MLKEM768:X25519:P-256:P-384" if name == "haproxy-awslc" else "X25519:P-256:P-384")
         conf = render("haproxy.cfg", f"{name}.cfg", LISTEN=listen, BACKEND=backend, PEM=pem,
                       CIPHERS=CIPHERS, CURVES=curves)
         p = Proc(name, ["haproxy" if name == "haproxy" else HAPROXY_AWSLC, "-db", "-f", conf],
