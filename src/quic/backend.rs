@@ -38,11 +38,9 @@ pub(super) struct RequestBody {
 }
 
 impl RequestBody {
-    pub(super) fn empty() -> RequestBody {
-        RequestBody {
-            chunks: None,
-            room: Arc::new(Notify::new()),
-        }
+    /// No body; `room` is never notified (the connection's own wake-up serves, unused).
+    pub(super) fn empty(room: Arc<Notify>) -> RequestBody {
+        RequestBody { chunks: None, room }
     }
 
     /// A request without a body (its HEADERS frame ended the stream).

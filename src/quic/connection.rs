@@ -466,13 +466,17 @@ fn start_request(
         let (tx, rx) = mpsc::channel(BODY_QUEUE);
         (Some(tx), RequestBody::streamed(rx, wake.clone()))
     } else {
-        (None, RequestBody::empty())
+        (None, RequestBody::empty(wake.clone()))
     };
     let (replies_tx, replies) = mpsc::channel(REPLY_QUEUE);
     let request_context = RequestContext {
         service: context.connection.service.clone(),
         backends: context.connection.backends.clone(),
-        sni: conn.server_name().map(str::to_owned),
+        pool: context
+            .connection
+            .service
+            .pool_for(conn.server_name())
+            .clone(),
         client: context.connection.client.ip(),
         client_cert: context.client_cert.clone(),
         wake: wake.clone(),
@@ -566,7 +570,7 @@ fn write_reply(
     reply: Reply,
 ) -> Result<bool, Reply> {
     match reply {
-        Reply::Head { fields, fin } => match h3.send_response(conn, id, &fields, fin) {
+        Reply::Head { fields, fin } => match h3.send_response(conn, id, &fields.fields(), fin) {
             Ok(()) => Ok(fin),
             Err(h3::Error::StreamBlocked) => Err(Reply::Head { fields, fin }),
             Err(_) => Ok(true),
@@ -578,7 +582,7 @@ fn write_reply(
             Err(_) => Ok(true),
         },
         Reply::Trailers(fields) => {
-            match h3.send_additional_headers(conn, id, &fields, true, true) {
+            match h3.send_additional_headers(conn, id, &fields.fields(), true, true) {
                 Ok(()) => Ok(true),
                 Err(h3::Error::StreamBlocked) => Err(Reply::Trailers(fields)),
                 Err(_) => Ok(true),

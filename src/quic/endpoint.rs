@@ -182,6 +182,23 @@ impl<S> State<S>
 where
     S: Fn() -> Option<Arc<QuicService>>,
 {
+    /// Hands `packet` to the connection `dcid` names, if it is one of this worker's; false if
+    /// it is not.
+    fn route(&self, dcid: &[u8], packet: &[u8], from: SocketAddr) -> bool {
+        let routes = self.routes.borrow();
+        let Some(queue) = routes.get(dcid) else {
+            return false;
+        };
+        let datagram = Datagram {
+            data: packet.to_vec(),
+            from,
+        };
+        if !queue.push(datagram) {
+            metrics::record_dropped(Dropped::QueueFull);
+        }
+        true
+    }
+
     /// Routes a datagram to its connection, answers a version tlsterm does not speak, or
     /// takes a client's first Initial packet.
     async fn receive(&mut self, packet: &mut [u8], from: SocketAddr) {
@@ -189,23 +206,20 @@ where
             let _ = self.socket.send_to(&answer, from).await;
             return;
         }
+        // Established connections' packets (short headers): routed without quiche's parser.
+        if let Some(dcid) = packet::short_header_dcid(packet) {
+            if !self.route(dcid, packet, from) {
+                self.send_reset(dcid, packet.len(), from).await;
+                metrics::record_dropped(Dropped::UnknownConnection);
+            }
+            return;
+        }
         let header = match quiche::Header::from_slice(packet, CID_LEN) {
             Ok(header) => header,
             Err(_) => return metrics::record_dropped(Dropped::BadHeader),
         };
-        if let Some(queue) = self.routes.borrow().get(header.dcid.as_ref()) {
-            let datagram = Datagram {
-                data: packet.to_vec(),
-                from,
-            };
-            if !queue.push(datagram) {
-                metrics::record_dropped(Dropped::QueueFull);
-            }
+        if self.route(&header.dcid, packet, from) {
             return;
-        }
-        if header.ty == quiche::Type::Short {
-            self.send_reset(&header.dcid, packet.len(), from).await;
-            return metrics::record_dropped(Dropped::UnknownConnection);
         }
         if header.ty != quiche::Type::Initial {
             return metrics::record_dropped(Dropped::UnknownConnection);

@@ -117,17 +117,55 @@ fn skipped(name: &HeaderName) -> bool {
 }
 
 /// The HTTP/3 fields of a backend's response head (or, without a status, its trailers).
-pub(super) fn response_fields(status: Option<u16>, headers: &HeaderMap) -> Vec<Header> {
-    let mut fields = Vec::with_capacity(headers.len() + 1);
-    if let Some(status) = status {
-        fields.push(Header::new(b":status", status.to_string().as_bytes()));
+/// A response head (or trailers) as the backend sent it, handed to quiche as borrowed
+/// fields: no copy of each name and value (two allocations per field) on the way.
+pub(super) struct ResponseFields {
+    /// The status as three ASCII digits; `None` for trailers.
+    status: Option<[u8; 3]>,
+    headers: HeaderMap,
+}
+
+/// One field borrowed from a [`ResponseFields`].
+pub(super) struct Field<'a>(&'a [u8], &'a [u8]);
+
+impl NameValue for Field<'_> {
+    fn name(&self) -> &[u8] {
+        self.0
     }
-    for (name, value) in headers {
-        if !CONNECTION_SPECIFIC.contains(&name.as_str()) {
-            fields.push(Header::new(name.as_str().as_bytes(), value.as_bytes()));
+
+    fn value(&self) -> &[u8] {
+        self.1
+    }
+}
+
+impl ResponseFields {
+    /// A head with `status` (100-999), or trailers with `None`.
+    pub(super) fn new(status: Option<u16>, headers: HeaderMap) -> ResponseFields {
+        let status = status.map(|s| {
+            let s = s.clamp(100, 999);
+            [
+                b'0' + (s / 100) as u8,
+                b'0' + (s / 10 % 10) as u8,
+                b'0' + (s % 10) as u8,
+            ]
+        });
+        ResponseFields { status, headers }
+    }
+
+    /// The fields in order: `:status` first, then the headers less the connection-specific
+    /// ones.
+    pub(super) fn fields(&self) -> Vec<Field<'_>> {
+        let mut fields = Vec::with_capacity(self.headers.len() + 1);
+        if let Some(status) = &self.status {
+            fields.push(Field(b":status", status));
         }
+        for (name, value) in &self.headers {
+            if !CONNECTION_SPECIFIC.contains(&name.as_str()) {
+                fields.push(Field(name.as_str().as_bytes(), value.as_bytes()));
+            }
+        }
+        fields
     }
-    fields
 }
 
 #[cfg(test)]
@@ -227,9 +265,19 @@ mod tests {
         headers.insert("content-length", HeaderValue::from_static("5"));
         headers.insert("connection", HeaderValue::from_static("keep-alive"));
         headers.insert("transfer-encoding", HeaderValue::from_static("chunked"));
-        let out = response_fields(Some(200), &headers);
+        let head = ResponseFields::new(Some(200), headers.clone());
+        let out = head.fields();
         let names: Vec<&[u8]> = out.iter().map(|f| f.name()).collect();
         assert_eq!(names, [&b":status"[..], b"content-length"]);
         assert_eq!(out[0].value(), b"200");
+        assert_eq!(
+            ResponseFields::new(Some(404), HeaderMap::new()).fields()[0].value(),
+            b"404"
+        );
+        // Trailers have no status.
+        let trailers = ResponseFields::new(None, headers);
+        let fields = trailers.fields();
+        let names: Vec<&[u8]> = fields.iter().map(|f| f.name()).collect();
+        assert_eq!(names, [&b"content-length"[..]]);
     }
 }

@@ -39,6 +39,18 @@ pub(super) fn version_negotiation(datagram: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The destination connection ID of a short-header packet, which names a connection of
+/// this endpoint (tlsterm's IDs are all `cid::CID_LEN` bytes): read in place, where
+/// quiche's header parser copies both IDs into new vectors, for every packet of every
+/// established connection. `None` for a long header, or a datagram too short to hold one.
+pub(super) fn short_header_dcid(datagram: &[u8]) -> Option<&[u8]> {
+    let first = *datagram.first()?;
+    if first & LONG_HEADER != 0 {
+        return None;
+    }
+    datagram.get(1..1 + cid::CID_LEN)
+}
+
 /// The destination and source connection IDs of a long-header packet of an unsupported
 /// version (0, Version Negotiation itself, excluded).
 fn unsupported_version_ids(datagram: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -83,6 +95,23 @@ pub(super) fn retry(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_header_names_its_connection_in_place() {
+        let mut packet = vec![0x40];
+        packet.extend(1..=cid::CID_LEN as u8);
+        packet.extend([0xaa; 20]);
+        let dcid = short_header_dcid(&packet).unwrap();
+        assert_eq!(dcid, (1..=cid::CID_LEN as u8).collect::<Vec<_>>());
+        // What quiche reads, for the same packet.
+        let header = quiche::Header::from_slice(&mut packet.clone(), cid::CID_LEN).unwrap();
+        assert_eq!(header.dcid.as_ref(), dcid);
+        // Too short for an ID, or a long header: none.
+        assert_eq!(short_header_dcid(&packet[..cid::CID_LEN]), None);
+        assert_eq!(short_header_dcid(&[]), None);
+        let long = long_header(1, &[1; 8], &[2; 8], MIN_INITIAL_DATAGRAM);
+        assert_eq!(short_header_dcid(&long), None);
+    }
 
     /// A long-header datagram of `version`, padded to `size`.
     fn long_header(version: u32, dcid: &[u8], scid: &[u8], size: usize) -> Vec<u8> {

@@ -13,20 +13,21 @@ use tokio::sync::{mpsc, watch, Notify};
 
 use super::backend::{Backends, RequestBody};
 use super::client_cert::CertFields;
-use super::headers::{request_head, response_fields};
+use super::headers::{request_head, ResponseFields};
 use super::metrics;
 use super::service::QuicService;
+use crate::proxy::pool::BackendPool;
 
 /// What the request's task tells the connection's task.
 pub(super) enum Reply {
     /// The response head; `fin` when no body follows.
     Head {
-        fields: Vec<Header>,
+        fields: ResponseFields,
         fin: bool,
     },
     Data(Bytes),
     /// Trailers, which end the response.
-    Trailers(Vec<Header>),
+    Trailers(ResponseFields),
     /// The body is complete.
     End,
     /// The backend failed after the head was sent: the stream is reset.
@@ -40,7 +41,8 @@ pub(super) const REPLY_QUEUE: usize = 4;
 pub(super) struct RequestContext {
     pub service: Arc<QuicService>,
     pub backends: Rc<Backends>,
-    pub sni: Option<String>,
+    /// The backends of the connection's server name.
+    pub pool: Arc<BackendPool>,
     pub client: IpAddr,
     /// The connection's verified client certificate as fields (empty without one, or with
     /// `quic_client_cert_headers = false`).
@@ -87,7 +89,7 @@ pub(super) async fn forward(
         }
     };
     let request = head.body(body).expect("a head checked field by field");
-    let pool = context.service.pool_for(context.sni.as_deref()).clone();
+    let pool = context.pool;
     let sent = tokio::time::timeout(
         context.service.backend_timeout,
         context.backends.send(&pool, request),
@@ -109,7 +111,7 @@ pub(super) async fn forward(
     };
     let (parts, mut body) = response.into_parts();
     let fin = hyper::body::Body::is_end_stream(&body);
-    let fields = response_fields(Some(parts.status.as_u16()), &parts.headers);
+    let fields = ResponseFields::new(Some(parts.status.as_u16()), parts.headers);
     if !send(Reply::Head { fields, fin }).await || fin {
         if fin {
             context.backends.give_back(&pool, connection);
@@ -123,7 +125,7 @@ pub(super) async fn forward(
                 Ok(data) if data.is_empty() => continue,
                 Ok(data) => Reply::Data(data),
                 Err(frame) => match frame.into_trailers() {
-                    Ok(trailers) => Reply::Trailers(response_fields(None, &trailers)),
+                    Ok(trailers) => Reply::Trailers(ResponseFields::new(None, trailers)),
                     Err(_) => continue,
                 },
             },
@@ -146,11 +148,13 @@ pub(super) async fn forward(
 
 /// A response tlsterm makes itself: a status and no body.
 fn simple_answer(status: u16) -> Reply {
+    let mut headers = hyper::HeaderMap::new();
+    headers.insert(
+        hyper::header::CONTENT_LENGTH,
+        hyper::header::HeaderValue::from_static("0"),
+    );
     Reply::Head {
-        fields: vec![
-            Header::new(b":status", status.to_string().as_bytes()),
-            Header::new(b"content-length", b"0"),
-        ],
+        fields: ResponseFields::new(Some(status), headers),
         fin: true,
     }
 }
