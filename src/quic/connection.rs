@@ -113,6 +113,11 @@ pub(super) async fn run(
     let mut handshake_deadline =
         Some(std::time::Instant::now() + context.service.handshake_timeout);
     let mut ack_hold = AckHold::default();
+    // quiche's timer (loss detection, acknowledgements, idle): one sleep, moved each turn
+    // rather than made anew, as most turns only push the idle deadline later, which tokio
+    // does without touching its timer wheel.
+    let quiche_timer = tokio::time::sleep(std::time::Duration::ZERO);
+    tokio::pin!(quiche_timer);
     loop {
         let took_datagrams = !received.is_empty();
         for mut datagram in received.drain(..) {
@@ -170,11 +175,14 @@ pub(super) async fn run(
             continue;
         }
         let deadline = conn.timeout_instant();
+        if let Some(deadline) = deadline {
+            quiche_timer.as_mut().reset(deadline.into());
+        }
         tokio::select! {
             _ = context.queue.take_all(&mut received) => {}
             _ = wake.notified() => {}
             _ = context.draining.changed() => {}
-            _ = sleep_until(deadline) => conn.on_timeout(),
+            _ = &mut quiche_timer, if deadline.is_some() => conn.on_timeout(),
             _ = sleep_until(ack_hold.until) => {}
             _ = sleep_until(handshake_deadline) => {
                 tracing::debug!(client = %context.client, "QUIC handshake timed out");
