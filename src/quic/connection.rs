@@ -118,6 +118,10 @@ pub(super) async fn run(
     // does without touching its timer wheel.
     let quiche_timer = tokio::time::sleep(std::time::Duration::ZERO);
     tokio::pin!(quiche_timer);
+    // Likewise the wait for a wake-up (a reply, a handshake's asynchronous step): kept
+    // from turn to turn until it fires, not registered and dropped again each turn.
+    let woken = wake.notified();
+    tokio::pin!(woken);
     loop {
         let took_datagrams = !received.is_empty();
         for mut datagram in received.drain(..) {
@@ -180,7 +184,7 @@ pub(super) async fn run(
         }
         tokio::select! {
             _ = context.queue.take_all(&mut received) => {}
-            _ = wake.notified() => {}
+            _ = &mut woken => woken.set(wake.notified()),
             _ = context.draining.changed() => {}
             _ = &mut quiche_timer, if deadline.is_some() => conn.on_timeout(),
             _ = sleep_until(ack_hold.until) => {}

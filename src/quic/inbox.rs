@@ -1,16 +1,16 @@
 //! A connection's queue of datagrams: the worker's endpoint puts in what it routes to the
 //! connection, the connection's task takes them out. Both run on the worker's thread, so
-//! the queue is a plain `RefCell` with a `Notify`, with no allocation while it is empty:
+//! the queue is a plain `RefCell` with the waiting task's waker (no lock, no atomic
+//! bookkeeping per wait, as a `Notify` would have), with no allocation while it is empty:
 //! an idle connection's queue costs its few fields. It holds at most [`INBOX`]
 //! datagrams: a connection whose task falls that far behind loses datagrams (QUIC
 //! retransmits), not the worker's memory.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
-
-use tokio::sync::Notify;
+use std::task::{Poll, Waker};
 
 /// Datagrams queued for one connection before the endpoint drops more of them.
 pub(super) const INBOX: usize = 256;
@@ -27,7 +27,8 @@ pub(super) struct Datagram {
 #[derive(Default)]
 pub(super) struct Inbox {
     queue: RefCell<VecDeque<Datagram>>,
-    ready: Notify,
+    /// The connection's task while it waits for datagrams (one task reads an inbox).
+    waiting: Cell<Option<Waker>>,
 }
 
 impl Inbox {
@@ -42,28 +43,36 @@ impl Inbox {
             return false;
         }
         queue.push_back(datagram);
-        // Stored for a task not waiting yet: its next wait returns at once.
-        self.ready.notify_one();
+        drop(queue);
+        // A task not waiting yet finds the datagram when it next looks.
+        if let Some(task) = self.waiting.take() {
+            task.wake();
+        }
         true
     }
 
     /// Waits until datagrams are queued, then moves them all to the end of `into`.
     pub(super) async fn take_all(&self, into: &mut Vec<Datagram>) {
-        loop {
-            {
-                let mut queue = self.queue.borrow_mut();
-                if !queue.is_empty() {
-                    into.extend(queue.drain(..));
-                    // Room for a large burst is given back once it is read (what a
-                    // handshake or a request brings fits in the rest).
-                    if queue.capacity() > SMALL_BURST {
-                        queue.shrink_to(SMALL_BURST);
-                    }
-                    return;
-                }
+        std::future::poll_fn(|cx| {
+            let mut queue = self.queue.borrow_mut();
+            if queue.is_empty() {
+                // The same task waits turn after turn: its waker is kept, not cloned again.
+                let task = match self.waiting.take() {
+                    Some(task) if task.will_wake(cx.waker()) => task,
+                    _ => cx.waker().clone(),
+                };
+                self.waiting.set(Some(task));
+                return Poll::Pending;
             }
-            self.ready.notified().await;
-        }
+            into.extend(queue.drain(..));
+            // Room for a large burst is given back once it is read (what a handshake or a
+            // request brings fits in the rest).
+            if queue.capacity() > SMALL_BURST {
+                queue.shrink_to(SMALL_BURST);
+            }
+            Poll::Ready(())
+        })
+        .await
     }
 }
 
@@ -103,7 +112,9 @@ mod tests {
                 });
                 tokio::task::yield_now().await;
                 assert!(inbox.push(datagram(7)));
-                assert_eq!(reader.await.unwrap(), 1);
+                // A reader the push did not wake would wait forever: fail instead.
+                let woken = tokio::time::timeout(std::time::Duration::from_secs(10), reader);
+                assert_eq!(woken.await.expect("the push woke the reader").unwrap(), 1);
             })
             .await;
     }
