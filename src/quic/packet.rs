@@ -94,7 +94,40 @@ pub(super) fn retry(
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// The packet path before quiche, on any datagram: nothing panics; a Version
+        /// Negotiation answer goes only to a datagram large enough to open a connection and
+        /// is never larger than it (no amplification); an established connection's packet
+        /// is routed by the very ID quiche reads, which names a worker.
+        #[test]
+        fn any_datagram_is_answered_safely_and_routed_as_quiche_reads_it(
+            datagram in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..1500),
+                (any::<u32>(), proptest::collection::vec(any::<u8>(), 0..24),
+                 proptest::collection::vec(any::<u8>(), 0..24), 0..1500usize)
+                    .prop_map(|(version, dcid, scid, size)| {
+                        long_header(version, &dcid, &scid, size.max(7 + dcid.len() + scid.len()))
+                    }),
+            ]
+        ) {
+            if let Some(answer) = version_negotiation(&datagram) {
+                prop_assert!(datagram.len() >= MIN_INITIAL_DATAGRAM);
+                prop_assert!(answer.len() <= datagram.len());
+            }
+            if let Some(dcid) = short_header_dcid(&datagram) {
+                prop_assert!(cid::worker_of(dcid, 4).is_some());
+                let mut copy = datagram.clone();
+                if let Ok(header) = quiche::Header::from_slice(&mut copy, cid::CID_LEN) {
+                    prop_assert_eq!(header.ty, quiche::Type::Short);
+                    prop_assert_eq!(header.dcid.as_ref(), dcid);
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_short_header_names_its_connection_in_place() {
