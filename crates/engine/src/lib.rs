@@ -23,7 +23,7 @@
 //! The feature `test-hooks` (off by default) exports what this crate's own
 //! tests, the constant-time harness (`ct/`), fuzzing and the benchmarks need
 //! beyond the API: `ct`, `microbench`, the `*_with_fault` functions,
-//! `pss_encode_with_salt`, `x25519_base_batch`, the `ct_mark_secret` methods
+//! `pss_encode_with_salt`, `x25519_base_batch`, `x25519_base_table`, `x25519_signed_digits`, the `ct_mark_secret` methods
 //! and the `ct_*_lanes` functions. They are not a stable API.
 
 #![warn(missing_docs)]
@@ -71,6 +71,8 @@ pub use rsa::{RsaComponents, RsaPrivateKey};
 pub use x25519::ct_ifma_lanes;
 #[cfg(feature = "test-hooks")]
 pub use x25519::x25519_base_batch;
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
+pub use x25519::{x25519_base_table, x25519_signed_digits};
 pub use x25519::{x25519_batch, x25519_server_shares, X25519Kernel, X25519Share};
 
 use kernel::{MontKernel, Portable};

@@ -111,6 +111,23 @@ pub fn x25519_base_batch(kernel: X25519Kernel, scalars: &[[u8; 32]]) -> Vec<[u8;
     compute(kernel, Op::Base, scalars, &[]).0.to_vec()
 }
 
+/// Test hook (feature `test-hooks`): the IFMA kernel's fixed-base table (row
+/// i, entry j - 1: j * 256^i * B on edwards25519 as (y + x, y - x, 2dxy), five
+/// radix-2^52 limbs each), for the AVX2 prototype's benchmark
+/// (`bench/x25519_avx2_prototype.rs`), which converts it to its own radix.
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
+pub fn x25519_base_table() -> &'static [[[u64; 15]; 8]; 32] {
+    &base_table::BASE_TABLE
+}
+
+/// Test hook (feature `test-hooks`): a clamped scalar's 64 signed radix-16
+/// digits, the fixed-base table's index (see `signed_digits`), for the AVX2
+/// prototype's benchmark.
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
+pub fn x25519_signed_digits(clamped: &[u8; 32]) -> [i64; 64] {
+    signed_digits(clamped)
+}
+
 /// `out[i] = X25519(scalars[i], points[i])` (scalars clamped, bit 255 of each
 /// point ignored, as RFC 7748 says): the raw function, for tests and known
 /// answers. No result is refused here.
