@@ -23,8 +23,9 @@
 //! The feature `test-hooks` (off by default) exports what this crate's own
 //! tests, the constant-time harness (`ct/`), fuzzing and the benchmarks need
 //! beyond the API: `ct`, `microbench`, the `*_with_fault` functions,
-//! `pss_encode_with_salt`, `x25519_base_batch`, `x25519_base_table`, `x25519_signed_digits`, the `ct_mark_secret` methods
-//! and the `ct_*_lanes` functions. They are not a stable API.
+//! `pss_encode_with_salt`, `x25519_base_batch`, `x25519_base_table`,
+//! `x25519_signed_digits`, the `ct_mark_secret` methods and the `ct_*_lanes`
+//! functions. They are not a stable API.
 
 #![warn(missing_docs)]
 
