@@ -114,7 +114,7 @@ pub fn x25519_base_batch(kernel: X25519Kernel, scalars: &[[u8; 32]]) -> Vec<[u8;
 /// Test hook (feature `test-hooks`): the IFMA kernel's fixed-base table (row
 /// i, entry j - 1: j * 256^i * B on edwards25519 as (y + x, y - x, 2dxy), five
 /// radix-2^52 limbs each), for the AVX2 prototype's benchmark
-/// (`bench/x25519_avx2_prototype.rs`), which converts it to its own radix.
+/// (`bench/x25519_avx2.rs`), which converts it to its own radix.
 #[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
 pub fn x25519_base_table() -> &'static [[[u64; 15]; 8]; 32] {
     &base_table::BASE_TABLE
