@@ -295,7 +295,7 @@ def start_server(name, cert, certs, engine):
             binary = Path(os.environ["TLSTERM_BASE"])
             text = Path(conf).read_text()
             Path(conf).write_text("".join(line for line in text.splitlines(True)
-                                          if not line.startswith("key_shares")))
+                                          if not line.startswith(("key_shares", "mode"))))
         p = Proc(name, [binary, "serve", "-c", conf], capped=True)
     else:
         raise ValueError(name)
@@ -331,17 +331,20 @@ def engine_of(name, default):
     """The [engine] settings a tlsterm server's name asks for: tlsterm-inline and
     tlsterm-batch force the mode; tlsterm-avx2, tlsterm-avx512f and tlsterm-avx512ifma batch
     with that kernel (the AVX2 and AVX-512F kernels can be measured on a CPU that also has
-    IFMA)."""
+    IFMA). tlsterm-http forwards HTTP requests over pooled backend connections
+    (`mode = "http"`, as HAProxy's `mode http` here) instead of relaying bytes."""
     suffix = name.split("-", 1)[1] if "-" in name else None
+    if suffix == "http":
+        return {"ENGINE": default, "KERNEL": "auto", "KEY_SHARES": "auto", "MODE": "http"}
     if suffix in ("avx2", "avx512f", "avx512ifma"):
-        return {"ENGINE": "batch", "KERNEL": suffix, "KEY_SHARES": "auto"}
+        return {"ENGINE": "batch", "KERNEL": suffix, "KEY_SHARES": "auto", "MODE": "tcp"}
     if suffix == "base":
         # A baseline build ($TLSTERM_BASE), with the settings it knows (see start_server).
-        return {"ENGINE": default, "KERNEL": "auto", "KEY_SHARES": "auto"}
+        return {"ENGINE": default, "KERNEL": "auto", "KEY_SHARES": "auto", "MODE": "tcp"}
     if suffix == "sharesinline":
         # Key shares left to BoringSSL, as before tlsterm computed them: the A/B of that.
-        return {"ENGINE": default, "KERNEL": "auto", "KEY_SHARES": "inline"}
-    return {"ENGINE": suffix or default, "KERNEL": "auto", "KEY_SHARES": "auto"}
+        return {"ENGINE": default, "KERNEL": "auto", "KEY_SHARES": "inline", "MODE": "tcp"}
+    return {"ENGINE": suffix or default, "KERNEL": "auto", "KEY_SHARES": "auto", "MODE": "tcp"}
 
 
 # ---------------------------------------------------------------- measuring

@@ -14,11 +14,11 @@
 //! | 0 | `sys` | the safe wrappers around the BoringSSL and libc calls that need `unsafe` (the only module allowed it), and the listening sockets' options |
 //! | 1 | `offload` | private-key operations: the per-worker queue, its flush policy, the signer it calls (the engine crate, or BoringSSL inline) |
 //! | 1 | `session` | resumption: tickets and their keys, the session cache, Redis, 0-RTT anti-replay |
-//! | 1 | `proxy` | backends, the PROXY protocol header, the byte relay, the built-in HTTP responder |
+//! | 1 | `proxy` | backends, the PROXY protocol header, the byte relay, the built-in HTTP responder; for forwarded HTTP requests, each worker's keep-alive backend connections and the forwarding headers |
 //! | 2 | `tls` | BoringSSL contexts: certificates, selection by SNI, per-name profiles, client certificates and CRLs, OCSP, ECH, the async private-key hook, the record of what a handshake negotiated and the reason code of one that failed |
 //! | 3 | `acme` | certificates obtained and renewed from an ACME CA: orders, TLS-ALPN-01 and HTTP-01 answers, storage, a fleet's shared lock and certificates |
 //! | 3 | `quic` | HTTP/3: a QUIC endpoint per worker and listener (quiche over the listener's TLS), connection IDs that name their worker, requests forwarded to the backends as HTTP/1.1 |
-//! | 3 | `server` | listeners, workers, one connection's life, reload and drain |
+//! | 3 | `server` | listeners, workers, one connection's life (bytes relayed, or HTTP requests forwarded), reload and drain |
 //! | 4 | `speed`, `stats`, `main.rs` | the commands: `tlsterm speed`, `tlsterm stats`; `main.rs` parses the command line |
 //!
 //! The multi-buffer RSA engine is its own crate (`crates/engine`), below all of these;

@@ -11,16 +11,11 @@ mod common;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-use bytes::Bytes;
+use common::echo::*;
 use common::*;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
-use tokio::sync::Notify;
 
 /// The HTTP/3 test client (tests/h3client), built once per test process.
 fn h3_client() -> PathBuf {
@@ -35,89 +30,6 @@ fn h3(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
         .arg(format!("127.0.0.1:{port}"))
         .args(args));
     serde_json::from_slice(&out.stdout).expect("the HTTP/3 client prints JSON")
-}
-
-/// What the client sends with `-body-bytes n`: byte i is i mod 251.
-fn pattern(n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i % 251) as u8).collect()
-}
-
-fn hex_sha256(data: &[u8]) -> String {
-    boring::sha::sha256(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Requests to `/wait` that the backend holds, and what lets them go.
-static WAITING: AtomicUsize = AtomicUsize::new(0);
-/// The paths of the requests every echo backend has received, in order, each with its
-/// `Early-Data` header (empty without one).
-static RECEIVED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
-static RELEASE: Notify = Notify::const_new();
-
-/// Echoes a request: its body back, and what it saw as `x-seen-*` headers. A request to
-/// `/wait` is answered once the test releases it, one to `/never` never.
-async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::Error> {
-    if request.uri().path() == "/never" {
-        std::future::pending::<()>().await;
-    }
-    if request.uri().path() == "/wait" {
-        let released = RELEASE.notified();
-        WAITING.fetch_add(1, Ordering::SeqCst);
-        released.await;
-    }
-    let (parts, body) = request.into_parts();
-    let body = body.collect().await?.to_bytes();
-    let seen = |name: &str| {
-        parts
-            .headers
-            .get_all(name)
-            .iter()
-            .map(|v| v.to_str().unwrap_or("?").to_string())
-            .collect::<Vec<_>>()
-            .join(" | ")
-    };
-    RECEIVED
-        .lock()
-        .unwrap()
-        .push((parts.uri.path().to_string(), seen("early-data")));
-    let mut response = Response::builder()
-        .header("x-seen-method", parts.method.as_str())
-        .header("x-seen-path", parts.uri.to_string())
-        .header("x-seen-body-len", body.len().to_string());
-    for name in [
-        "host",
-        "x-forwarded-for",
-        "x-forwarded-proto",
-        "forwarded",
-        "x-custom",
-        "x-client-cert-subject",
-        "x-client-cert-san",
-        "x-client-cert-sha256",
-        "early-data",
-    ] {
-        response = response.header(format!("x-seen-{name}"), seen(name));
-    }
-    Ok(response.body(Full::new(body)).unwrap())
-}
-
-/// A real HTTP/1.1 backend on a free port, serving `echo` until the test ends.
-async fn echo_backend() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), hyper::service::service_fn(echo)),
-            );
-        }
-    });
-    address
 }
 
 /// tlsterm with one listener answering HTTP/3 on its port, forwarding to `backend`.

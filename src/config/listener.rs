@@ -33,6 +33,19 @@ pub enum ProxyProtocol {
     V2,
 }
 
+/// What a listener hands its backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenerMode {
+    /// Each client connection's plaintext bytes, relayed over a backend connection of its
+    /// own: any protocol, and the PROXY header if asked.
+    Tcp,
+    /// Each HTTP/1.1 request, forwarded over the worker's keep-alive connections to the
+    /// backend (no connection opened per client), with the client's address and
+    /// certificate as headers.
+    Http,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
@@ -41,6 +54,9 @@ pub struct ListenerConfig {
     pub address_spanned: Spanned<SocketAddr>,
     /// `host:port` of plaintext backends, tried round robin; "builtin" is the internal responder.
     pub backends: Spanned<Vec<String>>,
+    /// "tcp": relay bytes; "http": forward HTTP/1.1 requests over pooled connections.
+    #[serde(default = "default_mode")]
+    pub mode: Spanned<ListenerMode>,
     #[serde(default = "default_proxy_protocol")]
     pub proxy_protocol: ProxyProtocol,
     /// ALPN protocols offered, in server preference order. Empty: no ALPN.
@@ -181,6 +197,7 @@ impl ListenerConfig {
         has_acme: bool,
     ) -> Result<(), ConfigError> {
         check_backends(map, &self.backends)?;
+        self.check_mode(map)?;
         self.check_quic(map)?;
         let facts = ListenerFacts {
             has_ca: self.client_ca.is_some(),
@@ -202,6 +219,30 @@ impl ListenerConfig {
         }
         self.collect_acme_certificates(map, has_acme)?;
         self.collect_certificates(map)
+    }
+
+    /// `mode = "http"`: what a forwarded request cannot carry. A PROXY header describes one
+    /// client, but a pooled backend connection carries many clients' requests (the client's
+    /// address and certificate go as headers instead); 0-RTT requests would need marking
+    /// request by request; HTTP/2 is not spoken on this path.
+    fn check_mode(&self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
+        if *self.mode.get_ref() != ListenerMode::Http {
+            return Ok(());
+        }
+        let refuse =
+            |what: &str| Err(map.error(&self.mode, format!("key `mode`: \"http\" {what}")));
+        if self.proxy_protocol != ProxyProtocol::None {
+            return refuse("sends the client's address as X-Forwarded-For, not as a PROXY header (one backend connection carries many clients' requests): remove `proxy_protocol`, or use mode = \"tcp\"");
+        }
+        if *self.early_data.get_ref() {
+            return refuse(
+                "does not accept 0-RTT data yet: remove `early_data`, or use mode = \"tcp\"",
+            );
+        }
+        if let Some(other) = self.alpn.iter().find(|p| p.as_str() != "http/1.1") {
+            return refuse(&format!("speaks HTTP/1.1 to clients, so `alpn` may offer only \"http/1.1\", not \"{other}\""));
+        }
+        Ok(())
     }
 
     /// The version range, 0-RTT (which needs TLS 1.3) and the buffer size.
@@ -416,6 +457,9 @@ fn default_crl_check() -> CrlCheck {
 }
 fn default_unknown_sni() -> UnknownSni {
     UnknownSni::Default
+}
+fn default_mode() -> Spanned<ListenerMode> {
+    Spanned::new(0..0, ListenerMode::Tcp)
 }
 fn default_proxy_protocol() -> ProxyProtocol {
     ProxyProtocol::None

@@ -39,7 +39,8 @@ pub use acme::{
 pub use client_trust::{ClientAuth, CrlCheck, CrlFile};
 pub use engine::{EcdsaMode, EngineConfig, EngineKernel, EngineMode, KeyShares};
 pub use listener::{
-    BackendPolicies, CertificateConfig, ListenerConfig, ProxyProtocol, UnknownSni, BUILTIN_BACKEND,
+    BackendPolicies, CertificateConfig, ListenerConfig, ListenerMode, ProxyProtocol, UnknownSni,
+    BUILTIN_BACKEND,
 };
 pub use ocsp::OcspConfig;
 pub use process::{default_admin_address, AcceptMode, AdminConfig, LogConfig, ProcessSettings};

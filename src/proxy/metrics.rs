@@ -1,4 +1,5 @@
-//! The proxy's series: backend connections and the plaintext bytes relayed.
+//! The proxy's series: backend connections, the plaintext bytes relayed, and the HTTP
+//! requests forwarded (`mode = "http"`).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -12,9 +13,11 @@ struct ProxyMetrics {
     connect_time: Histogram,
     bytes: IntCounterVec,
     relay_buffers: IntGauge,
+    http_requests: IntCounterVec,
 }
 
-static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
+static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| {
+    ProxyMetrics {
     connect_failures: metrics::counter(
         "backend_connect_failures_total",
         "Backend connection attempts that failed",
@@ -29,6 +32,12 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
         "relay_buffers",
         "Relay buffers allocated: held by connections with data in flight, or spare in a worker",
     ),
+    http_requests: metrics::counter_vec(
+        "http_requests_total",
+        "HTTP/1.1 requests of mode = \"http\" listeners, by who answered: the backend, or tlsterm with 502 (no backend answered) or 504 (too late)",
+        &["answer"],
+    ),
+}
 });
 
 /// Registers the series, so that they are exported from the start.
@@ -55,6 +64,15 @@ pub fn record_relayed(to_backend: u64, to_client: u64) {
     let bytes = &METRICS.bytes;
     bytes.with_label_values(&["to_backend"]).inc_by(to_backend);
     bytes.with_label_values(&["to_client"]).inc_by(to_client);
+}
+
+/// An HTTP/1.1 request forwarded (`"backend"`: the backend's response went back) or
+/// answered by tlsterm (`"502"`, `"504"`).
+pub fn record_http_request(answer: &str) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.http_requests.with_label_values(&[answer]).inc();
 }
 
 // The relay buffer count is kept whether or not hot-path series are recorded: it changes

@@ -14,16 +14,17 @@ use bytes::Bytes;
 use quiche::h3;
 use tokio::sync::{mpsc, watch, Notify};
 
-use super::backend::{Backends, BodyAborted, RequestBody};
 use super::cid;
-use super::client_cert::{self, CertFields};
 use super::endpoint::{Handshaking, Places, Routes};
 use super::inbox::{Datagram, Inbox};
 use super::metrics;
 use super::request::{self, Reply, RequestContext, REPLY_QUEUE};
+use super::request_body::{Backends, BodyAborted, RequestBody};
 use super::reset;
 use super::service::QuicService;
 use super::udp::{Outbox, QuicSocket};
+use crate::proxy::client_cert::{self, CertFields};
+use crate::tls::Negotiated;
 
 /// QUIC's code for a close without an error (RFC 9000, 20.1).
 const QUIC_NO_ERROR: u64 = 0x0;
@@ -317,8 +318,11 @@ impl Requests {
         // With `quic_client_cert_headers`, its requests carry the verified client
         // certificate (in 0-RTT data: the one of the session it resumes).
         let client_cert: CertFields = match context.service.client_cert_headers {
-            true => client_cert::of_connection(AsMut::<boring::ssl::SslRef>::as_mut(conn)),
-            false => Vec::new().into(),
+            true => {
+                let ssl = AsMut::<boring::ssl::SslRef>::as_mut(conn);
+                client_cert::of(Negotiated::from_ssl(ssl, false).client_cert.as_ref())
+            }
+            false => client_cert::of(None),
         };
         match h3::Config::new().and_then(|c| h3::Connection::with_transport(conn, &c)) {
             Ok(h3) => Some(Requests {

@@ -13,12 +13,12 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::offload::HandshakeGuard;
 
-use super::backend::Backends;
 use super::cid::{self, CID_LEN};
 use super::connection::{self, ConnectionContext};
 use super::inbox::{Datagram, Inbox};
 use super::metrics::{self, Dropped};
 use super::packet::{self, MIN_INITIAL_DATAGRAM};
+use super::request_body::Backends;
 use super::reset;
 use super::service::QuicService;
 use super::token;

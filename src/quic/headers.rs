@@ -9,26 +9,7 @@ use hyper::header::{HeaderName, HeaderValue, COOKIE, HOST};
 use hyper::{HeaderMap, Method, Request, Uri};
 use quiche::h3::{Header, NameValue};
 
-use super::client_cert;
-
-/// Fields that describe one HTTP/1.1 connection, never forwarded either way.
-const CONNECTION_SPECIFIC: [&str; 6] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "upgrade",
-    "te",
-];
-
-/// Fields tlsterm sets toward the backend; a client's own copies are dropped, so a
-/// backend can trust them.
-const FORWARDING: [&str; 4] = [
-    "forwarded",
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "early-data",
-];
+use crate::proxy::forwarding::{self, CONNECTION_SPECIFIC};
 
 /// Why a request cannot be forwarded (answered 400).
 #[derive(Debug, PartialEq, Eq)]
@@ -60,7 +41,7 @@ pub(super) fn request_head(
             _ => {
                 let name =
                     HeaderName::from_bytes(name).map_err(|_| BadRequest("invalid field name"))?;
-                if skipped(&name) {
+                if forwarding::dropped_from_request(&name) {
                     continue;
                 }
                 let value = HeaderValue::from_bytes(value)
@@ -91,29 +72,12 @@ pub(super) fn request_head(
         let cookie = HeaderValue::from_bytes(&joined).map_err(|_| BadRequest("invalid cookie"))?;
         headers.insert(COOKIE, cookie);
     }
-    headers.insert(
-        "x-forwarded-for",
-        HeaderValue::from_str(&client.to_string()).expect("an address is a valid value"),
-    );
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
-    if early {
-        headers.insert("early-data", HeaderValue::from_static("1"));
-    }
-    for (name, value) in client_cert {
-        headers.append(name.clone(), value.clone());
-    }
+    forwarding::add_forwarding(&mut headers, client, client_cert, early);
     let mut builder = Request::builder().method(method).uri(path);
     if let Some(map) = builder.headers_mut() {
         *map = headers;
     }
     Ok(builder)
-}
-
-fn skipped(name: &HeaderName) -> bool {
-    let name = name.as_str();
-    CONNECTION_SPECIFIC.contains(&name)
-        || FORWARDING.contains(&name)
-        || name.starts_with(client_cert::PREFIX)
 }
 
 /// The HTTP/3 fields of a backend's response head (or, without a status, its trailers).

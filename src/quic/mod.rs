@@ -15,9 +15,7 @@
 //! Each connection ID comes with a stateless reset token (`reset`), so a client whose
 //! connection tlsterm no longer has learns it from its next packet.
 
-mod backend;
 pub mod cid;
-mod client_cert;
 mod connection;
 mod endpoint;
 mod headers;
@@ -25,6 +23,7 @@ mod inbox;
 pub mod metrics;
 mod packet;
 mod request;
+mod request_body;
 mod reset;
 mod service;
 mod sockets;

@@ -11,11 +11,11 @@ use http_body_util::BodyExt;
 use quiche::h3::Header;
 use tokio::sync::{mpsc, watch, Notify};
 
-use super::backend::{Backends, RequestBody};
-use super::client_cert::CertFields;
 use super::headers::{request_head, ResponseFields};
 use super::metrics;
+use super::request_body::{Backends, RequestBody};
 use super::service::QuicService;
+use crate::proxy::client_cert::CertFields;
 use crate::proxy::pool::BackendPool;
 
 /// What the request's task tells the connection's task.

@@ -1,4 +1,5 @@
-//! One client connection: TLS handshake, backend connection, PROXY header, relay.
+//! One client connection: TLS handshake, then backend connection, PROXY header and relay,
+//! or (`mode = "http"`) its requests forwarded over pooled backend connections.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,8 +14,9 @@ use super::read_ahead::ReadAhead;
 use super::failure::{FailureFacts, HandshakeFailure};
 use super::metrics;
 use super::ListenerState;
-use crate::config::ProxyProtocol;
+use crate::config::{ListenerMode, ProxyProtocol};
 use crate::offload::HandshakeGuard;
+use crate::proxy::client_cert;
 use crate::proxy::pool::BackendStream;
 use crate::proxy::proxy_protocol;
 use crate::proxy::relay::{self, RelayEnd};
@@ -69,12 +71,15 @@ impl CloseReason {
 }
 
 /// One client connection, from accept to close: the handshake, the backend, the relay,
-/// and the counters and log line of how it ended.
+/// and the counters and log line of how it ended. `stop` turns true when the process
+/// drains: forwarded HTTP requests then end the connection once answered (a relay cannot
+/// tell where a request ends, so it goes on until its client or backend closes).
 pub async fn handle(
     stream: TcpStream,
     client: SocketAddr,
     state: Arc<ListenerState>,
     log_connections: bool,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let started = Instant::now();
     let local = local_address(&stream, &state);
@@ -116,6 +121,17 @@ pub async fn handle(
             return end.before_relay(None, CloseReason::HandshakeTimeout);
         }
     };
+
+    if *state.config.mode.get_ref() == ListenerMode::Http {
+        let context = super::http::HttpContext {
+            pool: state.pool_for(negotiated.sni.as_deref()).clone(),
+            client: client.ip(),
+            client_cert: client_cert::of(negotiated.client_cert.as_ref()),
+            idle_timeout: state.config.idle_timeout,
+        };
+        let end_of_requests = super::http::serve(tls, context, stop).await;
+        return end.before_relay(Some(&negotiated), CloseReason::Relayed(end_of_requests));
+    }
 
     let mut backend = match open_backend(&state, client, local, &negotiated).await {
         Ok(backend) => backend,

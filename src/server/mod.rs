@@ -16,6 +16,7 @@
 
 mod conn;
 mod failure;
+mod http;
 mod metrics;
 mod read_ahead;
 mod worker;

@@ -32,7 +32,7 @@ pub struct ListenerState {
 }
 
 impl ListenerState {
-    pub fn pool_for(&self, sni: Option<&str>) -> &BackendPool {
+    pub fn pool_for(&self, sni: Option<&str>) -> &Arc<BackendPool> {
         &self.pools[self.tls.profile_index(sni)]
     }
 

@@ -205,7 +205,14 @@ async fn accept_loop(
                 let Some(global) = global_permit(&shared, shutdown.clone()).await else {
                     return;
                 };
-                start(&listener, &shared, stream, client, (permit, global));
+                start(
+                    &listener,
+                    &shared,
+                    stream,
+                    client,
+                    (permit, global),
+                    shutdown.clone(),
+                );
             }
             Err(err) => {
                 let exhausted = matches!(
@@ -245,20 +252,22 @@ async fn global_permit(
     }
 }
 
-/// Serves an accepted connection; `permits` (listener, process) are held until it ends.
+/// Serves an accepted connection; `permits` (listener, process) are held until it ends;
+/// `stop` turns true when the process drains.
 fn start(
     listener: &Listener,
     shared: &ProcessWide,
     stream: TcpStream,
     client: SocketAddr,
     permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    stop: watch::Receiver<bool>,
 ) {
     let state = listener.state.load_full();
     let log = shared.log_connections.load(Ordering::Relaxed);
     super::metrics::record_accept(&state.metrics);
     tokio::task::spawn_local(async move {
         let ended = state.clone();
-        conn::handle(stream, client, state, log).await;
+        conn::handle(stream, client, state, log, stop).await;
         super::metrics::record_connection_end(&ended.metrics);
         drop(permits);
     });
@@ -313,6 +322,13 @@ async fn serve_accept_queue(
         let Some(global) = global_permit(shared, shutdown.clone()).await else {
             return;
         };
-        start(listener, shared, stream, client, (permit, global));
+        start(
+            listener,
+            shared,
+            stream,
+            client,
+            (permit, global),
+            shutdown.clone(),
+        );
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod client_pki;
 pub mod config;
+pub mod echo;
 pub mod pebble;
 
 use std::io::{BufRead, BufReader};
@@ -339,7 +340,10 @@ pub async fn http_get(stream: &mut TlsClient, path: &str) -> anyhow::Result<Vec<
     anyhow::ensure!(head.starts_with("HTTP/1.1 200"), "bad response: {head}");
     let length: usize = head
         .lines()
-        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length").then_some(value)
+        })
         .ok_or_else(|| anyhow::anyhow!("no Content-Length"))?
         .trim()
         .parse()?;

@@ -1,19 +1,18 @@
-//! The verified client certificate of a QUIC connection, as request headers toward the
-//! backend: what the PROXY v2 TLVs carry on the TCP path (`proxy_protocol`), which HTTP/3
-//! cannot use (a backend connection carries the requests of many clients). A client's own
-//! `X-Client-Cert-*` fields never reach the backend, so a backend can trust these.
+//! A connection's verified client certificate as request headers toward the backend: what
+//! the PROXY v2 TLVs carry on a relayed connection (`proxy_protocol`), which forwarded HTTP
+//! requests cannot use (one backend connection carries the requests of many clients). A
+//! client's own `X-Client-Cert-*` fields never reach the backend (`forwarding` drops them),
+//! so a backend can trust these.
 
 use std::rc::Rc;
 
-use boring::ssl::SslRef;
 use hyper::header::{HeaderName, HeaderValue};
 
-use crate::proxy::proxy_protocol::ClientIdentity;
-use crate::tls::Negotiated;
+use super::proxy_protocol::ClientIdentity;
 
 /// The prefix of the fields this module sets: request fields starting with it are the
 /// client's and are dropped.
-pub(super) const PREFIX: &str = "x-client-cert-";
+pub const PREFIX: &str = "x-client-cert-";
 
 /// The RFC 4514 subject, e.g. `CN=alice,O=Example`.
 const SUBJECT: &str = "x-client-cert-subject";
@@ -27,15 +26,12 @@ const SHA256: &str = "x-client-cert-sha256";
 const MAX_BYTES: usize = 4096;
 
 /// The fields of a connection's verified client certificate, made once per connection.
-pub(super) type CertFields = Rc<[(HeaderName, HeaderValue)]>;
+pub type CertFields = Rc<[(HeaderName, HeaderValue)]>;
 
-/// The fields for the connection's client certificate; empty when it presented none
-/// (a certificate is only there once BoringSSL has verified it against `client_ca`).
-pub(super) fn of_connection(ssl: &SslRef) -> CertFields {
-    match Negotiated::from_ssl(ssl, false).client_cert {
-        Some(identity) => fields(&identity).into(),
-        None => Vec::new().into(),
-    }
+/// The fields for a verified client certificate; empty without one (a certificate is only
+/// there once BoringSSL has verified it against `client_ca`).
+pub fn of(identity: Option<&ClientIdentity>) -> CertFields {
+    identity.map_or_else(|| Vec::new().into(), |identity| fields(identity).into())
 }
 
 fn fields(identity: &ClientIdentity) -> Vec<(HeaderName, HeaderValue)> {

@@ -1,0 +1,157 @@
+//! The header fields of a request forwarded to a backend as HTTP/1.1, whether it came as
+//! HTTP/3 or as HTTP/1.1 over TLS: connection-specific fields dropped both ways (each hop's
+//! framing is its own), and the client's own `Forwarded`/`X-Forwarded-*`, `Early-Data` and
+//! `X-Client-Cert-*` replaced by tlsterm's, so that a backend can trust them.
+
+use std::net::IpAddr;
+
+use hyper::header::{HeaderName, HeaderValue, CONNECTION};
+use hyper::HeaderMap;
+
+use super::client_cert;
+
+/// Fields that describe one HTTP/1.1 connection, never forwarded either way.
+pub const CONNECTION_SPECIFIC: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// Fields tlsterm sets toward the backend.
+const FORWARDING: [&str; 4] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "early-data",
+];
+
+/// A field of the client's request that never reaches the backend as the client sent it.
+pub fn dropped_from_request(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    CONNECTION_SPECIFIC.contains(&name)
+        || FORWARDING.contains(&name)
+        || name.starts_with(client_cert::PREFIX)
+}
+
+/// Removes the connection-specific fields of one HTTP/1.1 hop, and those its `Connection`
+/// field names (RFC 9110, 7.6.1).
+pub fn drop_connection_specific(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|list| list.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named
+        .iter()
+        .map(HeaderName::as_str)
+        .chain(CONNECTION_SPECIFIC)
+    {
+        headers.remove(name);
+    }
+}
+
+/// Adds what the backend is told about the client: its address, that it came over TLS,
+/// whether the request came in 0-RTT data (`Early-Data: 1`, RFC 8470: an attacker may have
+/// replayed it, and the backend may answer 425 Too Early), and its verified certificate.
+pub fn add_forwarding(
+    headers: &mut HeaderMap,
+    client: IpAddr,
+    client_cert: &[(HeaderName, HeaderValue)],
+    early: bool,
+) {
+    headers.insert(
+        "x-forwarded-for",
+        HeaderValue::from_str(&client.to_string()).expect("an address is a valid value"),
+    );
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    if early {
+        headers.insert("early-data", HeaderValue::from_static("1"));
+    }
+    for (name, value) in client_cert {
+        headers.append(name.clone(), value.clone());
+    }
+}
+
+/// The client's own forwarding fields and the connection's, replaced by tlsterm's.
+pub fn rewrite_request(
+    headers: &mut HeaderMap,
+    client: IpAddr,
+    client_cert: &[(HeaderName, HeaderValue)],
+) {
+    drop_connection_specific(headers);
+    let theirs: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| dropped_from_request(name))
+        .cloned()
+        .collect();
+    for name in theirs {
+        headers.remove(name);
+    }
+    add_forwarding(headers, client, client_cert, false);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_loses_the_clients_forwarding_and_connection_fields() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("host", "a.test"),
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "1"),
+            ("x-forwarded-for", "10.9.9.9"),
+            ("forwarded", "for=10.9.9.9"),
+            ("x-client-cert-subject", "CN=mallory"),
+            ("early-data", "1"),
+            ("te", "trailers"),
+            ("x-custom", "kept"),
+        ] {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        let cert = [(
+            HeaderName::from_static("x-client-cert-subject"),
+            HeaderValue::from_static("CN=alice"),
+        )];
+        rewrite_request(&mut headers, "192.0.2.7".parse().unwrap(), &cert);
+        let mut fields: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        fields.sort();
+        assert_eq!(
+            fields,
+            [
+                ("host", "a.test"),
+                ("x-client-cert-subject", "CN=alice"),
+                ("x-custom", "kept"),
+                ("x-forwarded-for", "192.0.2.7"),
+                ("x-forwarded-proto", "https"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_response_keeps_everything_but_its_hops_fields() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "close"),
+            ("transfer-encoding", "chunked"),
+            ("keep-alive", "timeout=5"),
+            ("content-type", "text/plain"),
+            ("x-forwarded-for", "backend's own business"),
+        ] {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        drop_connection_specific(&mut headers);
+        let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        names.sort();
+        assert_eq!(names, ["content-type", "x-forwarded-for"]);
+    }
+}

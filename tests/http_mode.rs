@@ -1,0 +1,222 @@
+//! `mode = "http"` through `serve`: curl and an in-process TLS client against a tlsterm
+//! process whose backend is a real HTTP/1.1 server in this test that echoes what it
+//! received. Requests and bodies both ways, the forwarding headers (the client's copies
+//! dropped), backend connections reused across client connections, 502 and 504, drain on
+//! SIGTERM, and the settings this mode refuses.
+
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::Ordering;
+
+use common::echo::*;
+use common::*;
+
+/// tlsterm with one `mode = "http"` listener forwarding to `backend`.
+fn start_http(backend: &str, extra: &str) -> (tempfile::TempDir, Server, u16) {
+    start_listener(backend, &format!("mode = \"http\"\n{extra}"))
+}
+
+/// curl against the listener on `port` (certificates not verified: they are self-signed);
+/// returns what it printed.
+fn curl(port: u16, args: &[&str]) -> String {
+    let out = run(Command::new("curl")
+        .args(["--silent", "--show-error", "--insecure", "--max-time", "30"])
+        .args(["--connect-to", &format!("localhost:443:127.0.0.1:{port}")])
+        .args(args));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// The value of the response header `name` in curl's `--include` output (of the final
+/// response, after any `100 Continue`).
+fn header<'a>(response: &'a str, name: &str) -> &'a str {
+    let last = response.rfind("HTTP/1.1 ").unwrap_or(0);
+    response[last..]
+        .lines()
+        .find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name).then(|| value.trim())
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_reach_the_backend_with_forwarding_headers_over_reused_connections() {
+    let (backend, accepted) = echo_backend_counted().await;
+    let (dir, server, port) = start_http(&backend.to_string(), "");
+    let upload = dir.path().join("upload");
+    std::fs::write(&upload, pattern(3_000_000)).unwrap();
+    let body_at = dir.path().join("answer");
+    let (get, post) = {
+        let (upload, body_at) = (upload.clone(), body_at.clone());
+        tokio::task::spawn_blocking(move || {
+            let get = curl(
+                port,
+                &[
+                    "--include",
+                    "-H",
+                    "X-Forwarded-For: 6.6.6.6",
+                    "-H",
+                    "Forwarded: for=6.6.6.6",
+                    "-H",
+                    "X-Client-Cert-Subject: CN=mallory",
+                    "-H",
+                    "X-Custom: kept",
+                    "https://localhost/hello?x=1",
+                ],
+            );
+            let post = curl(
+                port,
+                &[
+                    "--dump-header",
+                    "-",
+                    "--data-binary",
+                    &format!("@{}", upload.display()),
+                    "--output",
+                    &body_at.display().to_string(),
+                    "https://localhost/upload",
+                ],
+            );
+            (get, post)
+        })
+        .await
+        .unwrap()
+    };
+    assert!(get.starts_with("HTTP/1.1 200"), "{get}");
+    assert_eq!(header(&get, "x-seen-method"), "GET");
+    assert_eq!(header(&get, "x-seen-path"), "/hello?x=1");
+    assert_eq!(header(&get, "x-seen-host"), "localhost");
+    // tlsterm's own, once; the client's copies are gone.
+    assert_eq!(header(&get, "x-seen-x-forwarded-for"), "127.0.0.1");
+    assert_eq!(header(&get, "x-seen-x-forwarded-proto"), "https");
+    assert_eq!(header(&get, "x-seen-forwarded"), "");
+    assert_eq!(header(&get, "x-seen-x-client-cert-subject"), "");
+    assert_eq!(header(&get, "x-seen-x-custom"), "kept");
+
+    // curl asks before sending a large body (`Expect: 100-continue`): hyper says go on.
+    assert!(post.starts_with("HTTP/1.1 100 Continue"), "{post}");
+    assert!(post.contains("HTTP/1.1 200"), "{post}");
+    assert_eq!(header(&post, "x-seen-method"), "POST");
+    assert_eq!(header(&post, "x-seen-body-len"), "3000000");
+    let answer = std::fs::read(&body_at).unwrap();
+    assert_eq!(answer.len(), 3_000_000, "the body comes back whole");
+    assert_eq!(hex_sha256(&answer), hex_sha256(&pattern(3_000_000)));
+
+    // Six more client connections, one after another, each with one request: a byte relay
+    // would open a backend connection for each; here at most one per worker is opened
+    // (two workers) and kept for the next client.
+    tokio::task::spawn_blocking(move || {
+        for _ in 0..6 {
+            assert!(curl(port, &["--include", "https://localhost/"]).starts_with("HTTP/1.1 200"));
+        }
+    })
+    .await
+    .unwrap();
+    let admin = admin_address(&server.config).unwrap();
+    assert_eq!(
+        metric(admin, "tlsterm_handshakes_total", "kind=\"full\""),
+        8.0
+    );
+    assert_eq!(
+        metric(admin, "tlsterm_http_requests_total", "answer=\"backend\""),
+        8.0
+    );
+    let opened = accepted.load(Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&opened),
+        "{opened} backend connections for 8 client connections"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_requests_of_one_connection_are_answered_in_turn() {
+    let backend = echo_backend().await;
+    let (_dir, _server, port) = start_http(&backend.to_string(), "");
+    let mut client = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    for path in ["/one", "/two", "/three"] {
+        http_get(&mut client, path).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_backend_is_answered_502_and_a_silent_one_504() {
+    // Bound, never listening: connections are refused.
+    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+    refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let refused = refusing.local_addr().unwrap().to_string();
+    let (_dir, server, port) = start_http(&refused, "");
+    let answer =
+        tokio::task::spawn_blocking(move || curl(port, &["--include", "https://localhost/"]))
+            .await
+            .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    let admin = admin_address(&server.config).unwrap();
+    assert_eq!(
+        metric(admin, "tlsterm_http_requests_total", "answer=\"502\""),
+        1.0
+    );
+
+    let backend = echo_backend().await;
+    let (_dir, _server, port) = start_http(&backend.to_string(), "idle_timeout = \"1s\"\n");
+    let answer =
+        tokio::task::spawn_blocking(move || curl(port, &["--include", "https://localhost/never"]))
+            .await
+            .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+}
+
+/// On SIGTERM a request in progress is answered, and the connection then closes, as does
+/// an idle keep-alive connection: tlsterm exits without waiting for `drain_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_the_request_in_progress_and_closes_idle_connections() {
+    let backend = echo_backend().await;
+    let (_dir, mut server, port) = start_http(&backend.to_string(), "");
+    let mut idle = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    http_get(&mut idle, "/").await.unwrap();
+    let in_flight =
+        tokio::task::spawn_blocking(move || curl(port, &["--include", "https://localhost/wait"]));
+    wait_until("the backend holds the request", || {
+        WAITING.load(Ordering::SeqCst) == 1
+    });
+    server.signal("TERM");
+    server.log.wait_for("stopping", 0);
+    RELEASE.notify_waiters();
+    let answered = in_flight.await.unwrap();
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+    assert_eq!(header(&answered, "connection"), "close");
+    let status = eventually("tlsterm exits once drained", || {
+        server.child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}");
+    // The idle connection was closed, not left to the drain deadline (30 s by default).
+    let mut byte = [0u8; 1];
+    let read = tokio::io::AsyncReadExt::read(&mut idle, &mut byte).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+}
+
+#[test]
+fn settings_a_forwarded_request_cannot_carry_are_refused_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for (extra, says) in [
+        (
+            "proxy_protocol = \"v2\"",
+            "X-Forwarded-For, not as a PROXY header",
+        ),
+        ("early_data = true", "0-RTT"),
+        ("alpn = [\"h2\", \"http/1.1\"]", "not \"h2\""),
+    ] {
+        let listener = format!(
+            "address = \"127.0.0.1:{}\"\nbackends = [\"127.0.0.1:1\"]\nmode = \"http\"\n{extra}",
+            free_port()
+        );
+        let config = write_config(dir.path(), "", &[listener]);
+        let refused = check_refuses(&config);
+        assert!(refused.contains("key `mode`"), "{refused}");
+        assert!(refused.contains("tlsterm.toml:7:"), "{refused}");
+        assert!(refused.contains(says), "{refused}");
+    }
+}
