@@ -12,6 +12,8 @@
 #
 # CLIENT=BINARY: the tlsterm that runs the client and the backend (default: this tree's).
 # CERTS=DIR: DIR/cert.pem and DIR/key.pem instead of a new ECDSA P-256 certificate.
+# MODE=http: the listener forwards HTTP requests over pooled backend connections
+# (`mode = "http"`) instead of relaying bytes (the default, MODE=tcp).
 #
 # Each connection takes two descriptors of the server's (client and backend) and one of
 # the client's and of the backend's: `ulimit -n` bounds CONNECTIONS to about half of it.
@@ -45,6 +47,7 @@ max_connections = 1000000
 [[listener]]
 address = "127.0.0.1:9728"
 backends = ["127.0.0.1:9729"]
+${MODE:+mode = \"$MODE\"}
 max_connections = 1000000
 [[listener.certificate]]
 cert = "$WORK/cert.pem"

@@ -167,6 +167,37 @@ async fn an_unreachable_backend_is_answered_502_and_a_silent_one_504() {
     assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
 }
 
+/// A client that sends a large request and then stops reading the answer is closed once
+/// nothing has moved for `idle_timeout`: it does not hold its connection, and the
+/// backend connection, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_its_response_is_closed_after_idle_timeout() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_http(&backend.to_string(), "idle_timeout = \"1s\"\n");
+    let admin = admin_address(&server.config).unwrap();
+    let mut client = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    // More than the socket buffers of both sides hold, so that tlsterm's writes stop.
+    let body = vec![b'x'; 48 << 20];
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut client, head.as_bytes())
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut client, &body)
+        .await
+        .unwrap();
+    // The answer comes back (as large) and is not read.
+    wait_for_metric(
+        admin,
+        "tlsterm_connections_closed_total{reason=\"idle_timeout\"} 1",
+    );
+    drop(client);
+}
+
 /// On SIGTERM a request in progress is answered, and the connection then closes, as does
 /// an idle keep-alive connection: tlsterm exits without waiting for `drain_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@
 //! Bodies stream both ways (hyper's flow control; nothing is held whole). A backend
 //! connection goes back to the worker's pool once the response body has been read whole.
 
+use std::cell::Cell;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -20,8 +21,9 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_LENGTH};
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::proxy::client_cert::CertFields;
 use crate::proxy::forwarding;
@@ -42,14 +44,17 @@ pub(super) struct HttpContext {
     pub client: IpAddr,
     /// The connection's verified client certificate as fields (empty without one).
     pub client_cert: CertFields,
-    /// No request head from the client for this long closes the connection; no response
-    /// head from the backend for this long answers 504.
+    /// Nothing moving between tlsterm and the client for this long (no request waiting on
+    /// the backend) closes the connection; no response head from the backend for this long
+    /// answers 504.
     pub idle_timeout: Duration,
 }
 
-/// Serves the connection's requests until the client closes it, stays idle past
-/// `idle_timeout`, or sends what is not HTTP/1.1; once `stop` turns true, until the request
-/// in progress, if any, is answered.
+/// Serves the connection's requests until the client closes it, sends what is not
+/// HTTP/1.1, or stalls: no byte either way for `idle_timeout` while no request waits on the
+/// backend (an idle keep-alive connection, a client that stopped reading its response or
+/// sending its request). Once `stop` turns true, until the request in progress, if any, is
+/// answered.
 pub(super) async fn serve<S>(
     stream: S,
     context: HttpContext,
@@ -59,21 +64,40 @@ where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let idle_timeout = context.idle_timeout;
+    let activity = Rc::new(Activity {
+        last: Cell::new(Instant::now()),
+        waiting: Cell::new(0),
+    });
+    let stream = Watched {
+        inner: stream,
+        activity: activity.clone(),
+    };
     let context = Rc::new(context);
     let backends = BACKENDS.with(Rc::clone);
+    let on_request = activity.clone();
     let service = hyper::service::service_fn(move |request| {
-        forward(request, context.clone(), backends.clone())
+        forward(
+            request,
+            context.clone(),
+            backends.clone(),
+            on_request.clone(),
+        )
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
+        // A request head sent byte by byte, slowly enough to pass as activity, still ends.
         .header_read_timeout(idle_timeout)
         .serve_connection(TokioIo::new(stream), service);
     let mut connection = std::pin::pin!(connection);
     let served = tokio::select! {
         served = connection.as_mut() => served,
+        () = activity.stalled(idle_timeout) => return RelayEnd::IdleTimeout,
         Ok(_) = stop.wait_for(|stop| *stop) => {
             connection.as_mut().graceful_shutdown();
-            connection.await
+            tokio::select! {
+                served = connection.as_mut() => served,
+                () = activity.stalled(idle_timeout) => return RelayEnd::IdleTimeout,
+            }
         }
     };
     match served {
@@ -86,12 +110,113 @@ where
     }
 }
 
+/// When bytes last moved between tlsterm and the client, and how many requests wait for
+/// the backend's response head (that wait has its own limit: the 504).
+struct Activity {
+    last: Cell<Instant>,
+    waiting: Cell<usize>,
+}
+
+impl Activity {
+    /// Returns once nothing has moved for `idle` while no request waited on the backend.
+    async fn stalled(&self, idle: Duration) {
+        loop {
+            tokio::time::sleep_until(self.last.get() + idle).await;
+            if self.waiting.get() > 0 {
+                self.last.set(Instant::now());
+            } else if self.last.get() + idle <= Instant::now() {
+                return;
+            }
+        }
+    }
+}
+
+/// Counts a request as waiting on the backend while it lives.
+struct Waiting(Rc<Activity>);
+
+impl Waiting {
+    fn start(activity: Rc<Activity>) -> Waiting {
+        activity.waiting.set(activity.waiting.get() + 1);
+        Waiting(activity)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.set(self.0.waiting.get() - 1);
+        self.0.last.set(Instant::now());
+    }
+}
+
+/// The client's stream, noting in `activity` when bytes move.
+struct Watched<S> {
+    inner: S,
+    activity: Rc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.last.set(Instant::now());
+        }
+        result
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write(cx, data);
+        self.noted(result)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, data);
+        self.noted(result)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<S> Watched<S> {
+    fn noted(&self, result: Poll<std::io::Result<usize>>) -> Poll<std::io::Result<usize>> {
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.last.set(Instant::now());
+        }
+        result
+    }
+}
+
 /// One request: rewritten for the backend, sent on a pooled connection, its response
 /// streamed back; 502 when no backend answers, 504 when it answers too late.
 async fn forward(
     request: Request<Incoming>,
     context: Rc<HttpContext>,
     backends: Rc<Backends<Incoming>>,
+    activity: Rc<Activity>,
 ) -> Result<Response<Relayed>, hyper::Error> {
     let (mut parts, body) = request.into_parts();
     forwarding::rewrite_request(&mut parts.headers, context.client, &context.client_cert);
@@ -101,11 +226,13 @@ async fn forward(
         parts.uri = Uri::from(origin.clone());
     }
     parts.version = Version::HTTP_11;
+    let waiting = Waiting::start(activity);
     let sent = tokio::time::timeout(
         context.idle_timeout,
         backends.send(&context.pool, Request::from_parts(parts, body)),
     )
     .await;
+    drop(waiting);
     let (response, connection) = match sent {
         Ok(Ok(answer)) => answer,
         Ok(Err(err)) => {
