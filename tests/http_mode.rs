@@ -128,6 +128,62 @@ async fn requests_reach_the_backend_with_forwarding_headers_over_reused_connecti
     );
 }
 
+/// A verified client certificate reaches the backend as `X-Client-Cert-*` fields, on every
+/// request of the connection; the client's own copies never do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_reaches_the_backend_as_headers() {
+    let backend = echo_backend().await;
+    let pki = tempfile::tempdir().unwrap();
+    common::client_pki::make_client_pki(pki.path());
+    let p = |name: &str| pki.path().join(name).display().to_string();
+    let extra = format!(
+        "client_auth = \"required\"\nclient_ca = {:?}\n",
+        p("ca.pem")
+    );
+    let (_dir, _server, port) = start_http(&backend.to_string(), &extra);
+    let (cert, key) = (p("alice.pem"), p("alice.key"));
+    let answer = tokio::task::spawn_blocking(move || {
+        curl(
+            port,
+            &[
+                "--include",
+                "--cert",
+                &cert,
+                "--key",
+                &key,
+                "-H",
+                "X-Client-Cert-Subject: CN=forged",
+                "https://localhost/one",
+                "https://localhost/two",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    let der = boring::x509::X509::from_pem(&std::fs::read(p("alice.pem")).unwrap())
+        .unwrap()
+        .to_der()
+        .unwrap();
+    let responses: Vec<&str> = answer.split("HTTP/1.1 ").skip(1).collect();
+    assert_eq!(responses.len(), 2, "{answer}");
+    for response in responses {
+        let response = format!("HTTP/1.1 {response}");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert_eq!(
+            header(&response, "x-seen-x-client-cert-subject"),
+            "O=Example,CN=alice"
+        );
+        assert_eq!(
+            header(&response, "x-seen-x-client-cert-sha256"),
+            hex_sha256(&der)
+        );
+        assert_eq!(
+            header(&response, "x-seen-x-client-cert-san"),
+            "email:alice@example.test | DNS:alice.example.test"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_requests_of_one_connection_are_answered_in_turn() {
     let backend = echo_backend().await;
