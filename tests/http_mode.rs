@@ -223,6 +223,34 @@ async fn an_unreachable_backend_is_answered_502_and_a_silent_one_504() {
     assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
 }
 
+/// A reload that names another backend sends the requests of new connections there, while
+/// a connection opened before keeps its backend for its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_reload_new_connections_reach_the_new_backend() {
+    let (first, first_accepted) = echo_backend_counted().await;
+    let (second, second_accepted) = echo_backend_counted().await;
+    let (_dir, server, port) = start_http(&first.to_string(), "");
+    let mut before = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    http_get(&mut before, "/").await.unwrap();
+
+    let text = std::fs::read_to_string(&server.config).unwrap();
+    let renamed = text.replace(&first.to_string(), &second.to_string());
+    assert_ne!(text, renamed);
+    std::fs::write(&server.config, renamed).unwrap();
+    let verdict = server.reload();
+    assert!(verdict.contains("reloaded"), "{verdict}");
+
+    let mut after = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    http_get(&mut after, "/").await.unwrap();
+    http_get(&mut before, "/").await.unwrap();
+    assert_eq!(second_accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(first_accepted.load(Ordering::SeqCst), 1);
+}
+
 /// A client that sends a large request and then stops reading the answer is closed once
 /// nothing has moved for `idle_timeout`: it does not hold its connection, and the
 /// backend connection, for ever.
