@@ -121,6 +121,13 @@ async fn requests_reach_the_backend_with_forwarding_headers_over_reused_connecti
         metric(admin, "tlsterm_http_requests_total", "answer=\"backend\""),
         8.0
     );
+    // The plaintext both ways is counted as a relay counts it: the 3 MB each way at least.
+    for direction in ["to_backend", "to_client"] {
+        let label = format!("direction=\"{direction}\"");
+        eventually("the connections' bytes are counted", || {
+            (metric(admin, "tlsterm_bytes_total", &label) > 3_000_000.0).then_some(())
+        });
+    }
     let opened = accepted.load(Ordering::SeqCst);
     assert!(
         (1..=2).contains(&opened),

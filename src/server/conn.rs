@@ -129,8 +129,8 @@ pub async fn handle(
             client_cert: client_cert::of(negotiated.client_cert.as_ref()),
             idle_timeout: state.config.idle_timeout,
         };
-        let end_of_requests = super::http::serve(tls, context, stop).await;
-        return end.before_relay(Some(&negotiated), CloseReason::Relayed(end_of_requests));
+        let outcome = super::http::serve(tls, context, stop).await;
+        return end.after_relay(&negotiated, outcome);
     }
 
     let mut backend = match open_backend(&state, client, local, &negotiated).await {

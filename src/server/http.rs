@@ -30,7 +30,7 @@ use crate::proxy::forwarding;
 use crate::proxy::http_backend::{Backends, Borrowed};
 use crate::proxy::metrics;
 use crate::proxy::pool::BackendPool;
-use crate::proxy::relay::{RelayEnd, Side};
+use crate::proxy::relay::{RelayEnd, RelayOutcome, Side};
 
 thread_local! {
     /// This worker's idle connections to every `mode = "http"` listener's backends.
@@ -59,7 +59,7 @@ pub(super) async fn serve<S>(
     stream: S,
     context: HttpContext,
     mut stop: watch::Receiver<bool>,
-) -> RelayEnd
+) -> RelayOutcome
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
@@ -67,6 +67,8 @@ where
     let activity = Rc::new(Activity {
         last: Cell::new(Instant::now()),
         waiting: Cell::new(0),
+        from_client: Cell::new(0),
+        to_client: Cell::new(0),
     });
     let stream = Watched {
         inner: stream,
@@ -89,17 +91,27 @@ where
         .header_read_timeout(idle_timeout)
         .serve_connection(TokioIo::new(stream), service);
     let mut connection = std::pin::pin!(connection);
-    let served = tokio::select! {
-        served = connection.as_mut() => served,
-        () = activity.stalled(idle_timeout) => return RelayEnd::IdleTimeout,
+    let end = tokio::select! {
+        served = connection.as_mut() => end_of(served),
+        () = activity.stalled(idle_timeout) => RelayEnd::IdleTimeout,
         Ok(_) = stop.wait_for(|stop| *stop) => {
             connection.as_mut().graceful_shutdown();
             tokio::select! {
-                served = connection.as_mut() => served,
-                () = activity.stalled(idle_timeout) => return RelayEnd::IdleTimeout,
+                served = connection.as_mut() => end_of(served),
+                () = activity.stalled(idle_timeout) => RelayEnd::IdleTimeout,
             }
         }
     };
+    // The client's plaintext both ways, request and response heads included: what a relay
+    // of the same exchange would have counted.
+    RelayOutcome {
+        to_backend: activity.from_client.get(),
+        to_client: activity.to_client.get(),
+        end,
+    }
+}
+
+fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
     match served {
         Ok(()) => RelayEnd::Closed,
         Err(err) if err.is_timeout() => RelayEnd::IdleTimeout,
@@ -110,11 +122,13 @@ where
     }
 }
 
-/// When bytes last moved between tlsterm and the client, and how many requests wait for
-/// the backend's response head (that wait has its own limit: the 504).
+/// When bytes last moved between tlsterm and the client, how many requests wait for the
+/// backend's response head (that wait has its own limit: the 504), and the bytes each way.
 struct Activity {
     last: Cell<Instant>,
     waiting: Cell<usize>,
+    from_client: Cell<u64>,
+    to_client: Cell<u64>,
 }
 
 impl Activity {
@@ -162,8 +176,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.activity.last.set(Instant::now());
+        let read = (buf.filled().len() - before) as u64;
+        if read > 0 {
+            let activity = &self.activity;
+            activity.last.set(Instant::now());
+            activity.from_client.set(activity.from_client.get() + read);
         }
         result
     }
@@ -203,8 +220,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 
 impl<S> Watched<S> {
     fn noted(&self, result: Poll<std::io::Result<usize>>) -> Poll<std::io::Result<usize>> {
-        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.last.set(Instant::now());
+        if let Poll::Ready(Ok(written @ 1..)) = result {
+            let activity = &self.activity;
+            activity.last.set(Instant::now());
+            activity
+                .to_client
+                .set(activity.to_client.get() + written as u64);
         }
         result
     }
