@@ -128,6 +128,14 @@ async fn requests_reach_the_backend_with_forwarding_headers_over_reused_connecti
             (metric(admin, "tlsterm_bytes_total", &label) > 3_000_000.0).then_some(())
         });
     }
+    let stats = run(Command::new(TLSTERM).args(["stats", "--admin", &admin.to_string()]));
+    let stats = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        stats
+            .lines()
+            .any(|l| l.starts_with("http requests") && l.contains("answer=\"backend\"")),
+        "{stats}"
+    );
     let opened = accepted.load(Ordering::SeqCst);
     assert!(
         (1..=2).contains(&opened),
