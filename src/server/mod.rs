@@ -123,11 +123,12 @@ pub async fn serve(bound: Bound, mut events: mpsc::Receiver<Event>) -> anyhow::R
     notify::ready(&serving.status());
 
     serve_until_stopped(&mut serving, &mut events, &mut acme_installed, &reloads).await;
-    // /healthz says so before the log does: whoever reads the line finds it answering 503.
+    // /healthz and the workers are told before the log says so: whoever reads the line
+    // finds /healthz answering 503 and every connection's task able to see the stop.
     crate::metrics::admin::set_stopping();
     notify::stopping();
-    tracing::info!(drain_timeout = ?drain_timeout, "stopping: no new connections, draining open ones");
     let _ = shutdown.send(true);
+    tracing::info!(drain_timeout = ?drain_timeout, "stopping: no new connections, draining open ones");
     // The workers end once drained; wait for them off this runtime, which goes on running
     // whatever else the caller has on it.
     tokio::task::spawn_blocking(move || {
