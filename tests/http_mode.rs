@@ -200,8 +200,8 @@ async fn a_client_certificate_reaches_the_backend_as_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn several_requests_of_one_connection_are_answered_in_turn() {
-    let backend = echo_backend().await;
+async fn several_requests_of_one_connection_are_answered_in_turn_and_connect_is_not_forwarded() {
+    let (backend, accepted) = echo_backend_counted().await;
     let (_dir, _server, port) = start_http(&backend.to_string(), "");
     let mut client = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
         .await
@@ -209,6 +209,25 @@ async fn several_requests_of_one_connection_are_answered_in_turn() {
     for path in ["/one", "/two", "/three"] {
         http_get(&mut client, path).await.unwrap();
     }
+    let opened = accepted.load(Ordering::SeqCst);
+    let connect = "CONNECT elsewhere.test:443 HTTP/1.1\r\nHost: elsewhere.test:443\r\n\r\n";
+    tokio::io::AsyncWriteExt::write_all(&mut client, connect.as_bytes())
+        .await
+        .unwrap();
+    let mut answer = [0u8; 12];
+    tokio::time::timeout(
+        DEADLINE,
+        tokio::io::AsyncReadExt::read_exact(&mut client, &mut answer),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 405");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        opened,
+        "no backend connection for it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

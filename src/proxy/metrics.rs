@@ -34,7 +34,7 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| {
     ),
     http_requests: metrics::counter_vec(
         "http_requests_total",
-        "HTTP/1.1 requests of mode = \"http\" listeners, by who answered: the backend, or tlsterm with 502 (no backend answered) or 504 (too late)",
+        "HTTP/1.1 requests of mode = \"http\" listeners, by who answered: the backend, or tlsterm with 502 (no backend answered), 504 (too late) or 405 (CONNECT)",
         &["answer"],
     ),
 }
@@ -67,7 +67,7 @@ pub fn record_relayed(to_backend: u64, to_client: u64) {
 }
 
 /// An HTTP/1.1 request forwarded (`"backend"`: the backend's response went back) or
-/// answered by tlsterm (`"502"`, `"504"`).
+/// answered by tlsterm (`"502"`, `"504"`, `"405"`).
 pub fn record_http_request(answer: &str) {
     if !metrics::enabled() {
         return;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_LENGTH};
-use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
@@ -92,8 +92,9 @@ where
         .serve_connection(TokioIo::new(stream), service);
     let mut connection = std::pin::pin!(connection);
     let end = tokio::select! {
-        served = connection.as_mut() => end_of(served),
-        () = activity.stalled(idle_timeout) => RelayEnd::IdleTimeout,
+        // The stop first: a response written in the same wake-up as the stop was seen
+        // then says `Connection: close`.
+        biased;
         Ok(_) = stop.wait_for(|stop| *stop) => {
             connection.as_mut().graceful_shutdown();
             tokio::select! {
@@ -101,6 +102,8 @@ where
                 () = activity.stalled(idle_timeout) => RelayEnd::IdleTimeout,
             }
         }
+        served = connection.as_mut() => end_of(served),
+        () = activity.stalled(idle_timeout) => RelayEnd::IdleTimeout,
     };
     // The client's plaintext both ways, request and response heads included: what a relay
     // of the same exchange would have counted.
@@ -232,7 +235,8 @@ impl<S> Watched<S> {
 }
 
 /// One request: rewritten for the backend, sent on a pooled connection, its response
-/// streamed back; 502 when no backend answers, 504 when it answers too late.
+/// streamed back; 502 when no backend answers, 504 when it answers too late, 405 for
+/// CONNECT.
 async fn forward(
     request: Request<Incoming>,
     context: Rc<HttpContext>,
@@ -240,6 +244,12 @@ async fn forward(
     activity: Rc<Activity>,
 ) -> Result<Response<Relayed>, hyper::Error> {
     let (mut parts, body) = request.into_parts();
+    if parts.method == Method::CONNECT {
+        // A tunnel through the backend is not a request to it (a backend that is itself a
+        // forward proxy would open it to anywhere).
+        metrics::record_http_request("405");
+        return Ok(simple_answer(StatusCode::METHOD_NOT_ALLOWED));
+    }
     forwarding::rewrite_request(&mut parts.headers, context.client, &context.client_cert);
     // The backend gets the origin form (`/path?query`) even from a client that sent the
     // absolute form, and HTTP/1.1 framing of hyper's choosing.
