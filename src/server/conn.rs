@@ -186,11 +186,13 @@ async fn accept(
     Some(tokio::time::timeout(state.config.handshake_timeout, handshake).await)
 }
 
-/// The listener's own address, unless it is a wildcard: then the socket knows which
-/// address the client reached (one getsockname per connection only then).
+/// The listener's own address, unless it is a wildcard and a PROXY header will carry it:
+/// then the socket knows which address the client reached (one getsockname per connection
+/// only then; nothing else reads this address).
 fn local_address(stream: &TcpStream, state: &ListenerState) -> SocketAddr {
     let listening = state.config.address();
-    if listening.ip().is_unspecified() || listening.port() == 0 {
+    let wildcard = listening.ip().is_unspecified() || listening.port() == 0;
+    if wildcard && state.config.proxy_protocol != ProxyProtocol::None {
         stream.local_addr().unwrap_or(listening)
     } else {
         listening
