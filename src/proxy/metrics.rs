@@ -16,8 +16,7 @@ struct ProxyMetrics {
     http_requests: IntCounterVec,
 }
 
-static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| {
-    ProxyMetrics {
+static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
     connect_failures: metrics::counter(
         "backend_connect_failures_total",
         "Backend connection attempts that failed",
@@ -32,13 +31,12 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| {
         "relay_buffers",
         "Relay buffers allocated: held by connections with data in flight, or spare in a worker",
     ),
-    http_requests: metrics::counter_vec(
-        "http_requests_total",
-        "HTTP/1.1 requests of mode = \"http\" listeners, by who answered: the backend, or tlsterm with 502 (no backend answered), 504 (too late) or 405 (CONNECT)",
-        &["answer"],
-    ),
-}
+    http_requests: metrics::counter_vec("http_requests_total", HTTP_REQUESTS_HELP, &["answer"]),
 });
+
+const HTTP_REQUESTS_HELP: &str = "HTTP/1.1 requests of mode = \"http\" listeners, by who \
+    answered: the backend, or tlsterm with 502 (no backend answered), 504 (too late) or 405 \
+    (CONNECT)";
 
 /// Registers the series, so that they are exported from the start.
 pub fn register() {
