@@ -31,6 +31,33 @@ pub fn make_client_pki(dir: &Path) {
     }
 }
 
+/// The listener keys that require a client certificate from `pki`'s CA.
+pub fn requiring_client_certificates(pki: &Path) -> String {
+    format!(
+        "client_auth = \"required\"\nclient_ca = {:?}\n",
+        pki.join("ca.pem").display().to_string()
+    )
+}
+
+/// What an echo backend (`common::echo`) shows it received from a connection that presented
+/// Alice's certificate from `pki`, as (`x-seen-*` header, value) pairs: her subject, the
+/// SHA-256 fingerprint of her certificate and her names.
+pub fn alice_as_seen_by_the_backend(pki: &Path) -> [(&'static str, String); 3] {
+    let pem = std::fs::read(pki.join("alice.pem")).unwrap();
+    let der = boring::x509::X509::from_pem(&pem)
+        .unwrap()
+        .to_der()
+        .unwrap();
+    [
+        ("x-seen-x-client-cert-subject", "O=Example,CN=alice".into()),
+        ("x-seen-x-client-cert-sha256", super::echo::hex_sha256(&der)),
+        (
+            "x-seen-x-client-cert-san",
+            "email:alice@example.test | DNS:alice.example.test".into(),
+        ),
+    ]
+}
+
 /// Sends a line through `openssl s_client` (with `args` and Alice's client certificate
 /// from `pki`) and checks that the api backend receives it; returns s_client's output.
 pub async fn to_api_backend_as_alice(
