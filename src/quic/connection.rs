@@ -320,7 +320,7 @@ impl Requests {
         let client_cert: CertFields = match context.service.client_cert_headers {
             true => {
                 let ssl = AsMut::<boring::ssl::SslRef>::as_mut(conn);
-                client_cert::of(Negotiated::from_ssl(ssl, false).client_cert.as_ref())
+                client_cert::of(Negotiated::from_ssl(ssl, false).client_cert.as_deref())
             }
             false => client_cert::of(None),
         };

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_boring::{HandshakeError, SslStream, SslStreamBuilder};
 
 use super::read_ahead::ReadAhead;
 
 use super::failure::{FailureFacts, HandshakeFailure};
-use super::metrics;
+use super::metrics::{self, ListenerMetrics};
 use super::ListenerState;
 use crate::config::{ListenerMode, ProxyProtocol};
 use crate::offload::HandshakeGuard;
@@ -71,28 +72,94 @@ impl CloseReason {
 }
 
 /// One client connection, from accept to close: the handshake, the backend, the relay,
-/// and the counters and log line of how it ended. `stop` turns true when the process
-/// drains: forwarded HTTP requests then end the connection once answered (a relay cannot
-/// tell where a request ends, so it goes on until its client or backend closes).
-pub async fn handle(
+/// and the counters and log line of how it ended. `permits` (the listener's and the
+/// process's connection limits) are held until it closes; `stop` turns true when the
+/// process drains: forwarded HTTP requests then end the connection once answered (a relay
+/// cannot tell where a request ends, so it goes on until its client or backend closes).
+///
+/// Its task holds this future from accept to close, sized for its largest state, so that
+/// state is kept small: what only some connections or only a moment need (the HTTP server,
+/// the backend connect) is boxed, the handshake's and the backend connect's locals live in
+/// functions of their own, and it is an `async` block rather than an `async fn` (whose
+/// arguments the compiler stores twice: 56 bytes more per connection).
+#[allow(clippy::manual_async_fn)]
+pub fn handle(
     stream: TcpStream,
     client: SocketAddr,
     state: Arc<ListenerState>,
     log_connections: bool,
     stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let started = Instant::now();
-    let local = local_address(&stream, &state);
+    permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+) -> impl std::future::Future<Output = ()> {
+    async move {
+        let _open = Open::new(&state.metrics, permits);
+        let started = Instant::now();
+        let Some(Established {
+            mut tls,
+            negotiated,
+            end,
+            local,
+        }) = handshake(stream, client, &state, log_connections, started).await
+        else {
+            return;
+        };
+
+        if *state.config.mode.get_ref() == ListenerMode::Http {
+            let context = super::http::HttpContext {
+                pool: state.pool_for(negotiated.sni.as_deref()).clone(),
+                client: client.ip(),
+                client_cert: client_cert::of(negotiated.client_cert.as_deref()),
+                idle_timeout: state.config.idle_timeout,
+            };
+            let outcome = Box::pin(super::http::serve(tls, context, stop)).await;
+            return end.after_relay(&negotiated, outcome);
+        }
+
+        let connect = connect_backend(&state, client, local, &negotiated, &mut tls, &end);
+        let Some(mut backend) = Box::pin(connect).await else {
+            return;
+        };
+        let (buffer_size, idle_timeout) = (state.config.buffer_size, state.config.idle_timeout);
+        let outcome = if negotiated.early_data {
+            let max_early_data = *state.config.max_early_data.get_ref();
+            let confirm_by =
+                tokio::time::Instant::from_std(started) + state.config.handshake_timeout;
+            let mut gated = EarlyDataGate::new(&mut tls, max_early_data, confirm_by);
+            relay::relay(&mut gated, &mut backend, buffer_size, idle_timeout).await
+        } else {
+            relay::relay(&mut tls, &mut backend, buffer_size, idle_timeout).await
+        };
+        end.after_relay(&negotiated, outcome);
+    }
+}
+
+/// A connection whose handshake succeeded.
+struct Established {
+    tls: SslStream<ReadAhead<TcpStream>>,
+    negotiated: Negotiated,
+    end: ConnectionEnd,
+    /// The address the client reached (see [`local_address`]).
+    local: SocketAddr,
+}
+
+/// The handshake, counted and classified; `None` when the connection ends with it (it
+/// failed or timed out, or it was an ACME CA's validation, answered by the handshake).
+async fn handshake(
+    stream: TcpStream,
+    client: SocketAddr,
+    state: &ListenerState,
+    log_connections: bool,
+    started: Instant,
+) -> Option<Established> {
+    let local = local_address(&stream, state);
     let _ = stream.set_nodelay(true);
-    let Some(result) = accept(stream, client, &state).await else {
-        return;
-    };
+    let result = accept(stream, client, state).await?;
     let end = ConnectionEnd {
         log: log_connections,
         client,
         handshake_time: started.elapsed(),
     };
-    let (mut tls, negotiated) = match result {
+    match result {
         Ok((Ok(mut tls), _))
             if tls.ssl().selected_alpn_protocol()
                 == Some(crate::tls::acme_challenge::ACME_TLS_ALPN) =>
@@ -100,60 +167,61 @@ pub async fn handle(
             // An ACME CA has seen the challenge certificate; nothing else is served here.
             tracing::debug!(%client, "ACME TLS-ALPN-01 validation connection answered");
             let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
-            return end.before_relay(None, CloseReason::AcmeValidation);
+            end.before_relay(None, CloseReason::AcmeValidation);
+            None
         }
         Ok((Ok(tls), in_tls)) => {
             let negotiated = Negotiated::from_ssl(tls.ssl(), state.config.ech_keys.is_some());
             metrics::record_handshake(negotiated.resumed, &state.metrics);
             crate::tls::metrics::record_negotiated(&negotiated, end.handshake_time, in_tls);
             crate::tls::record_key_share(tls.ssl());
-            (tls, negotiated)
+            Some(Established {
+                tls,
+                negotiated,
+                end,
+                local,
+            })
         }
         Ok((Err(err), _)) => {
             let reason = HandshakeFailure::classify(&FailureFacts::of(&err));
             metrics::record_handshake_failure(reason.label(), &state.metrics);
             tracing::debug!(%client, error = %err, reason = reason.label(), "handshake failed");
-            return end.before_relay(None, CloseReason::HandshakeFailed);
+            end.before_relay(None, CloseReason::HandshakeFailed);
+            None
         }
         Err(_) => {
             metrics::record_handshake_failure(HandshakeFailure::Timeout.label(), &state.metrics);
             tracing::debug!(%client, "handshake timed out");
-            return end.before_relay(None, CloseReason::HandshakeTimeout);
+            end.before_relay(None, CloseReason::HandshakeTimeout);
+            None
         }
-    };
-
-    if *state.config.mode.get_ref() == ListenerMode::Http {
-        let context = super::http::HttpContext {
-            pool: state.pool_for(negotiated.sni.as_deref()).clone(),
-            client: client.ip(),
-            client_cert: client_cert::of(negotiated.client_cert.as_ref()),
-            idle_timeout: state.config.idle_timeout,
-        };
-        let outcome = super::http::serve(tls, context, stop).await;
-        return end.after_relay(&negotiated, outcome);
     }
+}
 
-    let mut backend = match open_backend(&state, client, local, &negotiated).await {
-        Ok(backend) => backend,
-        Err(err) => {
-            tracing::warn!(%client, error = %err, "closing client: no backend");
-            // A close_notify, so the client sees the connection end rather than a reset
-            // (BoringSSL sends none while a 0-RTT handshake is still unconfirmed).
-            let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
-            return end.before_relay(Some(&negotiated), CloseReason::BackendUnavailable);
+/// A connection counted as open, from its first poll until its future is dropped however
+/// it ends, and its connection permits held as long.
+struct Open<'a> {
+    metrics: &'a ListenerMetrics,
+    _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+}
+
+impl<'a> Open<'a> {
+    fn new(
+        metrics: &'a ListenerMetrics,
+        permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    ) -> Self {
+        metrics::record_accept(metrics);
+        Open {
+            metrics,
+            _permits: permits,
         }
-    };
+    }
+}
 
-    let (buffer_size, idle_timeout) = (state.config.buffer_size, state.config.idle_timeout);
-    let max_early_data = *state.config.max_early_data.get_ref();
-    let outcome = if negotiated.early_data {
-        let confirm_by = tokio::time::Instant::from_std(started) + state.config.handshake_timeout;
-        let mut gated = EarlyDataGate::new(&mut tls, max_early_data, confirm_by);
-        relay::relay(&mut gated, &mut backend, buffer_size, idle_timeout).await
-    } else {
-        relay::relay(&mut tls, &mut backend, buffer_size, idle_timeout).await
-    };
-    end.after_relay(&negotiated, outcome);
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        metrics::record_connection_end(self.metrics);
+    }
 }
 
 /// The TLS handshake, within `handshake_timeout`, with the time spent inside BoringSSL;
@@ -196,6 +264,29 @@ fn local_address(stream: &TcpStream, state: &ListenerState) -> SocketAddr {
         stream.local_addr().unwrap_or(listening)
     } else {
         listening
+    }
+}
+
+/// The connection's backend connection; `None` when none could be made, after the
+/// client was told with a close_notify and the close was counted.
+async fn connect_backend(
+    state: &ListenerState,
+    client: SocketAddr,
+    local: SocketAddr,
+    negotiated: &Negotiated,
+    tls: &mut SslStream<ReadAhead<TcpStream>>,
+    end: &ConnectionEnd,
+) -> Option<BackendStream> {
+    match open_backend(state, client, local, negotiated).await {
+        Ok(backend) => Some(backend),
+        Err(err) => {
+            tracing::warn!(%client, error = %err, "closing client: no backend");
+            // A close_notify, so the client sees the connection end rather than a reset
+            // (BoringSSL sends none while a 0-RTT handshake is still unconfirmed).
+            let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+            end.before_relay(Some(negotiated), CloseReason::BackendUnavailable);
+            None
+        }
     }
 }
 
@@ -268,6 +359,43 @@ impl ConnectionEnd {
             bytes_out = to_client,
             close = %reason.label(),
             "connection closed"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::{watch, Semaphore};
+
+    /// Every connection's task keeps this future from accept to close, sized for its largest
+    /// state: with tens of thousands of idle connections it is a good part of what each
+    /// costs (`bench/idle.sh` measures the whole). Something large held across an await
+    /// (an unboxed HTTP server, a second copy of the arguments) shows here first.
+    #[tokio::test]
+    async fn a_connection_future_stays_small() {
+        let config = crate::config::Config::embedded_default();
+        let sessions = crate::session::Sessions::new(&config.session).unwrap();
+        let builtin = SocketAddr::from(([127, 0, 0, 1], 9));
+        let state = super::super::build_states(&config, Some(builtin), &sessions, None)
+            .unwrap()
+            .remove(0);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let limit = Arc::new(Semaphore::new(2));
+        let permits = (
+            limit.clone().try_acquire_owned().unwrap(),
+            limit.try_acquire_owned().unwrap(),
+        );
+        let (_stop_tx, stop) = watch::channel(false);
+        let client = stream.local_addr().unwrap();
+        let connection = handle(stream, client, state, false, stop, permits);
+        let size = std::mem::size_of_val(&connection);
+        assert!(
+            size <= 1024,
+            "a connection's future takes {size} bytes: what made it grow beyond 1 KiB?"
         );
     }
 }

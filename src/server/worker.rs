@@ -264,13 +264,8 @@ fn start(
 ) {
     let state = listener.state.load_full();
     let log = shared.log_connections.load(Ordering::Relaxed);
-    super::metrics::record_accept(&state.metrics);
-    tokio::task::spawn_local(async move {
-        let ended = state.clone();
-        conn::handle(stream, client, state, log, stop).await;
-        super::metrics::record_connection_end(&ended.metrics);
-        drop(permits);
-    });
+    let connection = conn::handle(stream, client, state, log, stop, permits);
+    tokio::task::spawn_local(connection);
 }
 
 /// The longest a removed listener's socket stays open to serve its accept queue.

@@ -22,7 +22,9 @@ pub struct Negotiated {
     pub resumed: bool,
     /// Encrypted Client Hello: accepted, rejected or not_offered; none without ech_keys.
     pub ech: Option<&'static str>,
-    pub client_cert: Option<ClientIdentity>,
+    /// Boxed: most connections present none, and every connection keeps its `Negotiated`
+    /// until it closes (for the close record), so the fields are paid only when present.
+    pub client_cert: Option<Box<ClientIdentity>>,
     /// What became of early data: `None` if none was offered, else "accepted" or
     /// BoringSSL's reason for refusing it (see [`early_data_outcome`]).
     pub early_data_outcome: Option<&'static str>,
@@ -103,7 +105,7 @@ impl Negotiated {
             group: ssl.curve_name(),
             resumed: ssl.session_reused(),
             ech: ech_configured.then(|| ech_outcome(ssl)),
-            client_cert: client_identity(ssl),
+            client_cert: client_identity(ssl).map(Box::new),
             early_data_outcome,
             early_data: early_data_outcome == Some("accepted"),
         }
@@ -122,7 +124,7 @@ impl Negotiated {
             version: self.version.to_string(),
             cipher: self.cipher.to_string(),
             key_alg: None,
-            client_cert: self.client_cert.clone(),
+            client_cert: self.client_cert.as_deref().cloned(),
             early_data: self.early_data,
             resumed: self.resumed,
             client_policy: Some(client_policy),
