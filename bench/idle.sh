@@ -9,6 +9,10 @@
 #
 #   bench/idle.sh CONNECTIONS [SECONDS] NAME=BINARY ...
 #   bench/idle.sh 4000 5 new=target/release/tlsterm old=/tmp/old/tlsterm
+#   bench/idle.sh 4000 5 tlsterm=target/release/tlsterm haproxy=/opt/haproxy-awslc/sbin/haproxy
+#
+# A binary named `haproxy` is run as HAProxy with 2 threads in the listener's mode (`mode
+# tcp`, or `mode http` with pooled backend connections), same certificate and backend.
 #
 # CLIENT=BINARY: the tlsterm that runs the client and the backend (default: this tree's).
 # CERTS=DIR: DIR/cert.pem and DIR/key.pem instead of a new ECDSA P-256 certificate.
@@ -41,7 +45,33 @@ echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(
 for variant in "$@"; do
     name=${variant%%=*}
     binary=${variant#*=}
-    cat > "$WORK/tlsterm.toml" <<CONF
+    if [ "$(basename "$binary")" = haproxy ]; then
+        cat "$WORK/cert.pem" "$WORK/key.pem" > "$WORK/both.pem"
+        # maxconn: HAProxy asks for descriptors by it, and this sandbox allows 20,000.
+        cat > "$WORK/haproxy.cfg" <<CONF
+global
+    nbthread 2
+    maxconn 9900
+defaults
+    mode ${MODE:-tcp}
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+    ${MODE:+http-reuse always}
+frontend fe
+    bind 127.0.0.1:9728 ssl crt $WORK/both.pem alpn http/1.1
+    default_backend be
+backend be
+    server s1 127.0.0.1:9729
+CONF
+        "$binary" -db -f "$WORK/haproxy.cfg" 2> "$WORK/$name.log" &
+        server=$!
+        for _ in $(seq 100); do
+            (exec 3<>/dev/tcp/127.0.0.1/9728) 2>/dev/null && break
+            sleep 0.1
+        done
+    else
+        cat > "$WORK/tlsterm.toml" <<CONF
 workers = 2
 max_connections = 1000000
 [[listener]]
@@ -53,13 +83,14 @@ max_connections = 1000000
 cert = "$WORK/cert.pem"
 key = "$WORK/key.pem"
 CONF
-    "$binary" serve -c "$WORK/tlsterm.toml" 2> "$WORK/$name.log" &
-    server=$!
-    for _ in $(seq 100); do
-        grep -q "tlsterm serving" "$WORK/$name.log" && break
-        sleep 0.1
-    done
-    grep -q "tlsterm serving" "$WORK/$name.log" || { cat "$WORK/$name.log" >&2; exit 1; }
+        "$binary" serve -c "$WORK/tlsterm.toml" 2> "$WORK/$name.log" &
+        server=$!
+        for _ in $(seq 100); do
+            grep -q "tlsterm serving" "$WORK/$name.log" && break
+            sleep 0.1
+        done
+        grep -q "tlsterm serving" "$WORK/$name.log" || { cat "$WORK/$name.log" >&2; exit 1; }
+    fi
     "$CLIENT" bench --mode idle --insecure --quiet --json --tls-version 1.3 \
         -c "$CONNECTIONS" -d "${SECS}s" --timeout 60s --server-pid "$server" \
         https://127.0.0.1:9728/ > "$WORK/$name.json"
