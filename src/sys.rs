@@ -565,3 +565,14 @@ pub fn shed_handshake_config(ssl: &mut SslRef) {
     // handshake ends.
     unsafe { boring_sys::SSL_set_shed_handshake_config(ssl.as_ptr(), 1) };
 }
+
+/// Hands the allocator's free memory back to the system (glibc keeps what is freed in the
+/// middle of its heap resident): after many connections gave up their buffers at once,
+/// the process's memory shrinks to what it uses. It walks the heap: call it seldom.
+pub fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only reads the allocator's own state, under its locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

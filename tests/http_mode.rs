@@ -354,3 +354,45 @@ fn settings_a_forwarded_request_cannot_carry_are_refused_with_their_line() {
         assert!(refused.contains(says), "{refused}");
     }
 }
+
+/// A connection on which nothing moves for a second after an answer gives up hyper's
+/// buffers (it parks) and answers its next request as before, also one whose head began
+/// before it parked (the bytes hyper read but had not used go to the next connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_quiet_between_requests_parks_and_answers_its_next_request() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_http(&backend.to_string(), "");
+    let admin = admin_address(&server.config).unwrap();
+    let parked = |times: f64| {
+        eventually(&format!("the connection parked {times} times"), || {
+            (metric(admin, "tlsterm_http_parked_total", "") >= times).then_some(())
+        })
+    };
+    let mut client = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    http_get(&mut client, "/first").await.unwrap();
+    parked(1.0);
+    http_get(&mut client, "/second").await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    client
+        .write_all(b"GET /third HTTP/1.1\r\nHost: local")
+        .await
+        .unwrap();
+    parked(2.0);
+    client.write_all(b"host\r\n\r\n").await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(DEADLINE, client.read(&mut byte)).await;
+        assert_eq!(read.unwrap().unwrap(), 1, "closed in the response head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(header(&head, "x-seen-path"), "/third", "{head}");
+    assert_eq!(
+        metric(admin, "tlsterm_http_requests_total", "answer=\"backend\""),
+        3.0
+    );
+}

@@ -14,6 +14,7 @@ struct ProxyMetrics {
     bytes: IntCounterVec,
     relay_buffers: IntGauge,
     http_requests: IntCounterVec,
+    http_parked: IntCounter,
 }
 
 static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
@@ -32,11 +33,15 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
         "Relay buffers allocated: held by connections with data in flight, or spare in a worker",
     ),
     http_requests: metrics::counter_vec("http_requests_total", HTTP_REQUESTS_HELP, &["answer"]),
+    http_parked: metrics::counter("http_parked_total", HTTP_PARKED_HELP),
 });
 
 const HTTP_REQUESTS_HELP: &str = "HTTP/1.1 requests of mode = \"http\" listeners, by who \
     answered: the backend, or tlsterm with 502 (no backend answered), 504 (too late) or 405 \
     (CONNECT)";
+
+const HTTP_PARKED_HELP: &str = "Times a mode = \"http\" connection, quiet between requests, \
+    gave up its HTTP buffers until the client sent more";
 
 /// Registers the series, so that they are exported from the start.
 pub fn register() {
@@ -71,6 +76,14 @@ pub fn record_http_request(answer: &str) {
         return;
     }
     METRICS.http_requests.with_label_values(&[answer]).inc();
+}
+
+/// A `mode = "http"` connection parked: quiet between requests, it gave up hyper's buffers.
+pub fn record_http_parked() {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.http_parked.inc();
 }
 
 // The relay buffer count is kept whether or not hot-path series are recorded: it changes

@@ -21,7 +21,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_LENGTH};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -55,6 +55,11 @@ pub(super) struct HttpContext {
 /// backend (an idle keep-alive connection, a client that stopped reading its response or
 /// sending its request). Once `stop` turns true, until the request in progress, if any, is
 /// answered.
+///
+/// hyper's connection holds two buffers of 8 KiB and its state, several times what the
+/// TLS connection costs: a connection on which nothing has moved for [`PARK_AFTER`]
+/// between requests gives them up (hyper's connection ends without closing the stream), and
+/// the client's next bytes start a new one.
 pub(super) async fn serve<S>(
     stream: S,
     context: HttpContext,
@@ -67,43 +72,42 @@ where
     let activity = Rc::new(Activity {
         last: Cell::new(Instant::now()),
         waiting: Cell::new(0),
+        in_service: Cell::new(0),
+        requests: Cell::new(0),
         from_client: Cell::new(0),
         to_client: Cell::new(0),
     });
-    let stream = Watched {
+    let mut stream = Watched {
         inner: stream,
+        unread: Bytes::new(),
         activity: activity.clone(),
     };
     let context = Rc::new(context);
     let backends = BACKENDS.with(Rc::clone);
-    let on_request = activity.clone();
-    let service = hyper::service::service_fn(move |request| {
-        forward(
-            request,
-            context.clone(),
-            backends.clone(),
-            on_request.clone(),
-        )
-    });
-    let connection = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        // A request head sent byte by byte, slowly enough to pass as activity, still ends.
-        .header_read_timeout(idle_timeout)
-        .serve_connection(TokioIo::new(stream), service);
-    let mut connection = std::pin::pin!(connection);
-    let end = tokio::select! {
-        // The stop first: a response written in the same wake-up as the stop was seen
-        // then says `Connection: close`.
-        biased;
-        Ok(_) = stop.wait_for(|stop| *stop) => {
-            connection.as_mut().graceful_shutdown();
-            tokio::select! {
-                served = connection.as_mut() => end_of(served),
-                () = activity.stalled(idle_timeout) => RelayEnd::IdleTimeout,
+    let end = loop {
+        if stream.unread.is_empty() {
+            // Parked (or new): nothing of hyper's is held until the client sends more.
+            let read = tokio::select! {
+                biased;
+                Ok(_) = stop.wait_for(|stop| *stop) => break close(stream).await,
+                read = stream.read_more() => read,
+                () = activity.stalled(idle_timeout) => break RelayEnd::IdleTimeout,
+            };
+            match read {
+                Ok(0) => break RelayEnd::Closed,
+                Ok(_) => {}
+                Err(_) => break RelayEnd::Error(Side::Client),
             }
         }
-        served = connection.as_mut() => end_of(served),
-        () = activity.stalled(idle_timeout) => RelayEnd::IdleTimeout,
+        let round = serve_requests(stream, &context, &backends, &activity, &mut stop).await;
+        match round {
+            Ok(parked) => {
+                metrics::record_http_parked();
+                stream = parked;
+                release_parked_memory();
+            }
+            Err(end) => break end,
+        }
     };
     // The client's plaintext both ways, request and response heads included: what a relay
     // of the same exchange would have counted.
@@ -112,6 +116,127 @@ where
         to_client: activity.to_client.get(),
         end,
     }
+}
+
+/// How long nothing moves between requests before a connection gives up hyper's buffers.
+/// Long enough that a client sending its requests one after another keeps one hyper
+/// connection; short against how long browsers keep idle connections open.
+pub const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// Gives the memory of parked connections back to the system once none has parked on
+/// this worker for [`RELEASE_AFTER`]: the allocator keeps freed buffers resident otherwise,
+/// and a server gone quiet would stay as large as it was at its busiest. Not sooner: the
+/// release walks the whole heap (about 10 ms with 100 MB of it) and holds up the worker,
+/// which a busy server, parking connections all the time, never pays.
+fn release_parked_memory() {
+    thread_local! {
+        static LAST_PARKED: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+    let pending = LAST_PARKED
+        .with(|last| last.replace(Some(Instant::now())))
+        .is_some();
+    if pending {
+        return;
+    }
+    tokio::task::spawn_local(async {
+        loop {
+            let last = LAST_PARKED.with(Cell::get).expect("set until released");
+            if last.elapsed() >= RELEASE_AFTER {
+                break;
+            }
+            tokio::time::sleep_until(last + RELEASE_AFTER).await;
+        }
+        LAST_PARKED.with(|last| last.set(None));
+        crate::sys::release_free_memory();
+    });
+}
+
+/// How long a worker parks no connection before it gives their memory back.
+const RELEASE_AFTER: Duration = Duration::from_secs(2);
+
+/// Why hyper's connection was told to finish.
+#[derive(PartialEq)]
+enum Finish {
+    /// Nothing moved for [`PARK_AFTER`] between requests: the stream goes on without it.
+    Park,
+    /// The process drains: the stream closes after the request in progress.
+    Stop,
+}
+
+/// Serves requests with one hyper connection until it ends: `Ok` with the stream (and the
+/// bytes hyper read but did not use) when it was parked, else how the connection ended.
+async fn serve_requests<S>(
+    stream: Watched<S>,
+    context: &Rc<HttpContext>,
+    backends: &Rc<Backends<Incoming>>,
+    activity: &Rc<Activity>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Watched<S>, RelayEnd>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let idle_timeout = context.idle_timeout;
+    let (context, backends, on_request) = (context.clone(), backends.clone(), activity.clone());
+    let service = hyper::service::service_fn(move |request| {
+        on_request.requests.set(on_request.requests.get() + 1);
+        let in_service = Counted::start(on_request.clone(), |activity| &activity.in_service);
+        let answer = forward(
+            request,
+            context.clone(),
+            backends.clone(),
+            on_request.clone(),
+        );
+        Box::pin(async move {
+            let mut response = answer.await?;
+            response.body_mut().in_service = Some(in_service);
+            Ok::<_, hyper::Error>(response)
+        })
+    });
+    let mut connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        // A request head sent byte by byte, slowly enough to pass as activity, still ends.
+        .header_read_timeout(idle_timeout)
+        .serve_connection(TokioIo::new(stream), service);
+    let mut finish = None;
+    let requests = activity.requests.get();
+    let served = loop {
+        let why = tokio::select! {
+            // The stop first: a response written in the same wake-up as the stop was seen
+            // then says `Connection: close`.
+            biased;
+            Ok(_) = stop.wait_for(|stop| *stop), if finish.is_none() => Finish::Stop,
+            served = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => break served,
+            () = activity.quiet_between_requests(PARK_AFTER, requests), if finish.is_none() => Finish::Park,
+            () = activity.stalled(idle_timeout) => return Err(RelayEnd::IdleTimeout),
+        };
+        // Idle, hyper's connection ends at once; with a request in progress (only when
+        // stopping), once it is answered, with `Connection: close`.
+        Pin::new(&mut connection).graceful_shutdown();
+        finish = Some(why);
+    };
+    if let Err(err) = served {
+        return Err(end_of(Err(err)));
+    }
+    let parts = connection.into_parts();
+    let mut stream = parts.io.into_inner();
+    if !parts.read_buf.is_empty() {
+        stream.unread = [parts.read_buf, std::mem::take(&mut stream.unread)]
+            .concat()
+            .into();
+    }
+    if finish == Some(Finish::Park) {
+        Ok(stream)
+    } else {
+        // The client closed, or asked for the close, or the process drains.
+        Err(close(stream).await)
+    }
+}
+
+/// Ends the stream with a close_notify (within a second: a client that reads nothing
+/// does not hold the connection).
+async fn close<S: AsyncWrite + Unpin>(mut stream: S) -> RelayEnd {
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.shutdown()).await;
+    RelayEnd::Closed
 }
 
 fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
@@ -126,10 +251,15 @@ fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
 }
 
 /// When bytes last moved between tlsterm and the client, how many requests wait for the
-/// backend's response head (that wait has its own limit: the 504), and the bytes each way.
+/// backend's response head (that wait has its own limit: the 504) and how many are being
+/// answered, and the bytes each way.
 struct Activity {
     last: Cell<Instant>,
     waiting: Cell<usize>,
+    /// Requests read whose response has not been written whole.
+    in_service: Cell<usize>,
+    /// Requests read, answered or not.
+    requests: Cell<u64>,
     from_client: Cell<u64>,
     to_client: Cell<u64>,
 }
@@ -148,32 +278,73 @@ impl Activity {
     }
 }
 
-/// Counts a request as waiting on the backend while it lives.
-struct Waiting(Rc<Activity>);
-
-impl Waiting {
-    fn start(activity: Rc<Activity>) -> Waiting {
-        activity.waiting.set(activity.waiting.get() + 1);
-        Waiting(activity)
+impl Activity {
+    /// Returns once nothing has moved for `quiet` while no request was being answered, and
+    /// more than `requests` requests have been read: hyper's connection is then between
+    /// requests, where it ends at once when told to (before its first answer it would
+    /// instead close the stream after it).
+    async fn quiet_between_requests(&self, quiet: Duration, requests: u64) {
+        loop {
+            let deadline = self.last.get() + quiet;
+            let now = Instant::now();
+            let busy = self.in_service.get() > 0 || self.requests.get() == requests;
+            if !busy && deadline <= now {
+                return;
+            }
+            // A request being answered ends by setting `last`: look again in `quiet`.
+            tokio::time::sleep_until(if busy { now + quiet } else { deadline }).await;
+        }
     }
 }
 
-impl Drop for Waiting {
+/// Counts a request in one of `activity`'s gauges (waiting on the backend, being
+/// answered) while it lives; its end counts as activity.
+struct Counted {
+    activity: Rc<Activity>,
+    gauge: fn(&Activity) -> &Cell<usize>,
+}
+
+impl Counted {
+    fn start(activity: Rc<Activity>, gauge: fn(&Activity) -> &Cell<usize>) -> Counted {
+        let count = gauge(&activity);
+        count.set(count.get() + 1);
+        Counted { activity, gauge }
+    }
+}
+
+impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.waiting.set(self.0.waiting.get() - 1);
-        self.0.last.set(Instant::now());
+        let count = (self.gauge)(&self.activity);
+        count.set(count.get() - 1);
+        self.activity.last.set(Instant::now());
     }
 }
 
-/// The client's stream, noting in `activity` when bytes move.
+/// The client's stream, noting in `activity` when bytes move. As hyper reads it: first
+/// `unread`, the bytes read before hyper's connection began (those that woke a parked
+/// connection, or those the previous one read and did not use), then the stream.
 struct Watched<S> {
     inner: S,
+    unread: Bytes,
     activity: Rc<Activity>,
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
+impl<S: AsyncRead + Unpin> Watched<S> {
+    /// Reads what the client sends next into `unread`; 0 at its end. The buffer lives only
+    /// while a read is tried, so that a parked connection holds none.
+    async fn read_more(&mut self) -> std::io::Result<usize> {
+        std::future::poll_fn(|cx| {
+            let mut buffer = [0u8; 1024];
+            let mut read = ReadBuf::new(&mut buffer);
+            std::task::ready!(self.poll_stream(cx, &mut read))?;
+            self.unread = Bytes::copy_from_slice(read.filled());
+            Poll::Ready(Ok(read.filled().len()))
+        })
+        .await
+    }
+
+    fn poll_stream(
+        &mut self,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
@@ -186,6 +357,21 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
             activity.from_client.set(activity.from_client.get() + read);
         }
         result
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.unread.is_empty() {
+            return self.poll_stream(cx, buf);
+        }
+        let n = self.unread.len().min(buf.remaining());
+        buf.put_slice(&self.unread.split_to(n));
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -257,7 +443,7 @@ async fn forward(
         parts.uri = Uri::from(origin.clone());
     }
     parts.version = Version::HTTP_11;
-    let waiting = Waiting::start(activity);
+    let waiting = Counted::start(activity, |activity| &activity.waiting);
     let sent = tokio::time::timeout(
         context.idle_timeout,
         backends.send(&context.pool, Request::from_parts(parts, body)),
@@ -291,6 +477,7 @@ async fn forward(
         Relayed {
             body: Some(body),
             give_back: Some(give_back),
+            in_service: None,
         }
     };
     Ok(Response::from_parts(parts, body))
@@ -325,6 +512,8 @@ impl GiveBack {
 struct Relayed {
     body: Option<Incoming>,
     give_back: Option<GiveBack>,
+    /// The request counted as being answered until hyper is done with its response.
+    in_service: Option<Counted>,
 }
 
 impl Relayed {
@@ -332,6 +521,7 @@ impl Relayed {
         Relayed {
             body: None,
             give_back: None,
+            in_service: None,
         }
     }
 }
