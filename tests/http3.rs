@@ -126,10 +126,7 @@ async fn get_and_post_reach_the_backend_as_http1_with_forwarding_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_backend_is_answered_502() {
-    // Bound, never listening: connections are refused.
-    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
-    refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let backend = refusing.local_addr().unwrap().to_string();
+    let (_refusing, backend) = refusing_address();
     let (_dir, server, port) = start_quic(&backend, "", "");
     let answers = tokio::task::spawn_blocking(move || h3(port, &["-requests", "2"]))
         .await

@@ -217,10 +217,7 @@ async fn several_requests_of_one_connection_are_answered_in_turn_and_connect_is_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_backend_is_answered_502_and_a_silent_one_504() {
-    // Bound, never listening: connections are refused.
-    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
-    refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let refused = refusing.local_addr().unwrap().to_string();
+    let (_refusing, refused) = refusing_address();
     let (_dir, server, port) = start_http(&refused, "");
     let answer =
         tokio::task::spawn_blocking(move || curl(port, &["--include", "https://localhost/"]))

@@ -486,6 +486,15 @@ pub fn start_listener(backend: &str, extra: &str) -> (tempfile::TempDir, Server,
     (dir, server, port)
 }
 
+/// A loopback address that refuses connections (its socket is bound, never listening),
+/// and the socket, which keeps it so (and from anyone else) while it is held.
+pub fn refusing_address() -> (tokio::net::TcpSocket, String) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let address = socket.local_addr().unwrap().to_string();
+    (socket, address)
+}
+
 /// An ECDSA P-256 CA (`ca.pem`, `ca.key`) in `dir`.
 pub fn make_ca(dir: &Path, common_name: &str) {
     let p = |name: &str| dir.join(name).display().to_string();
