@@ -99,7 +99,11 @@ where
                 Err(_) => break RelayEnd::Error(Side::Client),
             }
         }
-        let round = serve_requests(stream, &context, &backends, &activity, &mut stop).await;
+        // Boxed: hyper's connection state is large, and a parked connection keeps none of it.
+        let round = Box::pin(serve_requests(
+            stream, &context, &backends, &activity, &mut stop,
+        ))
+        .await;
         match round {
             Ok(parked) => {
                 metrics::record_http_parked();
