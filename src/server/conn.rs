@@ -166,7 +166,7 @@ async fn handshake(
         {
             // An ACME CA has seen the challenge certificate; nothing else is served here.
             tracing::debug!(%client, "ACME TLS-ALPN-01 validation connection answered");
-            let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+            close_notify(&mut tls).await;
             end.before_relay(None, CloseReason::AcmeValidation);
             None
         }
@@ -283,11 +283,17 @@ async fn connect_backend(
             tracing::warn!(%client, error = %err, "closing client: no backend");
             // A close_notify, so the client sees the connection end rather than a reset
             // (BoringSSL sends none while a 0-RTT handshake is still unconfirmed).
-            let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+            close_notify(tls).await;
             end.before_relay(Some(negotiated), CloseReason::BackendUnavailable);
             None
         }
     }
+}
+
+/// Ends the client's stream with a close_notify, within a second: a client that reads
+/// nothing does not hold the connection.
+pub(super) async fn close_notify<S: tokio::io::AsyncWrite + Unpin>(stream: &mut S) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.shutdown()).await;
 }
 
 /// Connects to a backend of the connection's pool and sends the PROXY header, if any.

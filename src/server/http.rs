@@ -21,7 +21,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_LENGTH};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -89,7 +89,10 @@ where
             // Parked (or new): nothing of hyper's is held until the client sends more.
             let read = tokio::select! {
                 biased;
-                Ok(_) = stop.wait_for(|stop| *stop) => break close(stream).await,
+                Ok(_) = stop.wait_for(|stop| *stop) => {
+                    super::conn::close_notify(&mut stream).await;
+                    break RelayEnd::Closed;
+                }
                 read = stream.read_more() => read,
                 () = activity.stalled(idle_timeout) => break RelayEnd::IdleTimeout,
             };
@@ -125,7 +128,7 @@ where
 /// How long nothing moves between requests before a connection gives up hyper's buffers.
 /// Long enough that a client sending its requests one after another keeps one hyper
 /// connection; short against how long browsers keep idle connections open.
-pub const PARK_AFTER: Duration = Duration::from_secs(1);
+const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Gives the memory of parked connections back to the system once none has parked on
 /// this worker for [`RELEASE_AFTER`]: the allocator keeps freed buffers resident otherwise,
@@ -232,15 +235,9 @@ where
         Ok(stream)
     } else {
         // The client closed, or asked for the close, or the process drains.
-        Err(close(stream).await)
+        super::conn::close_notify(&mut stream).await;
+        Err(RelayEnd::Closed)
     }
-}
-
-/// Ends the stream with a close_notify (within a second: a client that reads nothing
-/// does not hold the connection).
-async fn close<S: AsyncWrite + Unpin>(mut stream: S) -> RelayEnd {
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.shutdown()).await;
-    RelayEnd::Closed
 }
 
 fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
@@ -280,9 +277,7 @@ impl Activity {
             }
         }
     }
-}
 
-impl Activity {
     /// Returns once nothing has moved for `quiet` while no request was being answered, and
     /// more than `requests` requests have been read: hyper's connection is then between
     /// requests, where it ends at once when told to (before its first answer it would
