@@ -8,7 +8,7 @@
 //! although it is long: it is the one place a reviewer of `unsafe` has to read.
 
 mod quic;
-pub use quic::{builder_sharing, quic_socket, steer_by_connection_id};
+pub use quic::{builder_sharing, quic_socket, steer_by_connection_id, steering_program};
 
 use std::future::Future;
 use std::os::fd::AsRawFd;

@@ -15,20 +15,22 @@
 //! Each connection ID comes with a stateless reset token (`reset`), so a client whose
 //! connection tlsterm no longer has learns it from its next packet.
 
+// `cid`, `packet`, `reset` and `token` are public for the fuzz target of the packet path
+// (fuzz/fuzz_targets/quic_packet.rs), which feeds them what the endpoint reads first.
 pub mod cid;
 mod connection;
 mod endpoint;
 mod headers;
 mod inbox;
 pub mod metrics;
-mod packet;
+pub mod packet;
 mod request;
 mod request_body;
-mod reset;
+pub mod reset;
 mod service;
 mod sockets;
 mod tls;
-mod token;
+pub mod token;
 mod udp;
 
 pub use endpoint::{serve, Endpoint};

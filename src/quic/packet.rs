@@ -10,7 +10,7 @@ use super::token;
 
 /// The smallest datagram that may carry a client's first Initial packet (RFC 9000, 14.1);
 /// a smaller one is dropped, and gets no Retry or Version Negotiation.
-pub(super) const MIN_INITIAL_DATAGRAM: usize = 1200;
+pub const MIN_INITIAL_DATAGRAM: usize = 1200;
 
 /// The long-header bit of a packet's first byte (RFC 8999, 5.1).
 const LONG_HEADER: u8 = 0x80;
@@ -22,7 +22,7 @@ const ANSWER_ROOM: usize = 1 + 4 + 2 * (1 + 255) + 128;
 /// The Version Negotiation packet answering `datagram`, if it starts with a long header of
 /// a version quiche does not speak and is large enough to open a connection. Read from the
 /// version-independent header only (RFC 8999): a version's own fields may mean anything.
-pub(super) fn version_negotiation(datagram: &[u8]) -> Option<Vec<u8>> {
+pub fn version_negotiation(datagram: &[u8]) -> Option<Vec<u8>> {
     let (dcid, scid) = unsupported_version_ids(datagram)?;
     if datagram.len() < MIN_INITIAL_DATAGRAM {
         return None;
@@ -43,7 +43,7 @@ pub(super) fn version_negotiation(datagram: &[u8]) -> Option<Vec<u8>> {
 /// this endpoint (tlsterm's IDs are all `cid::CID_LEN` bytes): read in place, where
 /// quiche's header parser copies both IDs into new vectors, for every packet of every
 /// established connection. `None` for a long header, or a datagram too short to hold one.
-pub(super) fn short_header_dcid(datagram: &[u8]) -> Option<&[u8]> {
+pub fn short_header_dcid(datagram: &[u8]) -> Option<&[u8]> {
     let first = *datagram.first()?;
     if first & LONG_HEADER != 0 {
         return None;
@@ -72,7 +72,7 @@ fn unsupported_version_ids(datagram: &[u8]) -> Option<(&[u8], &[u8])> {
 /// A Retry for the client Initial `header`, from `client`, naming a new connection ID of
 /// `worker` (so that the client's next Initial comes back to this worker) and carrying a
 /// token for it.
-pub(super) fn retry(
+pub fn retry(
     header: &quiche::Header<'_>,
     client: SocketAddr,
     worker: usize,

@@ -16,7 +16,7 @@ use aws_lc_rs::hmac;
 
 /// A stateless reset is at least this long: a short header and the token, with enough
 /// unpredictable bytes between that it cannot be told from a short-header packet.
-pub(super) const MIN_RESET: usize = 21;
+pub const MIN_RESET: usize = 21;
 /// Nor longer than this: an answer to a larger packet need not be larger.
 const MAX_RESET: usize = 43;
 const TOKEN: usize = 16;
@@ -28,7 +28,7 @@ static KEY: LazyLock<hmac::Key> = LazyLock::new(|| {
 });
 
 /// The reset token of connection ID `cid`.
-pub(super) fn token(cid: &[u8]) -> u128 {
+pub fn token(cid: &[u8]) -> u128 {
     let tag = hmac::sign(&KEY, cid);
     let mut token = [0u8; TOKEN];
     token.copy_from_slice(&tag.as_ref()[..TOKEN]);
@@ -40,7 +40,7 @@ pub(super) fn token(cid: &[u8]) -> u128 {
 /// and the ID's token. Always shorter than the packet it answers, so two endpoints can
 /// never answer each other's resets forever, nor can one be used to amplify traffic;
 /// `None` when the packet is too short for a shorter reset.
-pub(super) fn packet(dcid: &[u8], trigger_len: usize) -> Option<Vec<u8>> {
+pub fn packet(dcid: &[u8], trigger_len: usize) -> Option<Vec<u8>> {
     let len = trigger_len.checked_sub(1)?.min(MAX_RESET);
     if len < MIN_RESET {
         return None;

@@ -34,11 +34,11 @@ const MAX_CID: usize = 20;
 
 /// How long a token is accepted after its Retry: a client answers a Retry at once, so a
 /// few round trips of the slowest path are enough, and a captured token is soon useless.
-pub(super) const LIFETIME_SECS: u64 = 10;
+pub const LIFETIME_SECS: u64 = 10;
 
 /// Why a token was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refused {
+pub enum Refused {
     /// Not one of this process's tokens, or not for this address and connection ID:
     /// forged, altered, issued to another address, or by a process since restarted.
     Invalid,
@@ -114,7 +114,7 @@ fn issue_at(client: SocketAddr, original_cid: &[u8], retry_cid: &[u8], now: u64)
 
 /// The original destination connection ID a token was issued for, if `token` is a live
 /// token of this process for a client at `client` now using connection ID `dcid`.
-pub(super) fn check(token: &[u8], client: SocketAddr, dcid: &[u8]) -> Result<Vec<u8>, Refused> {
+pub fn check(token: &[u8], client: SocketAddr, dcid: &[u8]) -> Result<Vec<u8>, Refused> {
     check_at(token, client, dcid, unix_now())
 }
 

@@ -43,7 +43,7 @@ const SOCKET_BUFFER: usize = 4 * 1024 * 1024;
 /// DCID starts at byte 1; a long-header packet's at byte 6, after its length at byte 5.
 /// A long header whose DCID is too short to hold the number returns an index past the
 /// group, so the kernel picks a socket by its own hash of the addresses.
-fn steering_program(worker_at: u32, workers: u32) -> [libc::sock_filter; 10] {
+pub fn steering_program(worker_at: u32, workers: u32) -> [libc::sock_filter; 10] {
     use libc::{
         BPF_A, BPF_ABS, BPF_ALU, BPF_B, BPF_H, BPF_JA, BPF_JGE, BPF_JMP, BPF_JSET, BPF_K, BPF_LD,
         BPF_MOD, BPF_RET,
