@@ -64,8 +64,9 @@ pub fn accept_queue_len(socket: &impl AsRawFd) -> usize {
     }
 }
 
-/// Freed memory (the previous contexts after a reload, buffers after a burst of
-/// connections) stays in glibc's arenas unless it is asked to give it back.
+/// What BoringSSL (which allocates with the C library's malloc, not tlsterm's allocator)
+/// freed, the previous contexts after a reload, connection state after a burst of
+/// connections, stays in glibc's arenas unless it is asked to give it back.
 pub fn release_freed_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only returns free heap pages to the kernel; it touches no live
@@ -564,15 +565,4 @@ pub fn shed_handshake_config(ssl: &mut SslRef) {
     // SAFETY: the connection is valid; the call sets a flag that BoringSSL reads when the
     // handshake ends.
     unsafe { boring_sys::SSL_set_shed_handshake_config(ssl.as_ptr(), 1) };
-}
-
-/// Hands the allocator's free memory back to the system (glibc keeps what is freed in the
-/// middle of its heap resident): after many connections gave up their buffers at once,
-/// the process's memory shrinks to what it uses. It walks the heap: call it seldom.
-pub fn release_free_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only reads the allocator's own state, under its locks.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }

@@ -111,7 +111,6 @@ where
             Ok(parked) => {
                 metrics::record_http_parked();
                 stream = parked;
-                release_parked_memory();
             }
             Err(end) => break end,
         }
@@ -129,37 +128,6 @@ where
 /// Long enough that a client sending its requests one after another keeps one hyper
 /// connection; short against how long browsers keep idle connections open.
 const PARK_AFTER: Duration = Duration::from_secs(1);
-
-/// Gives the memory of parked connections back to the system once none has parked on
-/// this worker for [`RELEASE_AFTER`]: the allocator keeps freed buffers resident otherwise,
-/// and a server gone quiet would stay as large as it was at its busiest. Not sooner: the
-/// release walks the whole heap (about 10 ms with 100 MB of it) and holds up the worker,
-/// which a busy server, parking connections all the time, never pays.
-fn release_parked_memory() {
-    thread_local! {
-        static LAST_PARKED: Cell<Option<Instant>> = const { Cell::new(None) };
-    }
-    let pending = LAST_PARKED
-        .with(|last| last.replace(Some(Instant::now())))
-        .is_some();
-    if pending {
-        return;
-    }
-    tokio::task::spawn_local(async {
-        loop {
-            let last = LAST_PARKED.with(Cell::get).expect("set until released");
-            if last.elapsed() >= RELEASE_AFTER {
-                break;
-            }
-            tokio::time::sleep_until(last + RELEASE_AFTER).await;
-        }
-        LAST_PARKED.with(|last| last.set(None));
-        crate::sys::release_free_memory();
-    });
-}
-
-/// How long a worker parks no connection before it gives their memory back.
-const RELEASE_AFTER: Duration = Duration::from_secs(2);
 
 /// Why hyper's connection was told to finish.
 #[derive(PartialEq)]
