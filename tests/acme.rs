@@ -362,10 +362,21 @@ fn a_fleet_picks_up_each_renewal_ordered_by_one_of_its_members() {
     assert!(orders >= 3, "{replaced:?}");
     replaced.sort();
     replaced.dedup();
+    // The members' ACME lines and warnings, to tell a missed certificate from a failed
+    // Redis read.
+    let acme_lines = || -> String {
+        servers
+            .iter()
+            .flat_map(|(server, _)| server.log.lines_with(""))
+            .filter(|l| l.contains("ACME") || l.contains("WARN") || l.contains("Redis"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert_eq!(
         replaced.len(),
         orders,
-        "two orders renewed the same certificate"
+        "two orders renewed the same certificate:\n{}",
+        acme_lines()
     );
     assert!(
         total(
