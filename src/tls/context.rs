@@ -69,7 +69,7 @@ mod tests {
     use std::io::{ErrorKind, Read, Write};
     use std::os::unix::net::UnixStream;
 
-    use boring::ssl::{SslConnector, SslMethod, SslStream, SslVerifyMode};
+    use boring::ssl::{Ssl, SslConnector, SslMethod, SslStream, SslVerifyMode};
 
     use super::*;
     use crate::config::Config;
@@ -83,14 +83,20 @@ mod tests {
         let config = Config::embedded_default();
         let listener = &config.listeners[0];
         let profiles = Arc::new(Profiles::build(listener).unwrap());
-        let mut builder = SslContextBuilder::new(boring::ssl::SslMethod::tls()).unwrap();
+        let mut builder = SslContextBuilder::new(SslMethod::tls()).unwrap();
         configure(&mut builder, listener, &profiles).unwrap();
         let (cert, key) = generate(SelfSignedKey::EcdsaP256).unwrap();
         builder.set_certificate(&cert).unwrap();
         builder.set_private_key(&key).unwrap();
-        let server_ssl = boring::ssl::Ssl::new(&builder.build()).unwrap();
+        let server_ssl = Ssl::new(&builder.build()).unwrap();
 
         let (server_socket, client_socket) = UnixStream::pair().unwrap();
+        for socket in [&server_socket, &client_socket] {
+            // A side that stalls fails the test instead of hanging it.
+            let limit = Some(std::time::Duration::from_secs(10));
+            socket.set_read_timeout(limit).unwrap();
+            socket.set_write_timeout(limit).unwrap();
+        }
         let (start_reading, reading) = std::sync::mpsc::channel::<()>();
         let client = std::thread::spawn(move || {
             let mut connector = SslConnector::builder(SslMethod::tls()).unwrap();
