@@ -8,13 +8,15 @@
 //! normalized limbs (each < 2^52), which every operation preserves: a
 //! product of two such elements is below (2m)^2 / 2^260 + m < 2m without a
 //! final subtraction, and sums and differences are brought back by one
-//! masked subtraction of 2m. IFMA reads only the low 52 bits of its
-//! multiplicands, hence normalized limbs before every product.
+//! masked subtraction of 2m, except those whose only use is as a factor of
+//! a product (below 4m is enough there: see [`add_to_mul`]). IFMA reads only
+//! the low 52 bits of its multiplicands, hence normalized limbs before every
+//! product.
 //!
 //! Constant time: straight-line code. A table lookup reads every entry of
-//! its row and keeps the lane's own by a mask from the lane's digit; the
-//! window of an exponentiation (public: m - 2) is selected the same way, so
-//! no address or branch ever depends on a digit or an exponent bit. Valgrind
+//! its row and keeps the lane's own by a mask from the lane's digit, and the
+//! inversions are fixed addition chains written out as straight-line code,
+//! so no address or branch ever depends on a digit or an exponent bit. Valgrind
 //! cannot run AVX-512, so `ct/run.sh` checks this code statically
 //! (`ct/avx512_branches.py`), like the other IFMA kernels.
 
@@ -65,8 +67,6 @@ pub(crate) trait Modulus52 {
     const K0: u64;
     /// 2^520 mod m: a product with it brings x into Montgomery form.
     const R2: [u64; 5];
-    /// m - 2, little-endian 64-bit words: the exponent of an inversion.
-    const EXP: [u64; 4];
 }
 
 /// p, the field of the coordinates.
@@ -94,12 +94,6 @@ impl Modulus52 for ModP {
         0xfdfffffffffff,
         0x0000004ffffff,
     ];
-    const EXP: [u64; 4] = [
-        0xfffffffffffffffd,
-        0x00000000ffffffff,
-        0x0000000000000000,
-        0xffffffff00000001,
-    ];
 }
 
 /// n, the order of G.
@@ -126,12 +120,6 @@ impl Modulus52 for ModN {
         0xbec59615571bb,
         0x1fc245b2392b6,
         0x0e12d9559d956,
-    ];
-    const EXP: [u64; 4] = [
-        0xf3b9cac2fc63254f,
-        0xbce6faada7179e84,
-        0xffffffffffffffff,
-        0xffffffff00000000,
     ];
 }
 
@@ -211,6 +199,28 @@ unsafe fn sub<M: Modulus52>(a: &Fe, b: &Fe) -> Fe {
             _mm512_sub_epi64(_mm512_add_epi64(a[i], c(M::TWO_M[i])), b[i])
         }));
         sub_if_ge(&s, &M::TWO_M)
+    }
+}
+
+/// `a + b` for inputs below 2m, left below 4m (carried, not reduced): only
+/// ever a factor of [`mul`], whose result stays below 2m for factors below
+/// 4m (16m^2 / 2^260 < m). Skipping the masked subtraction saves a third of
+/// the operations of an addition.
+#[inline(always)]
+unsafe fn add_to_mul(a: &Fe, b: &Fe) -> Fe {
+    // SAFETY: target features enabled by the caller (inlined into the entry point).
+    unsafe { carry(core::array::from_fn(|i| _mm512_add_epi64(a[i], b[i]))) }
+}
+
+/// `a - b + 2m` for inputs below 2m: positive, below 4m, carried, not
+/// reduced; only ever a factor of [`mul`] (see [`add_to_mul`]).
+#[inline(always)]
+unsafe fn sub_to_mul<M: Modulus52>(a: &Fe, b: &Fe) -> Fe {
+    // SAFETY: target features enabled by the caller (inlined into the entry point).
+    unsafe {
+        carry(core::array::from_fn(|i| {
+            _mm512_sub_epi64(_mm512_add_epi64(a[i], c(M::TWO_M[i])), b[i])
+        }))
     }
 }
 
@@ -303,42 +313,6 @@ unsafe fn from_mont<M: Modulus52>(x: &Fe) -> Fe {
     unsafe { sub_if_ge(&mul::<M>(x, &cfe(&[1, 0, 0, 0, 0])), &M::M) }
 }
 
-/// `a^(m-2) = a^-1 mod m` (Montgomery form in and out; 0 gives 0): 4-bit
-/// fixed windows over the public exponent. The window's table entry is
-/// taken by masks from all 16 (the index is public, but the static check
-/// cannot tell a constant exponent from data, and a scan costs little next
-/// to the four squarings of a window).
-#[inline(always)]
-unsafe fn invert<M: Modulus52>(a: &Fe) -> Fe {
-    // SAFETY: target features enabled by the caller (inlined into the entry
-    // point); table indices are loop counters below 16.
-    unsafe {
-        let one = to_mont::<M>(&cfe(&[1, 0, 0, 0, 0]));
-        let mut table = [one; 16];
-        for i in 1..16 {
-            table[i] = mul::<M>(&table[i - 1], a);
-        }
-        let mut r = one;
-        for nib in (0..64).rev() {
-            r = sqr_n::<M>(&r, 4);
-            // `black_box`: the compiler would otherwise see a broadcast,
-            // compare in a general purpose register and pick the entry by an
-            // index or cmov, which the static check cannot tell from a
-            // secret-dependent choice.
-            let w = core::hint::black_box(c((M::EXP[nib / 16] >> (4 * (nib % 16))) & 15));
-            let mut e = table[0];
-            for (j, entry) in table.iter().enumerate().skip(1) {
-                let hit = _mm512_cmpeq_epi64_mask(w, c(j as u64));
-                for l in 0..5 {
-                    e[l] = _mm512_mask_mov_epi64(e[l], hit, entry[l]);
-                }
-            }
-            r = mul::<M>(&r, &e);
-        }
-        r
-    }
-}
-
 /// `a^n` for n squarings (Montgomery form).
 #[inline(always)]
 unsafe fn sqr_n<M: Modulus52>(a: &Fe, n: usize) -> Fe {
@@ -352,29 +326,29 @@ unsafe fn sqr_n<M: Modulus52>(a: &Fe, n: usize) -> Fe {
     }
 }
 
-/// `a^(p-2) = a^-1 mod p` by a fixed addition chain (255 squarings, 13
-/// multiplications; no window table): p - 2 is, from the top, 32 ones, 31
-/// zeros and a one, 96 zeros, 64 ones, 30 ones, 0, 1. `x_k` below is
-/// a^(2^k - 1).
+/// `a^n` mod p and `b^n` mod n for n squarings of each, in one loop: the two
+/// chains of squarings do not depend on each other, so the processor runs one
+/// while the other waits on the multiplier's latency.
 #[inline(always)]
-unsafe fn invert_p(a: &Fe) -> Fe {
+unsafe fn sqr_n_both(a: &mut Fe, b: &mut Fe, n: usize) {
     // SAFETY: target features enabled by the caller (inlined into the entry point).
     unsafe {
-        let m = |x: &Fe, y: &Fe| mul::<ModP>(x, y);
-        let x2 = m(&sqr_n::<ModP>(a, 1), a);
-        let x4 = m(&sqr_n::<ModP>(&x2, 2), &x2);
-        let x8 = m(&sqr_n::<ModP>(&x4, 4), &x4);
-        let x16 = m(&sqr_n::<ModP>(&x8, 8), &x8);
-        let x24 = m(&sqr_n::<ModP>(&x16, 8), &x8);
-        let x28 = m(&sqr_n::<ModP>(&x24, 4), &x4);
-        let x30 = m(&sqr_n::<ModP>(&x28, 2), &x2);
-        let x32 = m(&sqr_n::<ModP>(&x30, 2), &x2);
-        let mut r = m(&sqr_n::<ModP>(&x32, 32), a);
-        r = m(&sqr_n::<ModP>(&r, 128), &x32);
-        r = m(&sqr_n::<ModP>(&r, 32), &x32);
-        r = m(&sqr_n::<ModP>(&r, 30), &x30);
-        m(&sqr_n::<ModP>(&r, 2), a)
+        for _ in 0..n {
+            *a = sqr::<ModP>(a);
+            *b = sqr::<ModN>(b);
+        }
     }
+}
+
+/// `(z^-1 mod p, k^-1 mod n)` (Montgomery form in and out; 0 gives 0): Fermat's
+/// inversions by two fixed addition chains, for p - 2 (255 squarings, 13
+/// multiplications) and n - 2 (253 squarings, 39 multiplications), run side by
+/// side: straight-line code generated by `gen_inversions.py`, which explains
+/// the chains and checks them.
+#[inline(always)]
+unsafe fn invert_both(z: &Fe, k: &Fe) -> (Fe, Fe) {
+    // SAFETY: target features enabled by the caller (inlined into the entry point).
+    unsafe { include!("inversions.rs") }
 }
 
 /// A projective point mod p, coordinates in Montgomery form below 2p.
@@ -435,7 +409,10 @@ unsafe fn select(row: &[[u64; 10]; 8], digit: __m512i) -> (Fe, Fe, __mmask8) {
 /// `p + (x2, y2)` for an affine point (not the point at infinity) by the
 /// mixed formula of the same paper (algorithm 5, a = -3: 11 multiplications,
 /// 23 additions), complete for any projective `p`, the point at infinity
-/// included.
+/// included. The eight sums and differences written `add_to_mul` and
+/// `sub_to_mul` are read only as factors of products further on, never by
+/// another sum or by the result, so they are left below 4p; every factor
+/// pair of a product is then below 4p * 4p, and every product below 2p.
 #[inline(always)]
 unsafe fn point_add_affine(p: &Proj, x2: &Fe, y2: &Fe) -> Proj {
     // SAFETY: target features enabled by the caller (inlined into the entry point).
@@ -445,27 +422,27 @@ unsafe fn point_add_affine(p: &Proj, x2: &Fe, y2: &Fe) -> Proj {
         let (x1, y1, z1) = (&p.x, &p.y, &p.z);
         let mut t0 = mul(x1, x2);
         let mut t1 = mul(y1, y2);
-        let mut t3 = mul(&add(x2, y2), &add(x1, y1));
+        let mut t3 = mul(&add_to_mul(x2, y2), &add_to_mul(x1, y1));
         let mut t4 = add(&t0, &t1);
-        t3 = sub(&t3, &t4);
-        t4 = add(&mul(y2, z1), y1);
+        t3 = sub_to_mul::<ModP>(&t3, &t4);
+        t4 = add_to_mul(&mul(y2, z1), y1);
         let mut y3 = add(&mul(x2, z1), x1);
         let mut z3 = mul(&b, z1);
         let mut x3 = sub(&y3, &z3);
         z3 = add(&x3, &x3);
         x3 = add(&x3, &z3);
-        z3 = sub(&t1, &x3);
-        x3 = add(&t1, &x3);
+        z3 = sub_to_mul::<ModP>(&t1, &x3);
+        x3 = add_to_mul(&t1, &x3);
         y3 = mul(&b, &y3);
         t1 = add(z1, z1);
         let mut t2 = add(&t1, z1);
         y3 = sub(&y3, &t2);
         y3 = sub(&y3, &t0);
         t1 = add(&y3, &y3);
-        y3 = add(&t1, &y3);
+        y3 = add_to_mul(&t1, &y3);
         t1 = add(&t0, &t0);
         t0 = add(&t1, &t0);
-        t0 = sub(&t0, &t2);
+        t0 = sub_to_mul::<ModP>(&t0, &t2);
         t1 = mul(&t4, &y3);
         t2 = mul(&t0, &y3);
         y3 = add(&mul(&x3, &z3), &t2);
@@ -534,11 +511,11 @@ unsafe fn nonce_points(out: &mut [[Lanes; 5]; 3], k: &[Lanes; 5], digits: &[Lane
     // loop counters.
     unsafe {
         let r = base_mult(digits);
-        let zinv = invert_p(&r.z);
+        let km = to_mont::<ModN>(&core::array::from_fn(|i| ld(&k[i])));
+        let (zinv, k_inv) = invert_both(&r.z, &km);
         let x = from_mont::<ModP>(&mul::<ModP>(&r.x, &zinv));
         let y = from_mont::<ModP>(&mul::<ModP>(&r.y, &zinv));
-        let km = to_mont::<ModN>(&core::array::from_fn(|i| ld(&k[i])));
-        let k_inv = from_mont::<ModN>(&invert::<ModN>(&km));
+        let k_inv = from_mont::<ModN>(&k_inv);
         for (o, v) in out.iter_mut().zip([x, y, k_inv]) {
             for i in 0..5 {
                 st(&mut o[i], v[i]);
