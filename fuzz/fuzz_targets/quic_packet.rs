@@ -31,43 +31,43 @@ fuzz_target!(|data: &[u8]| {
     let program = tlsterm::sys::steering_program(cid::WORKER_OFFSET as u32, workers as u32);
     let steered = run_classic_bpf(&program, datagram) as usize;
 
-    // In the endpoint's order: a version it does not speak is answered and goes no further.
-    if let Some(answer) = packet::version_negotiation(datagram) {
-        assert!(datagram.len() >= packet::MIN_INITIAL_DATAGRAM);
-        assert!(
-            answer.len() <= datagram.len(),
-            "Version Negotiation amplifies"
-        );
-        return;
-    }
-
-    if let Some(dcid) = packet::short_header_dcid(datagram) {
-        assert_eq!(
-            Some(steered),
-            cid::worker_of(dcid, workers),
-            "short header steered elsewhere"
-        );
-        if let Some(reset) = reset::packet(dcid, datagram.len()) {
-            assert!(
-                reset.len() < datagram.len(),
-                "a reset as long as its trigger"
-            );
-            assert!(reset.len() >= reset::MIN_RESET);
-            assert_eq!(reset[0] & 0xc0, 0x40, "a reset looks like a short header");
-            let tail = &reset[reset.len() - 16..];
-            assert_eq!(
-                tail,
-                reset::token(dcid).to_be_bytes(),
-                "a reset without its token"
-            );
-        }
-        return;
-    }
-
+    // The endpoint's own reading, in its order.
     let mut copy = datagram.to_vec();
-    let Ok(header) = quiche::Header::from_slice(&mut copy, cid::CID_LEN) else {
-        return;
+    let header = match packet::arrival(&mut copy) {
+        packet::Arrival::OtherVersion(answer) => {
+            assert!(datagram.len() >= packet::MIN_INITIAL_DATAGRAM);
+            assert!(
+                answer.len() <= datagram.len(),
+                "Version Negotiation amplifies"
+            );
+            return;
+        }
+        packet::Arrival::Established(dcid) => {
+            assert_eq!(
+                Some(steered),
+                cid::worker_of(&dcid, workers),
+                "short header steered elsewhere"
+            );
+            if let Some(reset) = reset::packet(&dcid, datagram.len()) {
+                assert!(
+                    reset.len() < datagram.len(),
+                    "a reset as long as its trigger"
+                );
+                assert!(reset.len() >= reset::MIN_RESET);
+                assert_eq!(reset[0] & 0xc0, 0x40, "a reset looks like a short header");
+                let tail = &reset[reset.len() - 16..];
+                assert_eq!(
+                    tail,
+                    reset::token(&dcid).to_be_bytes(),
+                    "a reset without its token"
+                );
+            }
+            return;
+        }
+        packet::Arrival::Unreadable => return,
+        packet::Arrival::Parsed(header) => header,
     };
+    assert_eq!(copy, datagram, "reading a datagram changed it");
     if header.ty == quiche::Type::Short {
         return;
     }

@@ -13,11 +13,11 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::offload::HandshakeGuard;
 
-use super::cid::{self, CID_LEN};
+use super::cid;
 use super::connection::{self, ConnectionContext};
 use super::inbox::{Datagram, Inbox};
 use super::metrics::{self, Dropped};
-use super::packet::{self, MIN_INITIAL_DATAGRAM};
+use super::packet::{self, Arrival, MIN_INITIAL_DATAGRAM};
 use super::request_body::Backends;
 use super::reset;
 use super::service::QuicService;
@@ -202,21 +202,21 @@ where
     /// Routes a datagram to its connection, answers a version tlsterm does not speak, or
     /// takes a client's first Initial packet.
     async fn receive(&mut self, packet: &mut [u8], from: SocketAddr) {
-        if let Some(answer) = packet::version_negotiation(packet) {
-            let _ = self.socket.send_to(&answer, from).await;
-            return;
-        }
-        // Established connections' packets (short headers): routed without quiche's parser.
-        if let Some(dcid) = packet::short_header_dcid(packet) {
-            if !self.route(dcid, packet, from) {
-                self.send_reset(dcid, packet.len(), from).await;
-                metrics::record_dropped(Dropped::UnknownConnection);
+        let header = match packet::arrival(packet) {
+            Arrival::OtherVersion(answer) => {
+                let _ = self.socket.send_to(&answer, from).await;
+                return;
             }
-            return;
-        }
-        let header = match quiche::Header::from_slice(packet, CID_LEN) {
-            Ok(header) => header,
-            Err(_) => return metrics::record_dropped(Dropped::BadHeader),
+            // Established connections' packets: routed without quiche's parser.
+            Arrival::Established(dcid) => {
+                if !self.route(&dcid, packet, from) {
+                    self.send_reset(&dcid, packet.len(), from).await;
+                    metrics::record_dropped(Dropped::UnknownConnection);
+                }
+                return;
+            }
+            Arrival::Unreadable => return metrics::record_dropped(Dropped::BadHeader),
+            Arrival::Parsed(header) => header,
         };
         if self.route(&header.dcid, packet, from) {
             return;

@@ -19,6 +19,35 @@ const LONG_HEADER: u8 = 0x80;
 /// most 255 bytes each (the version-independent limit), a version list or token, a tag.
 const ANSWER_ROOM: usize = 1 + 4 + 2 * (1 + 255) + 128;
 
+/// What a datagram is, as the endpoint first reads it, before any connection's state. The
+/// endpoint and the packet path's fuzz target both read datagrams through [`arrival`], so
+/// the order of its checks is the endpoint's own.
+pub enum Arrival {
+    /// A long header of a version tlsterm does not speak, in a datagram that could open a
+    /// connection: the Version Negotiation packet that answers it.
+    OtherVersion(Vec<u8>),
+    /// A short header, an established connection's packet: its destination ID.
+    Established([u8; cid::CID_LEN]),
+    /// Any other header quiche reads (a long header of a version it speaks).
+    Parsed(quiche::Header<'static>),
+    /// Nothing quiche can read: dropped.
+    Unreadable,
+}
+
+/// Reads `datagram` (quiche's header parser needs it writable, and leaves it as it was).
+pub fn arrival(datagram: &mut [u8]) -> Arrival {
+    if let Some(answer) = version_negotiation(datagram) {
+        return Arrival::OtherVersion(answer);
+    }
+    if let Some(dcid) = short_header_dcid(datagram) {
+        return Arrival::Established(dcid.try_into().expect("an ID of CID_LEN bytes"));
+    }
+    match quiche::Header::from_slice(datagram, cid::CID_LEN) {
+        Ok(header) => Arrival::Parsed(header),
+        Err(_) => Arrival::Unreadable,
+    }
+}
+
 /// The Version Negotiation packet answering `datagram`, if it starts with a long header of
 /// a version quiche does not speak and is large enough to open a connection. Read from the
 /// version-independent header only (RFC 8999): a version's own fields may mean anything.
