@@ -540,3 +540,113 @@ pub fn planted_select_p256(out: &mut [Lanes; 10], digits: &[Lanes; DIGITS], i: u
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The mixed addition at the top of its inputs' range: the sums it leaves unreduced
+    //! (`add_to_mul`, `sub_to_mul`) are safe only if every product's factors stay below
+    //! 4p, which random signatures rarely come near. Here every coordinate is given as
+    //! its largest representation, value + p (just under 2p, every limb used), and the
+    //! sum is checked against affine arithmetic with num-bigint.
+    use super::*;
+    use crate::p256::mont;
+    use crate::p256::point;
+    use num_bigint::BigUint;
+
+    fn p() -> BigUint {
+        BigUint::from_bytes_be(&mont::to_be(&mont::P.m))
+    }
+
+    fn inverse(x: &BigUint) -> BigUint {
+        x.modpow(&(p() - 2u32), &p())
+    }
+
+    /// `x` (below p) as its Montgomery form plus p: below 2p, as large as the kernel's
+    /// invariant allows.
+    fn largest_form(x: &BigUint) -> [u64; 5] {
+        let v = (x << 260u32) % p() + p();
+        core::array::from_fn(|i| {
+            ((&v >> (52 * i)) & BigUint::from((1u64 << 52) - 1))
+                .to_u64_digits()
+                .first()
+                .copied()
+                .unwrap_or(0)
+        })
+    }
+
+    fn value(limbs: &[u64; 8 * 5], lane: usize) -> BigUint {
+        (0..5).fold(BigUint::default(), |acc, i| {
+            acc + (BigUint::from(limbs[i * 8 + lane]) << (52 * i))
+        })
+    }
+
+    /// `p + q` by the kernel, every lane alike; projective coordinates out, Montgomery form.
+    #[target_feature(enable = "avx512f,avx512ifma")]
+    unsafe fn add_in_lanes(p: [[u64; 5]; 3], q: [[u64; 5]; 2]) -> [[u64; 40]; 3] {
+        // SAFETY: the caller checked AVX-512F and IFMA.
+        unsafe {
+            let lanes = |x: &[u64; 5]| -> Fe { core::array::from_fn(|i| c(x[i])) };
+            let sum = point_add_affine(
+                &Proj {
+                    x: lanes(&p[0]),
+                    y: lanes(&p[1]),
+                    z: lanes(&p[2]),
+                },
+                &lanes(&q[0]),
+                &lanes(&q[1]),
+            );
+            [sum.x, sum.y, sum.z].map(|fe| {
+                let mut out = [0u64; 40];
+                for (i, limb) in fe.iter().enumerate() {
+                    _mm512_storeu_si512(out[i * 8..].as_mut_ptr().cast(), *limb);
+                }
+                out
+            })
+        }
+    }
+
+    #[test]
+    fn mixed_addition_holds_at_the_top_of_its_range() {
+        if IfmaP256::new().is_none() {
+            eprintln!("skipped: mixed_addition_holds_at_the_top_of_its_range needs AVX-512 IFMA");
+            return;
+        }
+        let modulus = p();
+        let affine = |k: u64| {
+            let (x, y) = point::to_affine(&point::base_mult(&[k, 0, 0, 0]));
+            (
+                BigUint::from_bytes_be(&mont::to_be(&x)),
+                BigUint::from_bytes_be(&mont::to_be(&y)),
+            )
+        };
+        // Small and large Z, and a doubling (the formula is complete).
+        for (a, b, z) in [
+            (3u64, 5u64, BigUint::from(7u32)),
+            (11, 2, &modulus - 1u32),
+            (1, 1 << 40, &modulus - 2u32),
+            (9, 9, &modulus - 5u32),
+        ] {
+            let ((x1, y1), (x2, y2)) = (affine(a), affine(b));
+            // P projective with the given Z; Q affine.
+            let p_in =
+                [&x1 * &z % &modulus, &y1 * &z % &modulus, z.clone()].map(|v| largest_form(&v));
+            let q_in = [largest_form(&x2), largest_form(&y2)];
+            // SAFETY: IFMA was detected above.
+            let out = unsafe { add_in_lanes(p_in, q_in) };
+            let want = if a == b {
+                (3u32 * &x1 * &x1 + &modulus * 3u32 - 3u32) * inverse(&(2u32 * &y1)) % &modulus
+            } else {
+                (&y2 + &modulus - &y1) * inverse(&((&x2 + &modulus - &x1) % &modulus)) % &modulus
+            };
+            let x3 = (&want * &want + &modulus * 2u32 - &x1 - &x2) % &modulus;
+            let y3 = (&want * ((&x1 + &modulus - &x3) % &modulus) + &modulus - &y1) % &modulus;
+            let r_inv = inverse(&((BigUint::from(1u32) << 260u32) % &modulus));
+            for lane in 0..8 {
+                let [x, y, z] = [0, 1, 2].map(|i| value(&out[i], lane) * &r_inv % &modulus);
+                let z_inv = inverse(&z);
+                assert_eq!(x * &z_inv % &modulus, x3, "x, {a}G + {b}G");
+                assert_eq!(y * &z_inv % &modulus, y3, "y, {a}G + {b}G");
+            }
+        }
+    }
+}
