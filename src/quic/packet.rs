@@ -51,7 +51,7 @@ pub fn arrival(datagram: &mut [u8]) -> Arrival {
 /// The Version Negotiation packet answering `datagram`, if it starts with a long header of
 /// a version quiche does not speak and is large enough to open a connection. Read from the
 /// version-independent header only (RFC 8999): a version's own fields may mean anything.
-pub fn version_negotiation(datagram: &[u8]) -> Option<Vec<u8>> {
+fn version_negotiation(datagram: &[u8]) -> Option<Vec<u8>> {
     let (dcid, scid) = unsupported_version_ids(datagram)?;
     if datagram.len() < MIN_INITIAL_DATAGRAM {
         return None;
@@ -72,7 +72,7 @@ pub fn version_negotiation(datagram: &[u8]) -> Option<Vec<u8>> {
 /// this endpoint (tlsterm's IDs are all `cid::CID_LEN` bytes): read in place, where
 /// quiche's header parser copies both IDs into new vectors, for every packet of every
 /// established connection. `None` for a long header, or a datagram too short to hold one.
-pub fn short_header_dcid(datagram: &[u8]) -> Option<&[u8]> {
+fn short_header_dcid(datagram: &[u8]) -> Option<&[u8]> {
     let first = *datagram.first()?;
     if first & LONG_HEADER != 0 {
         return None;
