@@ -551,10 +551,11 @@ mod tests {
     use super::*;
     use crate::p256::mont;
     use crate::p256::point;
+    use crate::p256::tests::{big, modulus_big};
     use num_bigint::BigUint;
 
     fn p() -> BigUint {
-        BigUint::from_bytes_be(&mont::to_be(&mont::P.m))
+        modulus_big(&mont::P)
     }
 
     fn inverse(x: &BigUint) -> BigUint {
@@ -614,10 +615,7 @@ mod tests {
         let modulus = p();
         let affine = |k: u64| {
             let (x, y) = point::to_affine(&point::base_mult(&[k, 0, 0, 0]));
-            (
-                BigUint::from_bytes_be(&mont::to_be(&x)),
-                BigUint::from_bytes_be(&mont::to_be(&y)),
-            )
+            (big(&x), big(&y))
         };
         // Small and large Z, and a doubling (the formula is complete).
         for (a, b, z) in [

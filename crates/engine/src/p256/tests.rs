@@ -37,7 +37,8 @@ impl Rng {
     }
 }
 
-fn big(x: &U256) -> BigUint {
+/// `x` as a num-bigint integer (also used by the IFMA kernel's own tests).
+pub(super) fn big(x: &U256) -> BigUint {
     BigUint::from_bytes_be(&mont::to_be(x))
 }
 
@@ -48,7 +49,7 @@ fn limbs(x: &BigUint) -> U256 {
     mont::from_be(&out)
 }
 
-fn modulus_big(m: &Modulus) -> BigUint {
+pub(super) fn modulus_big(m: &Modulus) -> BigUint {
     big(&m.m)
 }
 
