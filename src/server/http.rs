@@ -8,7 +8,6 @@
 //! Bodies stream both ways (hyper's flow control; nothing is held whole). A backend
 //! connection goes back to the worker's pool once the response body has been read whole.
 
-use std::cell::Cell;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -21,9 +20,8 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_LENGTH};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use crate::proxy::client_cert::CertFields;
 use crate::proxy::forwarding;
@@ -31,6 +29,9 @@ use crate::proxy::http_backend::{Backends, Borrowed};
 use crate::proxy::metrics;
 use crate::proxy::pool::BackendPool;
 use crate::proxy::relay::{RelayEnd, RelayOutcome, Side};
+
+mod activity;
+use activity::{Activity, Counted, Watched};
 
 thread_local! {
     /// This worker's idle connections to every `mode = "http"` listener's backends.
@@ -69,14 +70,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let idle_timeout = context.idle_timeout;
-    let activity = Rc::new(Activity {
-        last: Cell::new(Instant::now()),
-        waiting: Cell::new(0),
-        in_service: Cell::new(0),
-        requests: Cell::new(0),
-        from_client: Cell::new(0),
-        to_client: Cell::new(0),
-    });
+    let activity = Rc::new(Activity::new());
     let mut stream = Watched {
         inner: stream,
         unread: Bytes::new(),
@@ -127,7 +121,7 @@ where
 /// How long nothing moves between requests before a connection gives up hyper's buffers.
 /// Long enough that a client sending its requests one after another keeps one hyper
 /// connection; short against how long browsers keep idle connections open.
-const PARK_AFTER: Duration = Duration::from_secs(1);
+pub(super) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Why hyper's connection was told to finish.
 #[derive(PartialEq)]
@@ -216,174 +210,6 @@ fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
             tracing::debug!(error = %err, "HTTP connection ended with an error");
             RelayEnd::Error(Side::Client)
         }
-    }
-}
-
-/// When bytes last moved between tlsterm and the client, how many requests wait for the
-/// backend's response head (that wait has its own limit: the 504) and how many are being
-/// answered, and the bytes each way.
-struct Activity {
-    last: Cell<Instant>,
-    waiting: Cell<usize>,
-    /// Requests read whose response has not been written whole.
-    in_service: Cell<usize>,
-    /// Requests read, answered or not.
-    requests: Cell<u64>,
-    from_client: Cell<u64>,
-    to_client: Cell<u64>,
-}
-
-impl Activity {
-    /// Returns once nothing has moved for `idle` while no request waited on the backend.
-    async fn stalled(&self, idle: Duration) {
-        loop {
-            tokio::time::sleep_until(self.last.get() + idle).await;
-            if self.waiting.get() > 0 {
-                self.last.set(Instant::now());
-            } else if self.last.get() + idle <= Instant::now() {
-                return;
-            }
-        }
-    }
-
-    /// Returns once nothing has moved for `quiet` while no request was being answered, and
-    /// more than `requests` requests have been read: hyper's connection is then between
-    /// requests, where it ends at once when told to (before its first answer it would
-    /// instead close the stream after it).
-    async fn quiet_between_requests(&self, quiet: Duration, requests: u64) {
-        loop {
-            let deadline = self.last.get() + quiet;
-            let now = Instant::now();
-            let busy = self.in_service.get() > 0 || self.requests.get() == requests;
-            if !busy && deadline <= now {
-                return;
-            }
-            // A request being answered ends by setting `last`: look again in `quiet`.
-            tokio::time::sleep_until(if busy { now + quiet } else { deadline }).await;
-        }
-    }
-}
-
-/// Counts a request in one of `activity`'s gauges (waiting on the backend, being
-/// answered) while it lives; its end counts as activity.
-struct Counted {
-    activity: Rc<Activity>,
-    gauge: fn(&Activity) -> &Cell<usize>,
-}
-
-impl Counted {
-    fn start(activity: Rc<Activity>, gauge: fn(&Activity) -> &Cell<usize>) -> Counted {
-        let count = gauge(&activity);
-        count.set(count.get() + 1);
-        Counted { activity, gauge }
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        let count = (self.gauge)(&self.activity);
-        count.set(count.get() - 1);
-        self.activity.last.set(Instant::now());
-    }
-}
-
-/// The client's stream, noting in `activity` when bytes move. As hyper reads it: first
-/// `unread`, the bytes read before hyper's connection began (those that woke a parked
-/// connection, or those the previous one read and did not use), then the stream.
-struct Watched<S> {
-    inner: S,
-    unread: Bytes,
-    activity: Rc<Activity>,
-}
-
-impl<S: AsyncRead + Unpin> Watched<S> {
-    /// Reads what the client sends next into `unread`; 0 at its end. The buffer lives only
-    /// while a read is tried, so that a parked connection holds none.
-    async fn read_more(&mut self) -> std::io::Result<usize> {
-        std::future::poll_fn(|cx| {
-            let mut buffer = [0u8; 1024];
-            let mut read = ReadBuf::new(&mut buffer);
-            std::task::ready!(self.poll_stream(cx, &mut read))?;
-            self.unread = Bytes::copy_from_slice(read.filled());
-            Poll::Ready(Ok(read.filled().len()))
-        })
-        .await
-    }
-
-    fn poll_stream(
-        &mut self,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let read = (buf.filled().len() - before) as u64;
-        if read > 0 {
-            let activity = &self.activity;
-            activity.last.set(Instant::now());
-            activity.from_client.set(activity.from_client.get() + read);
-        }
-        result
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if self.unread.is_empty() {
-            return self.poll_stream(cx, buf);
-        }
-        let n = self.unread.len().min(buf.remaining());
-        buf.put_slice(&self.unread.split_to(n));
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let result = Pin::new(&mut self.inner).poll_write(cx, data);
-        self.noted(result)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, data);
-        self.noted(result)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-impl<S> Watched<S> {
-    fn noted(&self, result: Poll<std::io::Result<usize>>) -> Poll<std::io::Result<usize>> {
-        if let Poll::Ready(Ok(written @ 1..)) = result {
-            let activity = &self.activity;
-            activity.last.set(Instant::now());
-            activity
-                .to_client
-                .set(activity.to_client.get() + written as u64);
-        }
-        result
     }
 }
 
