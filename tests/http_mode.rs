@@ -1,7 +1,8 @@
 //! `mode = "http"` through `serve`: curl and an in-process TLS client against a tlsterm
 //! process whose backend is a real HTTP/1.1 server in this test that echoes what it
 //! received. Requests and bodies both ways, the forwarding headers (the client's copies
-//! dropped), backend connections reused across client connections, 502 and 504, drain on
+//! dropped), backend connections reused across client connections, 502 and 504 (also before
+//! a request body arrived whole), drain on
 //! SIGTERM, and the settings this mode refuses.
 
 mod common;
@@ -237,6 +238,45 @@ async fn an_unreachable_backend_is_answered_502_and_a_silent_one_504() {
             .await
             .unwrap();
     assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+}
+
+/// A request answered before the client sent its whole body (here 502: no backend to send
+/// it to) leaves the connection in the middle of that body, where no next request can be
+/// found: the answer arrives whole and the connection closes at once, not after
+/// `idle_timeout`. A request whose body arrived whole keeps its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_answered_before_its_body_arrived_closes_its_connection_after_the_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_refusing, refused) = refusing_address();
+    let (_dir, _server, port) = start_http(&refused, "idle_timeout = \"1h\"\n");
+    let connect = || tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[]);
+    let post = |sent: usize| {
+        format!(
+            "POST /upload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{}",
+            "x".repeat(sent)
+        )
+    };
+    let answer_then_end = |mut client: TlsClient| async move {
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(DEADLINE, client.read_to_end(&mut answer)).await;
+        (String::from_utf8_lossy(&answer).to_string(), read.is_ok())
+    };
+
+    let mut client = connect().await.unwrap();
+    client.write_all(post(10).as_bytes()).await.unwrap();
+    let (answer, ended) = answer_then_end(client).await;
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(ended, "the connection stayed open mid-body: {answer}");
+
+    let mut client = connect().await.unwrap();
+    client.write_all(post(1000).as_bytes()).await.unwrap();
+    client
+        .write_all(b"GET /next HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (answers, ended) = answer_then_end(client).await;
+    assert!(ended, "{answers}");
+    assert_eq!(answers.matches("HTTP/1.1 502").count(), 2, "{answers}");
 }
 
 /// A reload that names another backend sends the requests of new connections there, while
