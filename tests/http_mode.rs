@@ -2,8 +2,7 @@
 //! process whose backend is a real HTTP/1.1 server in this test that echoes what it
 //! received. Requests and bodies both ways, the forwarding headers (the client's copies
 //! dropped), backend connections reused across client connections, 502 and 504 (also before
-//! a request body arrived whole), drain on
-//! SIGTERM, and the settings this mode refuses.
+//! a request body arrived whole), drain on SIGTERM, and the settings this mode refuses.
 
 mod common;
 
