@@ -1,6 +1,10 @@
-//! AVX-512 IFMA kernel: 8 lanes x radix-2^52 limbs in zmm registers.
+//! AVX-512 IFMA kernel: 8 lanes x radix-2^52 limbs in zmm registers, or, for a pass of
+//! at most 4 exponentiations (1 or 2 signatures), lanes 0..4 in ymm registers: the
+//! same instructions at half the width, which cores that split a zmm operation in two
+//! (AMD Zen 4) or issue more of them per cycle at 256 bits run in about half the time.
 //!
-//! Layout is vertical: limb k of the 8 numbers is one zmm. The accumulator
+//! Layout is vertical: limb k of the 8 numbers is one zmm (its low half one ymm). The
+//! accumulator
 //! lives in registers while multiplicands and moduli are read as memory
 //! operands of `vpmadd52{l,h}uq` (keeping them in registers as well spills).
 //! Carries are lazy: 64-bit lanes absorb up to 2^12 52-bit additions, far
@@ -18,21 +22,155 @@
 
 use crate::bn::{Lanes, LANES};
 use crate::kernel::{MontKernel, TABLE};
-use crate::zmm::{ld, st};
 use core::arch::x86_64::*;
 
-/// Proof that the CPU has AVX-512F and IFMA: only `new` creates one.
+/// Proof that the CPU has AVX-512F, VL and IFMA: only `new` creates one.
 #[derive(Clone, Copy)]
 pub(crate) struct Ifma {
-    _detected: (),
+    /// Only lanes 0..4 are computed, in ymm registers (the others of every result are 0).
+    narrow: bool,
 }
 
 impl Ifma {
-    pub fn new() -> Option<Self> {
-        (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512ifma"))
-            .then_some(Ifma { _detected: () })
+    /// The kernel for a pass whose operations fill the first `lanes` lanes.
+    pub fn new(lanes: usize) -> Option<Self> {
+        (is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512ifma"))
+        .then_some(Ifma {
+            narrow: lanes <= Ymm::LANES,
+        })
     }
 }
+
+/// One register width of the kernel: the instructions it uses, each one intrinsic with
+/// no branch and no address that depends on the values.
+///
+/// # Safety
+/// Every operation needs the CPU features `Ifma::new` checked, enabled in the function
+/// it is inlined into; loads and stores take pointers into live arrays of [`Lanes`].
+trait Width {
+    /// Lanes per register, from lane 0 of a [`Lanes`].
+    const LANES: usize;
+    type R: Copy;
+    unsafe fn ld(p: *const Lanes) -> Self::R;
+    unsafe fn st(p: *mut Lanes, v: Self::R);
+    unsafe fn zero() -> Self::R;
+    unsafe fn splat(x: i64) -> Self::R;
+    unsafe fn add(a: Self::R, b: Self::R) -> Self::R;
+    unsafe fn and(a: Self::R, b: Self::R) -> Self::R;
+    /// `v >> 52` per lane.
+    unsafe fn srli52(v: Self::R) -> Self::R;
+    /// `acc + lo52(lo52(b) * lo52(c))` per lane.
+    unsafe fn madd52lo(acc: Self::R, b: Self::R, c: Self::R) -> Self::R;
+    /// `acc + hi52(lo52(b) * lo52(c))` per lane.
+    unsafe fn madd52hi(acc: Self::R, b: Self::R, c: Self::R) -> Self::R;
+    /// `entry` in the lanes where `idx == k`, `acc` in the others.
+    unsafe fn take_where(acc: Self::R, idx: Self::R, k: i64, entry: Self::R) -> Self::R;
+}
+
+/// All 8 lanes in a zmm register.
+struct Zmm;
+
+/// Lanes 0..4 in a ymm register.
+struct Ymm;
+
+/// The `Width` of one register type, each operation its one intrinsic.
+// SAFETY (every `unsafe` block this expands to): the callers guarantee the CPU features
+// and, for loads and stores, pointers to live `Lanes`, which are 64-byte aligned and 64
+// bytes long (a ymm access reads or writes their first 32 bytes).
+macro_rules! width {
+    ($width:ty, $lanes:literal, $r:ty, $load:ident, $store:ident, $zero:ident, $splat:ident,
+     $add:ident, $and:ident, $srli:ident, $lo:ident, $hi:ident, $eq:ident, $mov:ident) => {
+        impl Width for $width {
+            const LANES: usize = $lanes;
+            type R = $r;
+            #[inline(always)]
+            unsafe fn ld(p: *const Lanes) -> $r {
+                // SAFETY: see the macro.
+                unsafe { $load(p.cast()) }
+            }
+            #[inline(always)]
+            unsafe fn st(p: *mut Lanes, v: $r) {
+                // SAFETY: see the macro.
+                unsafe { $store(p.cast(), v) }
+            }
+            #[inline(always)]
+            unsafe fn zero() -> $r {
+                // SAFETY: see the macro.
+                unsafe { $zero() }
+            }
+            #[inline(always)]
+            unsafe fn splat(x: i64) -> $r {
+                // SAFETY: see the macro.
+                unsafe { $splat(x) }
+            }
+            #[inline(always)]
+            unsafe fn add(a: $r, b: $r) -> $r {
+                // SAFETY: see the macro.
+                unsafe { $add(a, b) }
+            }
+            #[inline(always)]
+            unsafe fn and(a: $r, b: $r) -> $r {
+                // SAFETY: see the macro.
+                unsafe { $and(a, b) }
+            }
+            #[inline(always)]
+            unsafe fn srli52(v: $r) -> $r {
+                // SAFETY: see the macro.
+                unsafe { $srli::<52>(v) }
+            }
+            #[inline(always)]
+            unsafe fn madd52lo(acc: $r, b: $r, c: $r) -> $r {
+                // SAFETY: see the macro.
+                unsafe { $lo(acc, b, c) }
+            }
+            #[inline(always)]
+            unsafe fn madd52hi(acc: $r, b: $r, c: $r) -> $r {
+                // SAFETY: see the macro.
+                unsafe { $hi(acc, b, c) }
+            }
+            #[inline(always)]
+            unsafe fn take_where(acc: $r, idx: $r, k: i64, entry: $r) -> $r {
+                // SAFETY: see the macro.
+                unsafe { $mov(acc, $eq(idx, $splat(k)), entry) }
+            }
+        }
+    };
+}
+
+width!(
+    Zmm,
+    8,
+    __m512i,
+    _mm512_load_si512,
+    _mm512_store_si512,
+    _mm512_setzero_si512,
+    _mm512_set1_epi64,
+    _mm512_add_epi64,
+    _mm512_and_si512,
+    _mm512_srli_epi64,
+    _mm512_madd52lo_epu64,
+    _mm512_madd52hi_epu64,
+    _mm512_cmpeq_epi64_mask,
+    _mm512_mask_mov_epi64
+);
+width!(
+    Ymm,
+    4,
+    __m256i,
+    _mm256_load_si256,
+    _mm256_store_si256,
+    _mm256_setzero_si256,
+    _mm256_set1_epi64x,
+    _mm256_add_epi64,
+    _mm256_and_si256,
+    _mm256_srli_epi64,
+    _mm256_madd52lo_epu64,
+    _mm256_madd52hi_epu64,
+    _mm256_cmpeq_epi64_mask,
+    _mm256_mask_mov_epi64
+);
 
 const _: () = assert!(LANES == 8 && core::mem::size_of::<Lanes>() == 64);
 
@@ -55,59 +193,59 @@ fn opaque<T>(p: *const T) -> *const T {
 
 /// Final carry propagation of `N` accumulators into normalized limbs.
 #[inline(always)]
-unsafe fn normalize_store<const N: usize>(r: *mut Lanes, t: &[__m512i]) {
+unsafe fn normalize_store<V: Width, const N: usize>(r: *mut Lanes, t: &[V::R]) {
     // SAFETY: target features are enabled by the caller; `r` has N limbs.
     unsafe {
-        let mask = _mm512_set1_epi64((1 << 52) - 1);
-        let mut carry = _mm512_setzero_si512();
+        let mask = V::splat((1 << 52) - 1);
+        let mut carry = V::zero();
         for (j, &tj) in t.iter().enumerate().take(N) {
-            let v = _mm512_add_epi64(tj, carry);
-            st(r.add(j), _mm512_and_si512(v, mask));
-            carry = _mm512_srli_epi64::<52>(v);
+            let v = V::add(tj, carry);
+            V::st(r.add(j), V::and(v, mask));
+            carry = V::srli52(v);
         }
     }
 }
 
 /// Almost Montgomery multiplication, operand scanning: for each limb b_i,
 /// t += a*b_i, t += m*y with y = t_0*k0 mod 2^52, then t >>= 52.
-#[target_feature(enable = "avx512f,avx512ifma")]
-unsafe fn amm<const N: usize>(
+#[inline(always)]
+unsafe fn amm<V: Width, const N: usize>(
     r: &mut [Lanes; N],
     a: &[Lanes; N],
     b: &[Lanes; N],
     m: &[Lanes; N],
     k0: &Lanes,
 ) {
-    // SAFETY: the caller guarantees AVX-512F/IFMA (an `Ifma` value exists);
+    // SAFETY: the caller guarantees AVX-512F/VL/IFMA (an `Ifma` value exists);
     // all pointers below index arrays of N limbs with j < N.
     unsafe {
-        let zero = _mm512_setzero_si512();
-        let k0 = ld(k0);
+        let zero = V::zero();
+        let k0 = V::ld(k0);
         let mut t = [zero; N];
         for bi in b.iter() {
-            let bi = ld(bi);
+            let bi = V::ld(bi);
             let ap = opaque(a.as_ptr());
             let mp = opaque(m.as_ptr());
-            let mut t0 = _mm512_madd52lo_epu64(t[0], bi, ld(ap));
-            let y = _mm512_madd52lo_epu64(zero, t0, k0);
-            t0 = _mm512_madd52lo_epu64(t0, y, ld(mp));
+            let mut t0 = V::madd52lo(t[0], bi, V::ld(ap));
+            let y = V::madd52lo(zero, t0, k0);
+            t0 = V::madd52lo(t0, y, V::ld(mp));
             // t0 is now a multiple of 2^52; its carry joins the next limb.
-            let carry = _mm512_srli_epi64::<52>(t0);
+            let carry = V::srli52(t0);
             // Shift down one limb while accumulating (new t_j = old t_{j+1}
             // + ...). Written this way, not as a separate copy loop, so that
             // LLVM does not turn the shift into a memmove and keeps t in
             // registers.
             for j in 0..N - 1 {
-                let mut v = _mm512_madd52lo_epu64(t[j + 1], bi, ld(ap.add(j + 1)));
-                v = _mm512_madd52hi_epu64(v, bi, ld(ap.add(j)));
-                v = _mm512_madd52lo_epu64(v, y, ld(mp.add(j + 1)));
-                t[j] = _mm512_madd52hi_epu64(v, y, ld(mp.add(j)));
+                let mut v = V::madd52lo(t[j + 1], bi, V::ld(ap.add(j + 1)));
+                v = V::madd52hi(v, bi, V::ld(ap.add(j)));
+                v = V::madd52lo(v, y, V::ld(mp.add(j + 1)));
+                t[j] = V::madd52hi(v, y, V::ld(mp.add(j)));
             }
-            let top = _mm512_madd52hi_epu64(zero, bi, ld(ap.add(N - 1)));
-            t[N - 1] = _mm512_madd52hi_epu64(top, y, ld(mp.add(N - 1)));
-            t[0] = _mm512_add_epi64(t[0], carry);
+            let top = V::madd52hi(zero, bi, V::ld(ap.add(N - 1)));
+            t[N - 1] = V::madd52hi(top, y, V::ld(mp.add(N - 1)));
+            t[0] = V::add(t[0], carry);
         }
-        normalize_store::<N>(r.as_mut_ptr(), &t);
+        normalize_store::<V, N>(r.as_mut_ptr(), &t);
     }
 }
 
@@ -130,26 +268,26 @@ const TILE: usize = 5;
 /// cores that issue two IFMA per cycle (AMD Zen 5), ran the product at half
 /// the IFMA rate.
 #[inline(always)]
-unsafe fn square_band(p: *mut __m512i, a: *const Lanes, blocks: usize) {
+unsafe fn square_band<V: Width>(p: *mut V::R, a: *const Lanes, blocks: usize) {
     // SAFETY: the caller guarantees the target features, `a[0..TILE * blocks]`
     // and `p[0..TILE * (blocks + 1)]`.
     unsafe {
-        let zero = _mm512_setzero_si512();
+        let zero = V::zero();
         let mut lo = [zero; 2 * TILE];
         let mut hi = [zero; 2 * TILE];
         for bj in 0..blocks {
             let b = a.add(TILE * bj);
             for i in 0..TILE {
-                let ai = ld(a.add(i));
+                let ai = V::ld(a.add(i));
                 for j in 0..TILE {
                     if bj > 0 || j > i {
-                        lo[i + j] = _mm512_madd52lo_epu64(lo[i + j], ai, ld(b.add(j)));
-                        hi[i + j + 1] = _mm512_madd52hi_epu64(hi[i + j + 1], ai, ld(b.add(j)));
+                        lo[i + j] = V::madd52lo(lo[i + j], ai, V::ld(b.add(j)));
+                        hi[i + j + 1] = V::madd52hi(hi[i + j + 1], ai, V::ld(b.add(j)));
                     }
                 }
             }
             // Columns TILE*bj .. TILE*bj + TILE are complete for this band.
-            add_columns(p.add(TILE * bj), &lo, &hi);
+            add_columns::<V>(p.add(TILE * bj), &lo, &hi);
             for c in 0..TILE {
                 lo[c] = lo[c + TILE];
                 hi[c] = hi[c + TILE];
@@ -157,18 +295,18 @@ unsafe fn square_band(p: *mut __m512i, a: *const Lanes, blocks: usize) {
                 hi[c + TILE] = zero;
             }
         }
-        add_columns(p.add(TILE * blocks), &lo, &hi);
+        add_columns::<V>(p.add(TILE * blocks), &lo, &hi);
     }
 }
 
 /// `out[c] += lo[c] + hi[c]` for the TILE columns a band has finished.
 #[inline(always)]
-unsafe fn add_columns(out: *mut __m512i, lo: &[__m512i; 2 * TILE], hi: &[__m512i; 2 * TILE]) {
+unsafe fn add_columns<V: Width>(out: *mut V::R, lo: &[V::R; 2 * TILE], hi: &[V::R; 2 * TILE]) {
     // SAFETY: the caller guarantees the target features and `out[0..TILE]`.
     unsafe {
         for c in 0..TILE {
-            let sum = _mm512_add_epi64(lo[c], hi[c]);
-            out.add(c).write(_mm512_add_epi64(out.add(c).read(), sum));
+            let sum = V::add(lo[c], hi[c]);
+            out.add(c).write(V::add(out.add(c).read(), sum));
         }
     }
 }
@@ -180,51 +318,56 @@ unsafe fn add_columns(out: *mut __m512i, lo: &[__m512i; 2 * TILE], hi: &[__m512i
 /// N^2 + 3N IFMA instead of 4N^2 + N for `amm(a, a)`'s 2N^2 products...
 /// precisely: cross 2*N(N-1)/2, squares 2N, reduction 2N^2 + N. Same result
 /// as `amm(a, a)`: y_i depends only on the running low limbs, which agree.
-#[target_feature(enable = "avx512f,avx512ifma")]
-unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) {
+#[inline(always)]
+unsafe fn sqr<V: Width, const N: usize>(
+    r: &mut [Lanes; N],
+    a: &[Lanes; N],
+    m: &[Lanes; N],
+    k0: &Lanes,
+) {
     const { assert!(N.is_multiple_of(TILE) && 2 * N <= 160) };
-    // SAFETY: the caller guarantees AVX-512F/IFMA; band offsets stay below
+    // SAFETY: the caller guarantees AVX-512F/VL/IFMA; band offsets stay below
     // 2N <= 160 entries of `p`, limb offsets below N.
     unsafe {
-        let zero = _mm512_setzero_si512();
-        let k0 = ld(k0);
+        let zero = V::zero();
+        let k0 = V::ld(k0);
         // Only the 2N entries used are zeroed (a full 10 KiB memset per
         // squaring costs ~10%).
-        let mut buf = core::mem::MaybeUninit::<[__m512i; 160]>::uninit();
-        let pp = buf.as_mut_ptr().cast::<__m512i>();
+        let mut buf = core::mem::MaybeUninit::<[V::R; 160]>::uninit();
+        let pp = buf.as_mut_ptr().cast::<V::R>();
         for k in 0..2 * N {
             pp.add(k).write(zero);
         }
         let ap = a.as_ptr();
         let blocks = N / TILE;
         for bi in 0..blocks {
-            square_band(pp.add(2 * TILE * bi), ap.add(TILE * bi), blocks - bi);
+            square_band::<V>(pp.add(2 * TILE * bi), ap.add(TILE * bi), blocks - bi);
         }
         // The bands wrote through `pp`; only now is it borrowed as a slice.
         let p = core::slice::from_raw_parts_mut(pp, 2 * N);
         for i in 0..N {
-            let ai = ld(ap.add(i));
-            let lo = _mm512_add_epi64(p[2 * i], p[2 * i]);
-            let hi = _mm512_add_epi64(p[2 * i + 1], p[2 * i + 1]);
-            p[2 * i] = _mm512_madd52lo_epu64(lo, ai, ai);
-            p[2 * i + 1] = _mm512_madd52hi_epu64(hi, ai, ai);
+            let ai = V::ld(ap.add(i));
+            let lo = V::add(p[2 * i], p[2 * i]);
+            let hi = V::add(p[2 * i + 1], p[2 * i + 1]);
+            p[2 * i] = V::madd52lo(lo, ai, ai);
+            p[2 * i + 1] = V::madd52hi(hi, ai, ai);
         }
         // Reduction: window t = p[i..i+N] in registers, shifted as in amm.
         let mut t = [zero; N];
         t.copy_from_slice(&p[..N]);
         for i in 0..N {
             let mp = opaque(m.as_ptr());
-            let y = _mm512_madd52lo_epu64(zero, t[0], k0);
-            let t0 = _mm512_madd52lo_epu64(t[0], y, ld(mp));
-            let carry = _mm512_srli_epi64::<52>(t0);
+            let y = V::madd52lo(zero, t[0], k0);
+            let t0 = V::madd52lo(t[0], y, V::ld(mp));
+            let carry = V::srli52(t0);
             for j in 0..N - 1 {
-                let v = _mm512_madd52lo_epu64(t[j + 1], y, ld(mp.add(j + 1)));
-                t[j] = _mm512_madd52hi_epu64(v, y, ld(mp.add(j)));
+                let v = V::madd52lo(t[j + 1], y, V::ld(mp.add(j + 1)));
+                t[j] = V::madd52hi(v, y, V::ld(mp.add(j)));
             }
-            t[N - 1] = _mm512_madd52hi_epu64(p[i + N], y, ld(mp.add(N - 1)));
-            t[0] = _mm512_add_epi64(t[0], carry);
+            t[N - 1] = V::madd52hi(p[i + N], y, V::ld(mp.add(N - 1)));
+            t[0] = V::add(t[0], carry);
         }
-        normalize_store::<N>(r.as_mut_ptr(), &t);
+        normalize_store::<V, N>(r.as_mut_ptr(), &t);
         // The product of the secret operand stays behind in `buf`: wipe it with
         // one vector store per entry (volatile, so the stores are not dropped as
         // dead).
@@ -236,24 +379,86 @@ unsafe fn sqr<const N: usize>(r: &mut [Lanes; N], a: &[Lanes; N], m: &[Lanes; N]
 
 /// Masked table lookup: every entry is read; lanes whose index matches take
 /// the entry through a blend mask.
-#[target_feature(enable = "avx512f")]
-unsafe fn select<const N: usize>(r: &mut [Lanes; N], table: &[[Lanes; N]; TABLE], idx: &Lanes) {
-    // SAFETY: AVX-512F present (caller); indices are within the arrays.
+#[inline(always)]
+unsafe fn select<V: Width, const N: usize>(
+    r: &mut [Lanes; N],
+    table: &[[Lanes; N]; TABLE],
+    idx: &Lanes,
+) {
+    // SAFETY: AVX-512F/VL present (caller); indices are within the arrays.
     unsafe {
-        let idx = ld(idx);
+        let idx = V::ld(idx);
         // Blocks of 16 limbs keep the running result in registers.
         for base in (0..N).step_by(16) {
             let len = (N - base).min(16);
-            let mut acc = [_mm512_setzero_si512(); 16];
+            let mut acc = [V::zero(); 16];
             for (k, entry) in table.iter().enumerate() {
-                let mask = _mm512_cmpeq_epi64_mask(idx, _mm512_set1_epi64(k as i64));
                 for (j, accj) in acc.iter_mut().enumerate().take(len) {
-                    *accj = _mm512_mask_mov_epi64(*accj, mask, ld(&entry[base + j]));
+                    *accj = V::take_where(*accj, idx, k as i64, V::ld(&entry[base + j]));
                 }
             }
             for (j, &accj) in acc.iter().enumerate().take(len) {
-                st(&mut r[base + j], accj);
+                V::st(&mut r[base + j], accj);
             }
+        }
+    }
+}
+
+// The entry points: the width-generic code above, inlined into functions compiled with
+// the CPU features it needs, at the width `narrow` chooses. That choice comes from the
+// lane count (public) as an argument, so it is a branch on a register the static check
+// sees is not data.
+
+#[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
+unsafe fn amm_at<const N: usize>(
+    narrow: bool,
+    r: &mut [Lanes; N],
+    a: &[Lanes; N],
+    b: &[Lanes; N],
+    m: &[Lanes; N],
+    k0: &Lanes,
+) {
+    // SAFETY: the features are enabled here; the rest is the caller's.
+    unsafe {
+        if narrow {
+            amm::<Ymm, N>(r, a, b, m, k0)
+        } else {
+            amm::<Zmm, N>(r, a, b, m, k0)
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
+unsafe fn sqr_at<const N: usize>(
+    narrow: bool,
+    r: &mut [Lanes; N],
+    a: &[Lanes; N],
+    m: &[Lanes; N],
+    k0: &Lanes,
+) {
+    // SAFETY: as for the multiplication.
+    unsafe {
+        if narrow {
+            sqr::<Ymm, N>(r, a, m, k0)
+        } else {
+            sqr::<Zmm, N>(r, a, m, k0)
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
+unsafe fn select_at<const N: usize>(
+    narrow: bool,
+    r: &mut [Lanes; N],
+    table: &[[Lanes; N]; TABLE],
+    idx: &Lanes,
+) {
+    // SAFETY: as for the multiplication.
+    unsafe {
+        if narrow {
+            select::<Ymm, N>(r, table, idx)
+        } else {
+            select::<Zmm, N>(r, table, idx)
         }
     }
 }
@@ -267,22 +472,22 @@ impl MontKernel for Ifma {
         k0: &Lanes,
     ) -> [Lanes; N] {
         let mut r = [Lanes::default(); N];
-        // SAFETY: `self` proves AVX-512F + IFMA were detected at runtime.
-        unsafe { amm(&mut r, a, b, m, k0) };
+        // SAFETY: `self` proves AVX-512F, VL and IFMA were detected at runtime.
+        unsafe { amm_at(self.narrow, &mut r, a, b, m, k0) };
         r
     }
 
     fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N] {
         let mut r = [Lanes::default(); N];
         // SAFETY: as in `mul`.
-        unsafe { sqr(&mut r, a, m, k0) };
+        unsafe { sqr_at(self.narrow, &mut r, a, m, k0) };
         r
     }
 
     fn select<const N: usize>(&self, table: &[[Lanes; N]; TABLE], idx: &Lanes) -> [Lanes; N] {
         let mut r = [Lanes::default(); N];
         // SAFETY: as in `mul`.
-        unsafe { select(&mut r, table, idx) };
+        unsafe { select_at(self.narrow, &mut r, table, idx) };
         r
     }
 }

@@ -3,7 +3,7 @@
 //! Signs batches of RSA requests (PKCS#1 v1.5 or PSS, 2048/3072/4096-bit
 //! keys, keys may differ within a batch) with 8 modular exponentiations at a
 //! time in the 64-bit lanes of SIMD registers: AVX-512 IFMA (`ifma.rs`, 8
-//! lanes per zmm), or 32-bit multiplies with AVX-512F (8 lanes per zmm) or
+//! lanes per zmm, or 4 per ymm for a pass of 1 or 2 signatures), or 32-bit multiplies with AVX-512F (8 lanes per zmm) or
 //! AVX2 (two halves of 4 lanes per ymm) (`mul32/`), with a
 //! portable constant-time kernel (`kernel.rs`) as the reference the tests
 //! compare them with. Every signature is checked with the public key before
@@ -179,7 +179,7 @@ impl Kernel {
         match self {
             Kernel::Portable => true,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Ifma => ifma::Ifma::new().is_some(),
+            Kernel::Ifma => ifma::Ifma::new(LANES).is_some(),
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => mul32::Avx512::detected(),
             #[cfg(target_arch = "x86_64")]
@@ -353,10 +353,13 @@ fn private_batch_impl(
         let gfault = fault.and_then(|f| gidx.iter().position(|&i| i == f));
         let res = match kernel {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Ifma => {
-                let k = ifma::Ifma::new().expect("checked above");
-                run_size(&move |_| k, bits, &gk, &gi, gfault)
-            }
+            Kernel::Ifma => run_size(
+                &|lanes| ifma::Ifma::new(lanes).expect("checked above"),
+                bits,
+                &gk,
+                &gi,
+                gfault,
+            ),
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => run_size(
                 &|lanes| mul32::Avx512::new(lanes).expect("checked above"),

@@ -63,7 +63,7 @@ pub fn mont_time(
     match (kernel, bits) {
         #[cfg(target_arch = "x86_64")]
         (Kernel::Ifma, _) => {
-            let k = crate::ifma::Ifma::new().expect("checked above");
+            let k = crate::ifma::Ifma::new(lanes).expect("checked above");
             by_size(&k, bits, op, iters)
         }
         #[cfg(target_arch = "x86_64")]

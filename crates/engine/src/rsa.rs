@@ -2,7 +2,9 @@
 //!
 //! Lanes are exponentiations, not signatures: a signature contributes two
 //! jobs (mod p and mod q) and jobs are packed 8 to a pass, so 1..4 signatures
-//! need one pass and 5..8 need two. The public-key check of up to 8
+//! need one pass and 5..8 need two. A pass of at most 4 jobs fills lanes 0..4
+//! only, which a kernel made for that lane count (`make`) may compute at half
+//! the width. The public-key check of up to 8
 //! signatures then runs as one more (cheap, e = 65537) pass over the full
 //! modulus.
 //!

@@ -14,7 +14,7 @@ macro_rules! each_simd_kernel {
     ($lanes:expr, |$k:ident| $body:block) => {{
         #[cfg(target_arch = "x86_64")]
         {
-            match crate::ifma::Ifma::new() {
+            match crate::ifma::Ifma::new($lanes) {
                 Some($k) => $body,
                 None => skipped("avx512ifma"),
             }
@@ -141,7 +141,7 @@ fn check_mul<const N: usize>(seed: &[u64]) {
     // Fewer lanes: the lanes in use agree.
     #[cfg(target_arch = "x86_64")]
     for lanes in 1..LANES {
-        each_mul32_kernel!(lanes, |k| {
+        each_simd_kernel!(lanes, |k| {
             let got = k.mul(&a, &b, &m, &k0);
             let mut x = a;
             k.sqr_assign(&mut x, &m, &k0);
@@ -177,6 +177,17 @@ fn check_select<const N: usize>(seed: u64) {
     each_simd_kernel!(LANES, |k| {
         assert_eq!(k.select(&table, &idx), want);
     });
+    #[cfg(target_arch = "x86_64")]
+    for lanes in 1..LANES {
+        each_simd_kernel!(lanes, |k| {
+            let got = k.select(&table, &idx);
+            for lane in 0..lanes {
+                for j in 0..N {
+                    assert_eq!(got[j].0[lane], want[j].0[lane], "select, {lanes} lanes");
+                }
+            }
+        });
+    }
 }
 
 /// A kernel's own `mod_exp` (the AVX2 kernel keeps its numbers in its own
@@ -211,7 +222,7 @@ fn check_exp<const N: usize>(seed: &[u64], exp_bits: usize) {
     });
     #[cfg(target_arch = "x86_64")]
     for lanes in 1..LANES {
-        each_mul32_kernel!(lanes, |k| {
+        each_simd_kernel!(lanes, |k| {
             let got = k.mod_exp::<N>(&job);
             for lane in 0..lanes {
                 for j in 0..N {
@@ -283,5 +294,16 @@ fn extreme_operands() {
         let mut x = a;
         k.sqr_assign(&mut x, &m, &k0);
         assert_eq!(x, r);
+    });
+    // Half the lanes (the IFMA kernel's ymm width).
+    #[cfg(target_arch = "x86_64")]
+    each_simd_kernel!(LANES / 2, |k| {
+        let (mul, sqr) = (k.mul(&a, &a, &m, &k0), k.sqr(&a, &m, &k0));
+        for lane in 0..LANES / 2 {
+            for j in 0..N {
+                assert_eq!(mul[j].0[lane], r[j].0[lane], "mul, {lane}");
+                assert_eq!(sqr[j].0[lane], r[j].0[lane], "sqr, {lane}");
+            }
+        }
     });
 }
