@@ -11,6 +11,7 @@
 //! | 0 | `config` | the TOML configuration, one file per section: types, defaults, validation with line numbers |
 //! | 0 | `metrics` | the Prometheus registry and the admin listener (`/metrics`, `/healthz`); it knows no series and no type of the other modules: each registers its own (`offload/metrics.rs`, `tls/metrics.rs`, ...) |
 //! | 0 | `seal` | the fleet key (`[session] fleet_key_file`) and the sealing (AES-256-GCM, the entry's name as associated data) of what a fleet shares through Redis; it counts the entries that do not open |
+//! | 0 | `testing` | (unit tests only) what the tests of several modules share: a TLS handshake over a socket pair |
 //! | 0 | `sys` | the safe wrappers around the BoringSSL and libc calls that need `unsafe` (the only module allowed it), and the listening sockets' options |
 //! | 1 | `offload` | private-key operations: the per-worker queue, its flush policy, the signer it calls (the engine crate, or BoringSSL inline) |
 //! | 1 | `session` | resumption: tickets and their keys, the session cache, Redis, 0-RTT anti-replay |
@@ -53,4 +54,6 @@ pub mod speed;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;
+#[cfg(test)]
+mod testing;
 pub mod tls;

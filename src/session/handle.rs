@@ -350,15 +350,14 @@ mod tests {
         let connector = connector.build();
         (0..count)
             .map(|_| {
-                let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
                 let acceptor = acceptor.clone();
-                let server = std::thread::spawn(move || {
-                    let stream = acceptor.accept(a).unwrap();
-                    drop(stream);
-                });
-                let client = connector.connect("t", b).unwrap();
-                let session = client.ssl().session().unwrap().to_owned();
-                server.join().unwrap();
+                let ((), session) = crate::testing::over_socket_pair(
+                    move |server_socket| drop(acceptor.accept(server_socket).unwrap()),
+                    |client_socket| {
+                        let client = connector.connect("t", client_socket).unwrap();
+                        client.ssl().session().unwrap().to_owned()
+                    },
+                );
                 session
             })
             .collect()

@@ -67,7 +67,6 @@ pub(super) fn configure(
 #[cfg(test)]
 mod tests {
     use std::io::{ErrorKind, Read, Write};
-    use std::os::unix::net::UnixStream;
 
     use boring::ssl::{Ssl, SslConnector, SslMethod, SslStream, SslVerifyMode};
 
@@ -90,13 +89,7 @@ mod tests {
         builder.set_private_key(&key).unwrap();
         let server_ssl = Ssl::new(&builder.build()).unwrap();
 
-        let (server_socket, client_socket) = UnixStream::pair().unwrap();
-        for socket in [&server_socket, &client_socket] {
-            // A side that stalls fails the test instead of hanging it.
-            let limit = Some(std::time::Duration::from_secs(10));
-            socket.set_read_timeout(limit).unwrap();
-            socket.set_write_timeout(limit).unwrap();
-        }
+        let (server_socket, client_socket) = crate::testing::socket_pair();
         let (start_reading, reading) = std::sync::mpsc::channel::<()>();
         let client = std::thread::spawn(move || {
             let mut connector = SslConnector::builder(SslMethod::tls()).unwrap();

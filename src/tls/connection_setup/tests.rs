@@ -2,7 +2,6 @@
 //! 0-RTT refusal through a real handshake over a socket pair, since BoringSSL shows them
 //! only on the wire.
 
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, SystemTime};
 
 use boring::nid::Nid;
@@ -13,6 +12,7 @@ use boring::ssl::{
 use super::*;
 use crate::config::UnknownSni;
 use crate::offload::KeyKind;
+use crate::testing::over_socket_pair;
 use crate::tls::crl::ClientTrust;
 use crate::tls::names::NameTable;
 use crate::tls::profile::{session_context, Profile};
@@ -139,24 +139,20 @@ fn a_name_turning_client_certificates_off_overrides_the_context() {
 /// Runs a TLS 1.3 handshake of `server` with a client that asks for an OCSP staple;
 /// returns the staple the client got and BoringSSL's 0-RTT verdict on the server.
 fn handshake(server: Ssl) -> (Option<Vec<u8>>, boring_sys::ssl_early_data_reason_t) {
-    let (server_socket, client_socket) = UnixStream::pair().unwrap();
-    for socket in [&server_socket, &client_socket] {
-        // A handshake that stalls fails the test instead of hanging it.
-        socket
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-    }
-    let client = std::thread::spawn(move || {
-        let mut ctx = SslContextBuilder::new(SslMethod::tls()).unwrap();
-        ctx.set_verify(SslVerifyMode::NONE);
-        let mut ssl = Ssl::new(&ctx.build()).unwrap();
-        ssl.set_status_type(StatusType::OCSP).unwrap();
-        let stream = ssl.connect(client_socket).expect("client handshake");
-        stream.ssl().ocsp_status().map(<[u8]>::to_vec)
-    });
-    let stream = server.accept(server_socket).expect("server handshake");
-    let (reason, _) = crate::sys::early_data_reason(stream.ssl());
-    (client.join().unwrap(), reason)
+    over_socket_pair(
+        |client_socket| {
+            let mut ctx = SslContextBuilder::new(SslMethod::tls()).unwrap();
+            ctx.set_verify(SslVerifyMode::NONE);
+            let mut ssl = Ssl::new(&ctx.build()).unwrap();
+            ssl.set_status_type(StatusType::OCSP).unwrap();
+            let stream = ssl.connect(client_socket).expect("client handshake");
+            stream.ssl().ocsp_status().map(<[u8]>::to_vec)
+        },
+        |server_socket| {
+            let stream = server.accept(server_socket).expect("server handshake");
+            crate::sys::early_data_reason(stream.ssl()).0
+        },
+    )
 }
 
 #[test]

@@ -1,13 +1,13 @@
 //! The hint against BoringSSL itself: a client and a server in one process, over a socket
 //! pair, the server's certificate callback setting the hint as `ServerTls` does.
 
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
 use boring::ssl::{SelectCertError, SslConnector, SslContextBuilder, SslMethod, SslVerifyMode};
 
 use super::*;
 use crate::offload::key_share::compute;
+use crate::testing::over_socket_pair;
 use crate::tls::selfsigned::{generate, SelfSignedKey};
 
 /// Every group tlsterm computes, and P-521, which it does not (BoringSSL has it, a
@@ -61,23 +61,25 @@ fn handshake(client_groups: &str, hint: Hint) -> Result<u16, String> {
     client.set_verify(SslVerifyMode::NONE);
     client.set_curves_list(client_groups).unwrap();
     let client = client.build();
-    let (client_socket, server_socket) = UnixStream::pair().unwrap();
-    let server_side = std::thread::spawn(move || {
-        let ssl = boring::ssl::Ssl::new(&server).unwrap();
-        let result = ssl.accept(server_socket).map(|tls| {
-            let group = tls.ssl().curve().unwrap();
-            record(tls.ssl());
-            group
-        });
-        result.map_err(|e| e.to_string())
-    });
-    let client_result = client
-        .configure()
-        .unwrap()
-        .connect("localhost", client_socket)
-        .map(|tls| tls.ssl().curve().unwrap())
-        .map_err(|e| e.to_string());
-    let server_result = server_side.join().unwrap();
+    let (server_result, client_result) = over_socket_pair(
+        move |server_socket| {
+            let ssl = boring::ssl::Ssl::new(&server).unwrap();
+            let result = ssl.accept(server_socket).map(|tls| {
+                let group = tls.ssl().curve().unwrap();
+                record(tls.ssl());
+                group
+            });
+            result.map_err(|e| e.to_string())
+        },
+        |client_socket| {
+            client
+                .configure()
+                .unwrap()
+                .connect("localhost", client_socket)
+                .map(|tls| tls.ssl().curve().unwrap())
+                .map_err(|e| e.to_string())
+        },
+    );
     let group = server_result?;
     assert_eq!(client_result?, group);
     Ok(group)
