@@ -4,8 +4,7 @@
 //! (AMD Zen 4) or issue more of them per cycle at 256 bits run in about half the time.
 //!
 //! Layout is vertical: limb k of the 8 numbers is one zmm (its low half one ymm). The
-//! accumulator
-//! lives in registers while multiplicands and moduli are read as memory
+//! accumulator lives in registers while multiplicands and moduli are read as memory
 //! operands of `vpmadd52{l,h}uq` (keeping them in registers as well spills).
 //! Carries are lazy: 64-bit lanes absorb up to 2^12 52-bit additions, far
 //! more than the 4N (mul) or 6N (sqr) a limb receives for N <= 80, so limbs

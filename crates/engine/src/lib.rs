@@ -16,7 +16,7 @@
 //! signature is fault-checked before it is returned.
 //!
 //! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `mul32/`,
-//! `x25519/ifma.rs`, `p256/ifma.rs`, their loads and stores in `zmm.rs`) and in the constant-time check's hooks (`ct.rs`: the
+//! `x25519/ifma.rs`, `p256/ifma.rs`, the curve kernels' loads and stores in `zmm.rs`) and in the constant-time check's hooks (`ct.rs`: the
 //! valgrind client requests of the optional `ct-valgrind` feature, and the
 //! volatile read back of a declassified value).
 //!

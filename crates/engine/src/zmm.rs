@@ -1,6 +1,7 @@
-//! Loads and stores of [`Lanes`] in zmm registers: the one way the IFMA
-//! kernels (RSA, X25519, P-256) move their vertical-layout numbers between
-//! memory and registers.
+//! Loads and stores of [`Lanes`] in zmm registers: the one way the X25519 and
+//! P-256 IFMA kernels move their vertical-layout numbers between memory and
+//! registers (the RSA kernel, which runs at zmm or ymm width, has its own in
+//! `ifma.rs`).
 
 use crate::bn::Lanes;
 use core::arch::x86_64::*;
