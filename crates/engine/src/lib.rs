@@ -3,10 +3,10 @@
 //! Signs batches of RSA requests (PKCS#1 v1.5 or PSS, 2048/3072/4096-bit
 //! keys, keys may differ within a batch) with 8 modular exponentiations at a
 //! time in the 64-bit lanes of SIMD registers: AVX-512 IFMA (`ifma.rs`, 8
-//! lanes per zmm, or 4 per ymm for a pass of 1 or 2 signatures), or 32-bit multiplies with AVX-512F (8 lanes per zmm) or
-//! AVX2 (two halves of 4 lanes per ymm) (`mul32/`), with a
-//! portable constant-time kernel (`kernel.rs`) as the reference the tests
-//! compare them with. Every signature is checked with the public key before
+//! lanes per zmm, or 4 per ymm for a pass of 1 or 2 signatures), or 32-bit
+//! multiplies with AVX-512F (8 lanes per zmm) or AVX2 (two halves of 4 lanes
+//! per ymm) (`mul32/`), with a portable constant-time kernel (`kernel.rs`) as
+//! the reference the tests compare them with. Every signature is checked with the public key before
 //! it is returned.
 //!
 //! X25519 key shares (`x25519/`) and ECDSA P-256 signatures (`p256/`) are
@@ -16,7 +16,8 @@
 //! signature is fault-checked before it is returned.
 //!
 //! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `mul32/`,
-//! `x25519/ifma.rs`, `p256/ifma.rs`, the curve kernels' loads and stores in `zmm.rs`) and in the constant-time check's hooks (`ct.rs`: the
+//! `x25519/ifma.rs`, `p256/ifma.rs`, the curve kernels' loads and stores in
+//! `zmm.rs`) and in the constant-time check's hooks (`ct.rs`: the
 //! valgrind client requests of the optional `ct-valgrind` feature, and the
 //! volatile read back of a declassified value).
 //!

@@ -145,13 +145,28 @@ fn check_mul<const N: usize>(seed: &[u64]) {
             let got = k.mul(&a, &b, &m, &k0);
             let mut x = a;
             k.sqr_assign(&mut x, &m, &k0);
-            for lane in 0..lanes {
-                for j in 0..N {
-                    assert_eq!(got[j].0[lane], r[j].0[lane], "with {lanes} lanes");
-                    assert_eq!(x[j].0[lane], aa[j].0[lane], "in place, {lanes} lanes");
-                }
-            }
+            assert_first_lanes_agree(&got, &r, lanes, "mul");
+            assert_first_lanes_agree(&x, &aa, lanes, "sqr in place");
         });
+    }
+}
+
+/// Lanes `0..lanes` of `got` equal those of `want` (a kernel made for that many lanes
+/// leaves the others as it likes).
+#[cfg(target_arch = "x86_64")]
+fn assert_first_lanes_agree<const N: usize>(
+    got: &[Lanes; N],
+    want: &[Lanes; N],
+    lanes: usize,
+    what: &str,
+) {
+    for lane in 0..lanes {
+        for j in 0..N {
+            assert_eq!(
+                got[j].0[lane], want[j].0[lane],
+                "{what}, {lanes} lanes, lane {lane}"
+            );
+        }
     }
 }
 
@@ -181,11 +196,7 @@ fn check_select<const N: usize>(seed: u64) {
     for lanes in 1..LANES {
         each_simd_kernel!(lanes, |k| {
             let got = k.select(&table, &idx);
-            for lane in 0..lanes {
-                for j in 0..N {
-                    assert_eq!(got[j].0[lane], want[j].0[lane], "select, {lanes} lanes");
-                }
-            }
+            assert_first_lanes_agree(&got, &want, lanes, "select");
         });
     }
 }
@@ -224,11 +235,7 @@ fn check_exp<const N: usize>(seed: &[u64], exp_bits: usize) {
     for lanes in 1..LANES {
         each_simd_kernel!(lanes, |k| {
             let got = k.mod_exp::<N>(&job);
-            for lane in 0..lanes {
-                for j in 0..N {
-                    assert_eq!(got[j].0[lane], want[j].0[lane], "mod_exp, {lanes} lanes");
-                }
-            }
+            assert_first_lanes_agree(&got, &want, lanes, "mod_exp");
         });
     }
 }
@@ -298,12 +305,7 @@ fn extreme_operands() {
     // Half the lanes (the IFMA kernel's ymm width).
     #[cfg(target_arch = "x86_64")]
     each_simd_kernel!(LANES / 2, |k| {
-        let (mul, sqr) = (k.mul(&a, &a, &m, &k0), k.sqr(&a, &m, &k0));
-        for lane in 0..LANES / 2 {
-            for j in 0..N {
-                assert_eq!(mul[j].0[lane], r[j].0[lane], "mul, {lane}");
-                assert_eq!(sqr[j].0[lane], r[j].0[lane], "sqr, {lane}");
-            }
-        }
+        assert_first_lanes_agree(&k.mul(&a, &a, &m, &k0), &r, LANES / 2, "mul");
+        assert_first_lanes_agree(&k.sqr(&a, &m, &k0), &r, LANES / 2, "sqr");
     });
 }
