@@ -4,8 +4,11 @@
 # (a process of its own, so that the server's RSS is the proxy's alone) is given
 # CONNECTIONS connections by `tlsterm bench --mode idle` (handshake with an ECDSA P-256
 # certificate, TLS 1.3, one keep-alive request each), which then holds them idle for
-# SECONDS and reads the server's RSS and CPU from /proc. Variants run one after another,
-# each against a fresh server.
+# SECONDS and reads the server's RSS and CPU from /proc. It opens half of them first and
+# holds those idle for SECONDS too: besides RSS growth per connection from the start, it
+# prints the growth per connection of the second half, without what the server pays once
+# (code and allocator pools its first connections touch, pooled backend connections).
+# Variants run one after another, each against a fresh server.
 #
 #   bench/idle.sh CONNECTIONS [SECONDS] NAME=BINARY ...
 #   bench/idle.sh 4000 5 new=target/release/tlsterm old=/tmp/old/tlsterm
@@ -98,7 +101,9 @@ CONF
 import json, sys
 r = json.load(open(sys.argv[2]))
 print(f"{sys.argv[1]:>10}: {r['open']} open ({r['errors']} errors), RSS {r['before']['rss_kib']} -> "
-      f"{r['idle']['rss_kib']} KiB: {r['rss_kib_per_connection']:.2f} KiB per connection; "
+      f"{r['half_idle']['rss_kib']} (half) -> {r['idle']['rss_kib']} KiB: "
+      f"{r['rss_kib_per_connection']:.2f} KiB per connection, "
+      f"{r['rss_kib_per_added_connection']:.2f} per connection of the second half; "
       f"idle CPU {r['idle_cpu_util']*100:.3f}% of a core")
 PY
     kill "$server"

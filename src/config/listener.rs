@@ -93,6 +93,10 @@ pub struct ListenerConfig {
     /// A backend that refused a connection is skipped for this long.
     #[serde(default = "default_backend_retry", with = "humantime_serde")]
     pub backend_retry: Duration,
+    /// A worker's keep-alive connection to a backend (`mode = "http"`, HTTP/3) unused for
+    /// this long is closed.
+    #[serde(default = "default_backend_keepalive", with = "humantime_serde")]
+    pub backend_keepalive: Duration,
     /// Per worker; when reached the worker stops accepting until a connection closes.
     #[serde(
         default = "default_max_connections",
@@ -508,6 +512,13 @@ fn default_connect_timeout() -> Duration {
 }
 fn default_backend_retry() -> Duration {
     Duration::from_secs(5)
+}
+/// How long a worker keeps a keep-alive backend connection unused: as long as Node.js's
+/// HTTP server keeps one (a common backend), and as long as HAProxy waits before it starts
+/// closing unused server connections.
+pub const DEFAULT_BACKEND_KEEPALIVE: Duration = Duration::from_secs(5);
+fn default_backend_keepalive() -> Duration {
+    DEFAULT_BACKEND_KEEPALIVE
 }
 fn default_max_connections() -> usize {
     10_000

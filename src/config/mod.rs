@@ -40,7 +40,7 @@ pub use client_trust::{ClientAuth, CrlCheck, CrlFile};
 pub use engine::{EcdsaMode, EngineConfig, EngineKernel, EngineMode, KeyShares};
 pub use listener::{
     BackendPolicies, CertificateConfig, ListenerConfig, ListenerMode, ProxyProtocol, UnknownSni,
-    BUILTIN_BACKEND,
+    BUILTIN_BACKEND, DEFAULT_BACKEND_KEEPALIVE,
 };
 pub use ocsp::OcspConfig;
 pub use process::{default_admin_address, AcceptMode, AdminConfig, LogConfig, ProcessSettings};

@@ -1,15 +1,19 @@
 //! HTTP/1.1 to a listener's backends: one worker's keep-alive connections, per backend
 //! pool, through hyper's HTTP/1 client, for requests that came as HTTP/3 or as HTTP/1.1 over
 //! TLS (`mode = "http"`). A connection is borrowed for one request and its response, and
-//! given back once the response body has been read whole.
+//! given back once the response body has been read whole; one unused for its pool's
+//! `keepalive` is closed, so that a burst of requests does not leave the worker holding
+//! as many connections (and the backend as many) long after it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use hyper::body::{Body, Incoming};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
 
 use super::pool::BackendPool;
 
@@ -37,15 +41,24 @@ impl std::fmt::Display for BackendError {
 /// one else holds any more (its listener was reloaded away) is dropped with them.
 pub struct Backends<B> {
     idle: RefCell<Vec<IdleOfPool<B>>>,
+    /// Whether a task of the worker's is waiting to close connections unused too long.
+    sweeping: Cell<bool>,
 }
 
 /// A pool, and its connections waiting for a request.
-type IdleOfPool<B> = (Arc<BackendPool>, Vec<Borrowed<B>>);
+type IdleOfPool<B> = (Arc<BackendPool>, Vec<Waiting<B>>);
+
+/// A connection waiting for a request, and since when.
+struct Waiting<B> {
+    sender: Borrowed<B>,
+    since: Instant,
+}
 
 impl<B> Default for Backends<B> {
     fn default() -> Self {
         Backends {
             idle: RefCell::new(Vec::new()),
+            sweeping: Cell::new(false),
         }
     }
 }
@@ -85,7 +98,7 @@ where
     }
 
     /// Gives a connection back once its response has been read whole.
-    pub fn give_back(&self, pool: &Arc<BackendPool>, sender: Borrowed<B>) {
+    pub fn give_back(self: &Rc<Self>, pool: &Arc<BackendPool>, sender: Borrowed<B>) {
         if sender.is_closed() {
             return;
         }
@@ -100,8 +113,41 @@ where
         };
         let list = &mut idle[at].1;
         if list.len() < MAX_IDLE {
-            list.push(sender);
+            list.push(Waiting {
+                sender,
+                since: Instant::now(),
+            });
         }
+        if !self.sweeping.replace(true) {
+            tokio::task::spawn_local(Rc::clone(self).sweep());
+        }
+    }
+
+    /// Closes connections as they pass their pool's keepalive unused, until none waits.
+    /// (One given back meanwhile to a pool with a shorter keepalive than the others' may
+    /// wait until the next of theirs is due: closed late, never early.)
+    async fn sweep(self: Rc<Self>) {
+        while let Some(next) = self.close_unused(Instant::now()) {
+            tokio::time::sleep_until(next).await;
+        }
+        self.sweeping.set(false);
+    }
+
+    /// Drops the connections that have waited for their pool's keepalive (and those the
+    /// backend closed); when the next of the others is due, if any is left.
+    fn close_unused(&self, now: Instant) -> Option<Instant> {
+        let mut idle = self.idle.borrow_mut();
+        let mut next: Option<Instant> = None;
+        for (pool, list) in idle.iter_mut() {
+            let keepalive = pool.keepalive();
+            list.retain(|waiting| waiting.since + keepalive > now && !waiting.sender.is_closed());
+            for waiting in list.iter() {
+                let due = waiting.since + keepalive;
+                next = Some(next.map_or(due, |next| next.min(due)));
+            }
+        }
+        idle.retain(|(_, list)| !list.is_empty());
+        next
     }
 
     /// An idle connection ready for a request; one the backend closed is dropped, one not
@@ -109,9 +155,10 @@ where
     fn take_idle(&self, pool: &Arc<BackendPool>) -> Option<Borrowed<B>> {
         let mut idle = self.idle.borrow_mut();
         let (_, list) = idle.iter_mut().find(|(kept, _)| Arc::ptr_eq(kept, pool))?;
-        list.retain(|sender| !sender.is_closed());
-        let ready = list.iter().rposition(SendRequest::is_ready)?;
-        Some(list.swap_remove(ready))
+        list.retain(|waiting| !waiting.sender.is_closed());
+        // The most recently given back: the others then stay unused and are closed.
+        let ready = list.iter().rposition(|waiting| waiting.sender.is_ready())?;
+        Some(list.remove(ready).sender)
     }
 }
 
@@ -131,4 +178,118 @@ where
         }
     });
     Ok(sender)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Empty};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Accepted,
+        Closed,
+    }
+
+    /// A backend on loopback that answers each request head with an empty 200 and tells
+    /// what happens to its connections.
+    async fn backend() -> (Arc<BackendPool>, mpsc::UnboundedReceiver<Seen>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (seen, events) = mpsc::unbounded_channel();
+        tokio::task::spawn_local(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                seen.send(Seen::Accepted).unwrap();
+                let seen = seen.clone();
+                tokio::task::spawn_local(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                        if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            head.clear();
+                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                            stream.write_all(answer).await.unwrap();
+                        }
+                    }
+                    let _ = seen.send(Seen::Closed);
+                });
+            }
+        });
+        let pool = BackendPool::new(vec![address], Duration::from_secs(5), Duration::ZERO);
+        (Arc::new(pool), events)
+    }
+
+    /// One request, its response read whole, its connection given back.
+    async fn request(backends: &Rc<Backends<Empty<Bytes>>>, pool: &Arc<BackendPool>) {
+        let request = Request::get("/")
+            .header("host", "backend.test")
+            .body(Empty::new())
+            .unwrap();
+        let (response, connection) = backends.send(pool, request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.into_body().collect().await.unwrap();
+        backends.give_back(pool, connection);
+    }
+
+    /// The next thing the backend saw; a test that waits past 10 s fails.
+    async fn next(events: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+        tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("the backend saw nothing for 10 s")
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connection_unused_for_the_keepalive_is_closed() {
+        tokio::task::LocalSet::new()
+            .run_until(async {
+                let (pool, mut events) = backend().await;
+                let pool = Arc::new(
+                    Arc::into_inner(pool)
+                        .unwrap()
+                        .keeping_idle(Duration::from_millis(50)),
+                );
+                let backends = Rc::new(Backends::default());
+                request(&backends, &pool).await;
+                assert_eq!(next(&mut events).await, Seen::Accepted);
+                assert_eq!(next(&mut events).await, Seen::Closed);
+                assert!(backends.idle.borrow().is_empty());
+                // The worker's sweeping task ends with nothing left to close, and comes
+                // back for the next connection given back.
+                tokio::task::yield_now().await;
+                assert!(!backends.sweeping.get());
+                request(&backends, &pool).await;
+                assert_eq!(next(&mut events).await, Seen::Accepted);
+                assert_eq!(next(&mut events).await, Seen::Closed);
+            })
+            .await;
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connection_used_within_the_keepalive_serves_the_next_request() {
+        tokio::task::LocalSet::new()
+            .run_until(async {
+                let (pool, mut events) = backend().await;
+                let backends = Rc::new(Backends::default());
+                for _ in 0..3 {
+                    request(&backends, &pool).await;
+                }
+                assert_eq!(next(&mut events).await, Seen::Accepted);
+                assert!(events.try_recv().is_err(), "one connection for three requests");
+                assert_eq!(backends.idle.borrow()[0].1.len(), 1);
+            })
+            .await;
+    }
 }

@@ -143,6 +143,8 @@ pub struct BackendPool {
     next: AtomicUsize,
     connect_timeout: Duration,
     retry_after: Duration,
+    /// How long a worker keeps a pooled (keep-alive) connection to these backends unused.
+    keepalive: Duration,
 }
 
 #[derive(Debug)]
@@ -180,7 +182,19 @@ impl BackendPool {
             next: AtomicUsize::new(0),
             connect_timeout,
             retry_after,
+            keepalive: crate::config::DEFAULT_BACKEND_KEEPALIVE,
         }
+    }
+
+    /// Keeps pooled connections unused for `keepalive` (instead of
+    /// [`DEFAULT_BACKEND_KEEPALIVE`](crate::config::DEFAULT_BACKEND_KEEPALIVE)).
+    pub fn keeping_idle(self, keepalive: Duration) -> Self {
+        BackendPool { keepalive, ..self }
+    }
+
+    /// How long a worker keeps a pooled connection to these backends unused.
+    pub fn keepalive(&self) -> Duration {
+        self.keepalive
     }
 
     /// Connects to the next healthy backend, trying the others in turn if it fails, and

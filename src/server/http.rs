@@ -61,14 +61,17 @@ pub(super) struct HttpContext {
 /// TLS connection costs: a connection on which nothing has moved for [`PARK_AFTER`]
 /// between requests gives them up (hyper's connection ends without closing the stream), and
 /// the client's next bytes start a new one.
-pub(super) async fn serve<S>(
+#[allow(clippy::manual_async_fn)]
+pub(super) fn serve<S>(
     stream: S,
     context: HttpContext,
     mut stop: watch::Receiver<bool>,
-) -> RelayOutcome
+) -> impl std::future::Future<Output = RelayOutcome>
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
+    // Made before the block, which then holds each once: an `async fn` keeps its arguments
+    // and what is made of them side by side, for as long as the connection lives.
     let idle_timeout = context.idle_timeout;
     let activity = Rc::new(Activity::new());
     let mut stream = Watched {
@@ -78,43 +81,45 @@ where
     };
     let context = Rc::new(context);
     let backends = BACKENDS.with(Rc::clone);
-    let end = loop {
-        if stream.unread.is_empty() {
-            // Parked (or new): nothing of hyper's is held until the client sends more.
-            let read = tokio::select! {
-                biased;
-                Ok(_) = stop.wait_for(|stop| *stop) => {
-                    super::conn::close_notify(&mut stream).await;
-                    break RelayEnd::Closed;
+    async move {
+        let end = loop {
+            if stream.unread.is_empty() {
+                // Parked (or new): nothing of hyper's is held until the client sends more.
+                let read = tokio::select! {
+                    biased;
+                    Ok(_) = stop.wait_for(|stop| *stop) => {
+                        super::conn::close_notify(&mut stream).await;
+                        break RelayEnd::Closed;
+                    }
+                    read = stream.read_more() => read,
+                    () = activity.stalled(idle_timeout) => break RelayEnd::IdleTimeout,
+                };
+                match read {
+                    Ok(0) => break RelayEnd::Closed,
+                    Ok(_) => {}
+                    Err(_) => break RelayEnd::Error(Side::Client),
                 }
-                read = stream.read_more() => read,
-                () = activity.stalled(idle_timeout) => break RelayEnd::IdleTimeout,
-            };
-            match read {
-                Ok(0) => break RelayEnd::Closed,
-                Ok(_) => {}
-                Err(_) => break RelayEnd::Error(Side::Client),
             }
-        }
-        // Boxed: hyper's connection state is large, and a parked connection keeps none of it.
-        let round = Box::pin(serve_requests(
-            stream, &context, &backends, &activity, &mut stop,
-        ))
-        .await;
-        match round {
-            Ok(parked) => {
-                metrics::record_http_parked();
-                stream = parked;
+            // Boxed: hyper's connection state is large, and a parked connection keeps none of it.
+            let round = Box::pin(serve_requests(
+                stream, &context, &backends, &activity, &mut stop,
+            ))
+            .await;
+            match round {
+                Ok(parked) => {
+                    metrics::record_http_parked();
+                    stream = parked;
+                }
+                Err(end) => break end,
             }
-            Err(end) => break end,
+        };
+        // The client's plaintext both ways, request and response heads included: what a relay
+        // of the same exchange would have counted.
+        RelayOutcome {
+            to_backend: activity.from_client.get(),
+            to_client: activity.to_client.get(),
+            end,
         }
-    };
-    // The client's plaintext both ways, request and response heads included: what a relay
-    // of the same exchange would have counted.
-    RelayOutcome {
-        to_backend: activity.from_client.get(),
-        to_client: activity.to_client.get(),
-        end,
     }
 }
 

@@ -245,7 +245,8 @@ pub fn build_states(
                         .collect(),
                     listener.connect_timeout,
                     listener.backend_retry,
-                )))
+                )
+                .keeping_idle(listener.backend_keepalive)))
             };
             let listener_pool = pool(listener.backends.get_ref())?;
             let mut pools = vec![listener_pool.clone()];

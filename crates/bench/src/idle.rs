@@ -1,7 +1,10 @@
 //! `--mode idle`: what idle connections cost the server. Opens N connections, completes
 //! each handshake, sends one keep-alive request and reads its response, then holds them
 //! all open without a byte moving, and reads the server's resident memory and CPU time
-//! from /proc: before the first connection, and over `--duration` of idleness. With
+//! from /proc: before the first connection, and over `--duration` of idleness. Half the
+//! connections are opened first and held idle for `--duration` too, so that what one more
+//! connection costs can be told from what the server pays once, whatever the number (code
+//! and allocator pools touched by its first connections, a pool of backend connections). With
 //! `--http3` the connections are QUIC connections with one HTTP/3 request each (keep
 //! `--duration` under the server's idle timeout, 30 s in tlsterm by default).
 
@@ -46,9 +49,14 @@ pub struct IdleReport {
     pub open_s: f64,
     pub idle_s: f64,
     pub before: ProcessSample,
+    /// After `--duration` with the first half of the connections open and idle.
+    pub half_idle: ProcessSample,
     pub idle: ProcessSample,
     /// (RSS while idle - RSS before) / open connections, KiB.
     pub rss_kib_per_connection: f64,
+    /// (RSS while idle - RSS while half were idle) / the second half's open connections,
+    /// KiB: what each connection adds once the server has served some.
+    pub rss_kib_per_added_connection: f64,
     /// The server's CPU time while idle, as a share of one core.
     pub idle_cpu_util: f64,
     /// The server's CPU time while idle per connection and second, microseconds.
@@ -71,8 +79,13 @@ impl IdleReport {
             self.open_s,
         );
         out += &format!(
-            "  server RSS  {} KiB before, {} KiB idle: {:.2} KiB per connection\n",
-            self.before.rss_kib, self.idle.rss_kib, self.rss_kib_per_connection
+            "  server RSS  {} KiB before, {} KiB with half idle, {} KiB idle: {:.2} KiB per \
+             connection, {:.2} KiB per connection of the second half\n",
+            self.before.rss_kib,
+            self.half_idle.rss_kib,
+            self.idle.rss_kib,
+            self.rss_kib_per_connection,
+            self.rss_kib_per_added_connection
         );
         out += &format!(
             "  server CPU  {:.3}% of a core over {:.1}s idle ({:.3} us per connection-second)\n",
@@ -141,37 +154,38 @@ pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
 
     let before = sample(pid)?;
     let started = Instant::now();
-    // Every thread opens its share, then all wait here (holding their connections, their
-    // runtimes not polled: nothing moves) until the measurement is done.
-    let opened = Arc::new(Barrier::new(args.threads + 1));
-    let measured = Arc::new(Barrier::new(args.threads + 1));
+    // Every thread opens half its share and waits at `stage` (holding its connections, its
+    // runtime not polled: nothing moves) while the server is measured, then the other
+    // half, then waits again until the measurement is done.
+    let stage = Arc::new(Barrier::new(args.threads + 1));
     let mut threads = Vec::new();
     for t in 0..args.threads {
         let count =
             args.concurrency / args.threads + usize::from(t < args.concurrency % args.threads);
-        let (target, opened, measured) = (target.clone(), opened.clone(), measured.clone());
+        let (target, stage) = (target.clone(), stage.clone());
         threads.push(std::thread::spawn(move || {
-            open_and_hold(target, count, &opened, &measured)
+            open_and_hold(target, count, &stage)
         }));
     }
-    opened.wait();
-    let open_s = started.elapsed().as_secs_f64();
-    // Let the server finish what the last responses started (closing nothing, logging).
-    std::thread::sleep(Duration::from_millis(500));
-    let idle_from = sample(pid)?;
-    let idle_start = Instant::now();
-    std::thread::sleep(args.duration);
-    let idle = sample(pid)?;
-    let idle_s = idle_start.elapsed().as_secs_f64();
-    measured.wait();
-    let (mut open, mut errors, mut first_error) = (0, 0, None);
+    stage.wait();
+    let mut open_s = started.elapsed().as_secs_f64();
+    let half = settle_and_idle(pid, args.duration)?;
+    stage.wait();
+    let second_half = Instant::now();
+    stage.wait();
+    open_s += second_half.elapsed().as_secs_f64();
+    let whole = settle_and_idle(pid, args.duration)?;
+    stage.wait();
+    let (mut open, mut open_first, mut errors, mut first_error) = (0, 0, 0, None);
     for thread in threads {
         let outcome = thread.join().expect("client thread panicked");
         open += outcome.open;
+        open_first += outcome.open_first;
         errors += outcome.errors;
         first_error = first_error.or(outcome.first_error);
     }
-    let cpu = idle.cpu_s - idle_from.cpu_s;
+    let (idle, idle_s) = (whole.to, whole.seconds);
+    let cpu = idle.cpu_s - whole.from.cpu_s;
     Ok(IdleReport {
         url: url.to_string(),
         server_pid: pid,
@@ -182,18 +196,45 @@ pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
         open_s,
         idle_s,
         before,
+        half_idle: half.to,
         idle,
-        rss_kib_per_connection: if open > 0 {
-            (idle.rss_kib as f64 - before.rss_kib as f64) / open as f64
-        } else {
-            0.0
-        },
+        rss_kib_per_connection: kib_per(before, idle, open),
+        rss_kib_per_added_connection: kib_per(half.to, idle, open - open_first),
         idle_cpu_util: cpu / idle_s.max(1e-9),
         idle_cpu_us_per_connection_s: if open > 0 {
             cpu * 1e6 / idle_s.max(1e-9) / open as f64
         } else {
             0.0
         },
+    })
+}
+
+/// RSS grown from `from` to `to`, per connection, KiB.
+fn kib_per(from: ProcessSample, to: ProcessSample, connections: usize) -> f64 {
+    if connections == 0 {
+        return 0.0;
+    }
+    (to.rss_kib as f64 - from.rss_kib as f64) / connections as f64
+}
+
+/// The server over a time in which nothing moved.
+struct Idled {
+    from: ProcessSample,
+    to: ProcessSample,
+    seconds: f64,
+}
+
+/// Lets the server finish what the last responses started (closing nothing, logging),
+/// then holds everything idle for `duration`.
+fn settle_and_idle(pid: u32, duration: Duration) -> anyhow::Result<Idled> {
+    std::thread::sleep(Duration::from_millis(500));
+    let from = sample(pid)?;
+    let start = Instant::now();
+    std::thread::sleep(duration);
+    Ok(Idled {
+        from,
+        to: sample(pid)?,
+        seconds: start.elapsed().as_secs_f64(),
     })
 }
 
@@ -213,18 +254,15 @@ type Held = Box<dyn std::any::Any>;
 #[derive(Default)]
 struct Outcome {
     open: usize,
+    /// Open after the first half.
+    open_first: usize,
     errors: usize,
     first_error: Option<String>,
 }
 
-/// Opens `count` connections on a runtime of this thread, holds them until the
-/// measurement is done, then closes them.
-fn open_and_hold(
-    target: Arc<Target>,
-    count: usize,
-    opened: &Barrier,
-    measured: &Barrier,
-) -> Outcome {
+/// Opens `count` connections on a runtime of this thread in two halves, each followed by
+/// two waits at `stage` (opened; measured), then closes them.
+fn open_and_hold(target: Arc<Target>, count: usize, stage: &Barrier) -> Outcome {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -234,44 +272,60 @@ fn open_and_hold(
     let quic_client = target.http3.as_ref().map(|(opts, _)| {
         Rc::new(quic::Client::new(opts).expect("options checked before the threads"))
     });
-    let (held, mut outcome) = local.block_on(&rt, async move {
-        let mut held = Vec::with_capacity(count);
-        let mut outcome = Outcome::default();
-        let mut pending = tokio::task::JoinSet::new();
-        let mut started = 0;
-        loop {
-            // A few at a time: the server's accept queue is not what is measured.
-            while started < count && pending.len() < OPENING_AT_ONCE {
-                let target = target.clone();
-                match quic_client.clone() {
-                    Some(client) => pending.spawn_local(async move {
-                        open_one_quic(&client, &target)
-                            .await
-                            .map(|conn| conn as Held)
-                    }),
-                    None => pending.spawn_local(async move {
-                        open_one(target).await.map(|conn| Box::new(conn) as Held)
-                    }),
-                };
-                started += 1;
-            }
-            match pending.join_next().await {
-                None => break,
-                Some(Ok(Ok(conn))) => held.push(conn),
-                Some(Ok(Err(err))) => {
-                    outcome.errors += 1;
-                    outcome.first_error.get_or_insert(err);
-                }
-                Some(Err(err)) => std::panic::resume_unwind(err.into_panic()),
-            }
+    let mut held = Vec::with_capacity(count);
+    let mut outcome = Outcome::default();
+    for (first, half) in [(true, count / 2), (false, count - count / 2)] {
+        local.block_on(
+            &rt,
+            open_some(&target, quic_client.as_ref(), half, &mut held, &mut outcome),
+        );
+        if first {
+            outcome.open_first = held.len();
         }
-        (held, outcome)
-    });
+        stage.wait();
+        stage.wait();
+    }
     outcome.open = held.len();
-    opened.wait();
-    measured.wait();
     drop(held);
     outcome
+}
+
+/// Opens `count` connections into `held`, counting the failures in `outcome`.
+async fn open_some(
+    target: &Arc<Target>,
+    quic_client: Option<&Rc<quic::Client>>,
+    count: usize,
+    held: &mut Vec<Held>,
+    outcome: &mut Outcome,
+) {
+    let mut pending = tokio::task::JoinSet::new();
+    let mut started = 0;
+    loop {
+        // A few at a time: the server's accept queue is not what is measured.
+        while started < count && pending.len() < OPENING_AT_ONCE {
+            let target = target.clone();
+            match quic_client.cloned() {
+                Some(client) => pending.spawn_local(async move {
+                    open_one_quic(&client, &target)
+                        .await
+                        .map(|conn| conn as Held)
+                }),
+                None => pending.spawn_local(async move {
+                    open_one(target).await.map(|conn| Box::new(conn) as Held)
+                }),
+            };
+            started += 1;
+        }
+        match pending.join_next().await {
+            None => break,
+            Some(Ok(Ok(conn))) => held.push(conn),
+            Some(Ok(Err(err))) => {
+                outcome.errors += 1;
+                outcome.first_error.get_or_insert(err);
+            }
+            Some(Err(err)) => std::panic::resume_unwind(err.into_panic()),
+        }
+    }
 }
 
 /// One connection: handshake, one keep-alive request, its whole response.
