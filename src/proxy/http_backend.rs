@@ -287,7 +287,10 @@ mod tests {
                     request(&backends, &pool).await;
                 }
                 assert_eq!(next(&mut events).await, Seen::Accepted);
-                assert!(events.try_recv().is_err(), "one connection for three requests");
+                assert!(
+                    events.try_recv().is_err(),
+                    "one connection for three requests"
+                );
                 assert_eq!(backends.idle.borrow()[0].1.len(), 1);
             })
             .await;

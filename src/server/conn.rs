@@ -103,7 +103,7 @@ pub fn handle(
             negotiated,
             end,
             local,
-        }) = Box::pin(handshake(stream, client, &state, log_connections, started)).await
+        }) = Box::pin(handshake(stream, client, state, log_connections, started)).await
         else {
             return;
         };
@@ -119,7 +119,7 @@ pub fn handle(
             return end.after_relay(&negotiated, outcome);
         }
 
-        let connect = connect_backend(&state, client, local, &negotiated, &mut tls, &end);
+        let connect = connect_backend(state, client, local, &negotiated, &mut tls, &end);
         let Some(mut backend) = Box::pin(connect).await else {
             return;
         };
@@ -129,9 +129,21 @@ pub fn handle(
             let confirm_by =
                 tokio::time::Instant::from_std(started) + state.config.handshake_timeout;
             let mut gated = EarlyDataGate::new(&mut tls, max_early_data, confirm_by);
-            Box::pin(relay::relay(&mut gated, &mut backend, buffer_size, idle_timeout)).await
+            Box::pin(relay::relay(
+                &mut gated,
+                &mut backend,
+                buffer_size,
+                idle_timeout,
+            ))
+            .await
         } else {
-            Box::pin(relay::relay(&mut tls, &mut backend, buffer_size, idle_timeout)).await
+            Box::pin(relay::relay(
+                &mut tls,
+                &mut backend,
+                buffer_size,
+                idle_timeout,
+            ))
+            .await
         };
         end.after_relay(&negotiated, outcome);
     }

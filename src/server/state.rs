@@ -238,15 +238,17 @@ pub fn build_states(
                 .check_backend_addresses(tcp)
                 .with_context(|| format!("listener {}", listener.address()))?;
             let pool = |backends: &[String]| -> anyhow::Result<Arc<BackendPool>> {
-                Ok(Arc::new(BackendPool::new(
-                    backends
-                        .iter()
-                        .flat_map(|backend| resolved[backend.as_str()].iter().cloned())
-                        .collect(),
-                    listener.connect_timeout,
-                    listener.backend_retry,
-                )
-                .keeping_idle(listener.backend_keepalive)))
+                Ok(Arc::new(
+                    BackendPool::new(
+                        backends
+                            .iter()
+                            .flat_map(|backend| resolved[backend.as_str()].iter().cloned())
+                            .collect(),
+                        listener.connect_timeout,
+                        listener.backend_retry,
+                    )
+                    .keeping_idle(listener.backend_keepalive),
+                ))
             };
             let listener_pool = pool(listener.backends.get_ref())?;
             let mut pools = vec![listener_pool.clone()];
