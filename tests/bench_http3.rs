@@ -215,6 +215,15 @@ fn idle_mode_holds_quic_connections_open() {
         "{report}"
     );
     assert_eq!(count(&report, "server_pid"), u64::from(server.child.id()));
+    // Half were opened and measured first.
+    assert!(
+        report["half_idle"]["rss_kib"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert!(
+        report["rss_kib_per_added_connection"].is_number(),
+        "{report}"
+    );
     // The client left without closing them: the server still holds all twenty, each
     // after a full handshake, until its idle timeout.
     wait_for_handshakes(admin, "full", 20);

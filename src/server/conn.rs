@@ -123,27 +123,16 @@ pub fn handle(
         let Some(mut backend) = Box::pin(connect).await else {
             return;
         };
-        let (buffer_size, idle_timeout) = (state.config.buffer_size, state.config.idle_timeout);
+        // How much a direction may have in flight, and how long nothing may move.
+        let (buffer, idle) = (state.config.buffer_size, state.config.idle_timeout);
         let outcome = if negotiated.early_data {
             let max_early_data = *state.config.max_early_data.get_ref();
             let confirm_by =
                 tokio::time::Instant::from_std(started) + state.config.handshake_timeout;
             let mut gated = EarlyDataGate::new(&mut tls, max_early_data, confirm_by);
-            Box::pin(relay::relay(
-                &mut gated,
-                &mut backend,
-                buffer_size,
-                idle_timeout,
-            ))
-            .await
+            Box::pin(relay::relay(&mut gated, &mut backend, buffer, idle)).await
         } else {
-            Box::pin(relay::relay(
-                &mut tls,
-                &mut backend,
-                buffer_size,
-                idle_timeout,
-            ))
-            .await
+            Box::pin(relay::relay(&mut tls, &mut backend, buffer, idle)).await
         };
         end.after_relay(&negotiated, outcome);
     }

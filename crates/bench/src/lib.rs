@@ -35,6 +35,8 @@ pub enum BenchMode {
     /// Open --concurrency connections (handshake and one keep-alive request each), hold
     /// them idle for --duration, and report the server's RSS per connection and its CPU
     /// while idle (from /proc of --server-pid, or of the process listening on the port).
+    /// Half are opened and held idle first: the RSS per connection of the second half is
+    /// what one more costs, without what the server pays once.
     Idle,
 }
 
