@@ -259,7 +259,7 @@ mod tests {
                 let pool = Arc::new(
                     Arc::into_inner(pool)
                         .unwrap()
-                        .keeping_idle(Duration::from_millis(50)),
+                        .with_keepalive(Duration::from_millis(50)),
                 );
                 let backends = Rc::new(Backends::default());
                 request(&backends, &pool).await;

@@ -188,7 +188,7 @@ impl BackendPool {
 
     /// Keeps pooled connections unused for `keepalive` (instead of
     /// [`DEFAULT_BACKEND_KEEPALIVE`](crate::config::DEFAULT_BACKEND_KEEPALIVE)).
-    pub fn keeping_idle(self, keepalive: Duration) -> Self {
+    pub fn with_keepalive(self, keepalive: Duration) -> Self {
         BackendPool { keepalive, ..self }
     }
 

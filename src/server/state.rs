@@ -247,7 +247,7 @@ pub fn build_states(
                         listener.connect_timeout,
                         listener.backend_retry,
                     )
-                    .keeping_idle(listener.backend_keepalive),
+                    .with_keepalive(listener.backend_keepalive),
                 ))
             };
             let listener_pool = pool(listener.backends.get_ref())?;

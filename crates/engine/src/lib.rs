@@ -6,8 +6,8 @@
 //! lanes per zmm, or 4 per ymm for a pass of 1 or 2 signatures), or 32-bit
 //! multiplies with AVX-512F (8 lanes per zmm) or AVX2 (two halves of 4 lanes
 //! per ymm) (`mul32/`), with a portable constant-time kernel (`kernel.rs`) as
-//! the reference the tests compare them with. Every signature is checked with the public key before
-//! it is returned.
+//! the reference the tests compare them with. Every signature is checked with
+//! the public key before it is returned.
 //!
 //! X25519 key shares (`x25519/`) and ECDSA P-256 signatures (`p256/`) are
 //! batched the same way: 8 scalar multiplications per pass with AVX-512
