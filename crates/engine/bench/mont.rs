@@ -320,10 +320,10 @@ fn main() {
                 }
                 for &lanes in lanes_list {
                     // An exponentiation is reported per Montgomery operation
-                    // it runs (30 for the table, 5 squarings and 1
+                    // it runs (14 for the table, 4 squarings and 1
                     // multiplication per further window), so the rows compare.
                     let per_call = match op {
-                        MontOp::Exp => 30 + (bits.div_ceil(5) - 1) * 6,
+                        MontOp::Exp => 14 + (bits.div_ceil(4) - 1) * 5,
                         _ => 1,
                     };
                     let n = if kernel == Kernel::Portable {

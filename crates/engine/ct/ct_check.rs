@@ -178,7 +178,7 @@ fn main() {
         #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
         "planted" => {
             // Only keeps the planted functions in the binary for the static check.
-            let table = Box::new([[Default::default(); 20]; 32]);
+            let table = Box::new([[Default::default(); 20]; 16]);
             let idx = Default::default();
             std::hint::black_box(planted_select(&table, &idx));
             std::hint::black_box(planted_mac(&idx, &idx));

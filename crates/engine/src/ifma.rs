@@ -22,6 +22,7 @@
 use crate::bn::{Lanes, LANES};
 use crate::kernel::{MontKernel, TABLE};
 use core::arch::x86_64::*;
+use core::mem::MaybeUninit;
 
 /// Proof that the CPU has AVX-512F, VL and IFMA: only `new` creates one.
 #[derive(Clone, Copy)]
@@ -77,7 +78,7 @@ struct Ymm;
 /// The `Width` of one register type, each operation its one intrinsic.
 // SAFETY (every `unsafe` block this expands to): the callers guarantee the CPU features
 // and, for loads and stores, pointers to live `Lanes`, which are 64-byte aligned and 64
-// bytes long (a ymm access reads or writes their first 32 bytes).
+// bytes long (a ymm load reads their first 32 bytes; a ymm store writes all 64).
 macro_rules! width {
     ($width:ty, $lanes:literal, $r:ty, $load:ident, $store:ident, $zero:ident, $splat:ident,
      $add:ident, $and:ident, $srli:ident, $lo:ident, $hi:ident, $eq:ident, $mov:ident) => {
@@ -154,12 +155,23 @@ width!(
     _mm512_cmpeq_epi64_mask,
     _mm512_mask_mov_epi64
 );
+/// A ymm register stored as a whole [`Lanes`], lanes 4..8 zero: results are written
+/// into uninitialized memory, and a narrow pass's unused lanes stay zero.
+///
+/// # Safety
+/// The CPU features of [`Width`]; `p` points to a live [`Lanes`].
+#[inline(always)]
+unsafe fn store_ymm_zero_upper(p: *mut __m512i, v: __m256i) {
+    // SAFETY: see the function's contract; `Lanes` is 64-byte aligned.
+    unsafe { _mm512_store_si512(p, _mm512_zextsi256_si512(v)) }
+}
+
 width!(
     Ymm,
     4,
     __m256i,
     _mm256_load_si256,
-    _mm256_store_si256,
+    store_ymm_zero_upper,
     _mm256_setzero_si256,
     _mm256_set1_epi64x,
     _mm256_add_epi64,
@@ -207,23 +219,26 @@ unsafe fn normalize_store<V: Width, const N: usize>(r: *mut Lanes, t: &[V::R]) {
 
 /// Almost Montgomery multiplication, operand scanning: for each limb b_i,
 /// t += a*b_i, t += m*y with y = t_0*k0 mod 2^52, then t >>= 52.
+///
+/// `r` is written only once the product is complete, so it may be `a` or `b`
+/// (the exponentiation multiplies its accumulator in place).
 #[inline(always)]
 unsafe fn amm<V: Width, const N: usize>(
-    r: &mut [Lanes; N],
-    a: &[Lanes; N],
-    b: &[Lanes; N],
+    r: *mut Lanes,
+    a: *const Lanes,
+    b: *const Lanes,
     m: &[Lanes; N],
     k0: &Lanes,
 ) {
-    // SAFETY: the caller guarantees AVX-512F/VL/IFMA (an `Ifma` value exists);
-    // all pointers below index arrays of N limbs with j < N.
+    // SAFETY: the caller guarantees AVX-512F/VL/IFMA (an `Ifma` value exists)
+    // and N limbs at `r`, `a` and `b`; all pointers below index them with j < N.
     unsafe {
         let zero = V::zero();
         let k0 = V::ld(k0);
         let mut t = [zero; N];
-        for bi in b.iter() {
-            let bi = V::ld(bi);
-            let ap = opaque(a.as_ptr());
+        for i in 0..N {
+            let bi = V::ld(b.add(i));
+            let ap = opaque(a);
             let mp = opaque(m.as_ptr());
             let mut t0 = V::madd52lo(t[0], bi, V::ld(ap));
             let y = V::madd52lo(zero, t0, k0);
@@ -244,7 +259,7 @@ unsafe fn amm<V: Width, const N: usize>(
             t[N - 1] = V::madd52hi(top, y, V::ld(mp.add(N - 1)));
             t[0] = V::add(t[0], carry);
         }
-        normalize_store::<V, N>(r.as_mut_ptr(), &t);
+        normalize_store::<V, N>(r, &t);
     }
 }
 
@@ -257,7 +272,8 @@ const TILE: usize = 5;
 /// One band of the squaring's cross products: rows `a[0..TILE]` times the
 /// `blocks` TILE-limb blocks that start at `a` (of the first block only the
 /// upper triangle, pairs j > i), added into `p` (lo halves of `a_i * a_j` at
-/// column i+j, hi halves at i+j+1, columns counted from `p`).
+/// column i+j, hi halves at i+j+1, columns counted from `p`); the `first` band
+/// stores into `p` instead, which holds nothing yet.
 ///
 /// The 2*TILE columns a tile touches stay in registers while the band moves
 /// from one block to the next: the lower TILE are finished and added to `p`,
@@ -267,7 +283,7 @@ const TILE: usize = 5;
 /// cores that issue two IFMA per cycle (AMD Zen 5), ran the product at half
 /// the IFMA rate.
 #[inline(always)]
-unsafe fn square_band<V: Width>(p: *mut V::R, a: *const Lanes, blocks: usize) {
+unsafe fn square_band<V: Width>(p: *mut V::R, a: *const Lanes, blocks: usize, first: bool) {
     // SAFETY: the caller guarantees the target features, `a[0..TILE * blocks]`
     // and `p[0..TILE * (blocks + 1)]`.
     unsafe {
@@ -286,7 +302,7 @@ unsafe fn square_band<V: Width>(p: *mut V::R, a: *const Lanes, blocks: usize) {
                 }
             }
             // Columns TILE*bj .. TILE*bj + TILE are complete for this band.
-            add_columns::<V>(p.add(TILE * bj), &lo, &hi);
+            add_columns::<V>(p.add(TILE * bj), &lo, &hi, first);
             for c in 0..TILE {
                 lo[c] = lo[c + TILE];
                 hi[c] = hi[c + TILE];
@@ -294,18 +310,29 @@ unsafe fn square_band<V: Width>(p: *mut V::R, a: *const Lanes, blocks: usize) {
                 hi[c + TILE] = zero;
             }
         }
-        add_columns::<V>(p.add(TILE * blocks), &lo, &hi);
+        add_columns::<V>(p.add(TILE * blocks), &lo, &hi, true);
     }
 }
 
-/// `out[c] += lo[c] + hi[c]` for the TILE columns a band has finished.
+/// `out[c] += lo[c] + hi[c]` for the TILE columns a band has finished, or
+/// `out[c] = ...` where no band has reached them yet (`fresh`). Band `bi`
+/// covers columns `2*TILE*bi .. N + TILE*(bi + 1)`, so the first band is the
+/// first to reach all its columns, and every band the first to reach its last
+/// TILE.
 #[inline(always)]
-unsafe fn add_columns<V: Width>(out: *mut V::R, lo: &[V::R; 2 * TILE], hi: &[V::R; 2 * TILE]) {
-    // SAFETY: the caller guarantees the target features and `out[0..TILE]`.
+unsafe fn add_columns<V: Width>(
+    out: *mut V::R,
+    lo: &[V::R; 2 * TILE],
+    hi: &[V::R; 2 * TILE],
+    fresh: bool,
+) {
+    // SAFETY: the caller guarantees the target features and `out[0..TILE]`,
+    // initialized unless `fresh`.
     unsafe {
         for c in 0..TILE {
             let sum = V::add(lo[c], hi[c]);
-            out.add(c).write(V::add(out.add(c).read(), sum));
+            let before = if fresh { V::zero() } else { out.add(c).read() };
+            out.add(c).write(V::add(before, sum));
         }
     }
 }
@@ -317,30 +344,37 @@ unsafe fn add_columns<V: Width>(out: *mut V::R, lo: &[V::R; 2 * TILE], hi: &[V::
 /// N^2 + 3N IFMA instead of 4N^2 + N for `amm(a, a)`'s 2N^2 products...
 /// precisely: cross 2*N(N-1)/2, squares 2N, reduction 2N^2 + N. Same result
 /// as `amm(a, a)`: y_i depends only on the running low limbs, which agree.
+///
+/// `a` is read only before the reduction and `r` written only after it, so `r`
+/// may be `a` (the exponentiation squares its accumulator in place).
 #[inline(always)]
 unsafe fn sqr<V: Width, const N: usize>(
-    r: &mut [Lanes; N],
-    a: &[Lanes; N],
+    r: *mut Lanes,
+    a: *const Lanes,
     m: &[Lanes; N],
     k0: &Lanes,
 ) {
     const { assert!(N.is_multiple_of(TILE) && 2 * N <= 160) };
-    // SAFETY: the caller guarantees AVX-512F/VL/IFMA; band offsets stay below
-    // 2N <= 160 entries of `p`, limb offsets below N.
+    // SAFETY: the caller guarantees AVX-512F/VL/IFMA and N limbs at `r` and
+    // `a`; band offsets stay below 2N <= 160 entries of `p`, limb offsets
+    // below N.
     unsafe {
         let zero = V::zero();
         let k0 = V::ld(k0);
-        // Only the 2N entries used are zeroed (a full 10 KiB memset per
-        // squaring costs ~10%).
+        // Not cleared first: the bands store each column the first time they
+        // reach it (clearing 2.5 KiB per squaring, which the compiler makes a
+        // `memset` call, took 6% of the exponentiation).
         let mut buf = core::mem::MaybeUninit::<[V::R; 160]>::uninit();
         let pp = buf.as_mut_ptr().cast::<V::R>();
-        for k in 0..2 * N {
-            pp.add(k).write(zero);
-        }
-        let ap = a.as_ptr();
+        let ap = a;
         let blocks = N / TILE;
         for bi in 0..blocks {
-            square_band::<V>(pp.add(2 * TILE * bi), ap.add(TILE * bi), blocks - bi);
+            square_band::<V>(
+                pp.add(2 * TILE * bi),
+                ap.add(TILE * bi),
+                blocks - bi,
+                bi == 0,
+            );
         }
         // The bands wrote through `pp`; only now is it borrowed as a slice.
         let p = core::slice::from_raw_parts_mut(pp, 2 * N);
@@ -366,7 +400,7 @@ unsafe fn sqr<V: Width, const N: usize>(
             t[N - 1] = V::madd52hi(p[i + N], y, V::ld(mp.add(N - 1)));
             t[0] = V::add(t[0], carry);
         }
-        normalize_store::<V, N>(r.as_mut_ptr(), &t);
+        normalize_store::<V, N>(r, &t);
         // The product of the secret operand stays behind in `buf`: wipe it with
         // one vector store per entry (volatile, so the stores are not dropped as
         // dead).
@@ -380,11 +414,12 @@ unsafe fn sqr<V: Width, const N: usize>(
 /// the entry through a blend mask.
 #[inline(always)]
 unsafe fn select<V: Width, const N: usize>(
-    r: &mut [Lanes; N],
+    r: *mut Lanes,
     table: &[[Lanes; N]; TABLE],
     idx: &Lanes,
 ) {
-    // SAFETY: AVX-512F/VL present (caller); indices are within the arrays.
+    // SAFETY: AVX-512F/VL present and N limbs at `r` (caller); indices are
+    // within the arrays.
     unsafe {
         let idx = V::ld(idx);
         // Blocks of 16 limbs keep the running result in registers.
@@ -397,7 +432,7 @@ unsafe fn select<V: Width, const N: usize>(
                 }
             }
             for (j, &accj) in acc.iter().enumerate().take(len) {
-                V::st(&mut r[base + j], accj);
+                V::st(r.add(base + j), accj);
             }
         }
     }
@@ -411,9 +446,9 @@ unsafe fn select<V: Width, const N: usize>(
 #[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
 unsafe fn amm_at<const N: usize>(
     narrow: bool,
-    r: &mut [Lanes; N],
-    a: &[Lanes; N],
-    b: &[Lanes; N],
+    r: *mut Lanes,
+    a: *const Lanes,
+    b: *const Lanes,
     m: &[Lanes; N],
     k0: &Lanes,
 ) {
@@ -430,8 +465,8 @@ unsafe fn amm_at<const N: usize>(
 #[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
 unsafe fn sqr_at<const N: usize>(
     narrow: bool,
-    r: &mut [Lanes; N],
-    a: &[Lanes; N],
+    r: *mut Lanes,
+    a: *const Lanes,
     m: &[Lanes; N],
     k0: &Lanes,
 ) {
@@ -448,7 +483,7 @@ unsafe fn sqr_at<const N: usize>(
 #[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
 unsafe fn select_at<const N: usize>(
     narrow: bool,
-    r: &mut [Lanes; N],
+    r: *mut Lanes,
     table: &[[Lanes; N]; TABLE],
     idx: &Lanes,
 ) {
@@ -463,6 +498,9 @@ unsafe fn select_at<const N: usize>(
 }
 
 impl MontKernel for Ifma {
+    // Results are written straight into uninitialized memory or over an operand: on
+    // 1,024-bit numbers, clearing and copying a 1,280-byte result around every
+    // operation took a tenth of the exponentiation.
     fn mul<const N: usize>(
         &self,
         a: &[Lanes; N],
@@ -470,24 +508,56 @@ impl MontKernel for Ifma {
         m: &[Lanes; N],
         k0: &Lanes,
     ) -> [Lanes; N] {
-        let mut r = [Lanes::default(); N];
-        // SAFETY: `self` proves AVX-512F, VL and IFMA were detected at runtime.
-        unsafe { amm_at(self.narrow, &mut r, a, b, m, k0) };
-        r
+        let mut r = MaybeUninit::<[Lanes; N]>::uninit();
+        // SAFETY: `self` proves AVX-512F, VL and IFMA were detected at runtime;
+        // the multiplication writes all N limbs of `r`.
+        unsafe {
+            amm_at(
+                self.narrow,
+                r.as_mut_ptr().cast(),
+                a.as_ptr(),
+                b.as_ptr(),
+                m,
+                k0,
+            );
+            r.assume_init()
+        }
+    }
+
+    fn mul_assign<const N: usize>(
+        &self,
+        a: &mut [Lanes; N],
+        b: &[Lanes; N],
+        m: &[Lanes; N],
+        k0: &Lanes,
+    ) {
+        let ap = a.as_mut_ptr();
+        // SAFETY: as in `mul`; `amm` allows its result over its first operand.
+        unsafe { amm_at(self.narrow, ap, ap, b.as_ptr(), m, k0) };
     }
 
     fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N] {
-        let mut r = [Lanes::default(); N];
+        let mut r = MaybeUninit::<[Lanes; N]>::uninit();
         // SAFETY: as in `mul`.
-        unsafe { sqr_at(self.narrow, &mut r, a, m, k0) };
-        r
+        unsafe {
+            sqr_at(self.narrow, r.as_mut_ptr().cast(), a.as_ptr(), m, k0);
+            r.assume_init()
+        }
+    }
+
+    fn sqr_assign<const N: usize>(&self, a: &mut [Lanes; N], m: &[Lanes; N], k0: &Lanes) {
+        let ap = a.as_mut_ptr();
+        // SAFETY: as in `mul`; `sqr` allows its result over its operand.
+        unsafe { sqr_at(self.narrow, ap, ap, m, k0) };
     }
 
     fn select<const N: usize>(&self, table: &[[Lanes; N]; TABLE], idx: &Lanes) -> [Lanes; N] {
-        let mut r = [Lanes::default(); N];
-        // SAFETY: as in `mul`.
-        unsafe { select_at(self.narrow, &mut r, table, idx) };
-        r
+        let mut r = MaybeUninit::<[Lanes; N]>::uninit();
+        // SAFETY: as in `mul`; the selection writes all N limbs of `r`.
+        unsafe {
+            select_at(self.narrow, r.as_mut_ptr().cast(), table, idx);
+            r.assume_init()
+        }
     }
 }
 

@@ -7,8 +7,8 @@
 use crate::bn::{self, Lanes, LANES};
 use zeroize::Zeroize;
 
-/// Entries of the exponentiation table (window of 5 bits).
-pub(crate) const TABLE: usize = 32;
+/// Entries of the exponentiation table (window of 4 bits).
+pub(crate) const TABLE: usize = 16;
 
 /// Operations the exponentiation needs. All are constant time with respect
 /// to the values (lane count and limb count are public).
@@ -22,6 +22,18 @@ pub(crate) trait MontKernel {
         m: &[Lanes; N],
         k0: &Lanes,
     ) -> [Lanes; N];
+    /// `a = a*b/R mod m` in place; same contract as `mul`. The exponentiation
+    /// multiplies its accumulator by a table entry once per window; the default
+    /// keeps `mul`'s behaviour.
+    fn mul_assign<const N: usize>(
+        &self,
+        a: &mut [Lanes; N],
+        b: &[Lanes; N],
+        m: &[Lanes; N],
+        k0: &Lanes,
+    ) {
+        *a = self.mul(a, b, m, k0);
+    }
     /// `a*a/R mod m`; same contract as `mul`.
     fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N];
     /// `a = a*a/R mod m` in place; same contract as `sqr`. The exponentiation

@@ -10,7 +10,7 @@
 //!
 //! No blinding: blinding defends variable-time code whose timing or memory
 //! access pattern depends on the base or exponent. Here every step (input
-//! reduction, exponentiation with a fixed 5-bit window and masked table
+//! reduction, exponentiation with a fixed 4-bit window and masked table
 //! selection, CRT recombination, final subtractions, the public-key check and
 //! its comparison) executes the same instructions and touches the same
 //! addresses whatever the key, message and intermediate values are; only the

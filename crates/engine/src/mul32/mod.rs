@@ -297,9 +297,9 @@ impl<V: Simd> Mul32<V> {
 
 /// Masked table lookup for the first H halves in one pass over the table:
 /// every entry is read; lanes whose index matches take the entry through a
-/// blend mask. A limb of both AVX2 halves shares one 64-byte line, and the
-/// table (40 KiB for RSA-2048) is larger than the L1 cache, so reading it
-/// once instead of once per half halves the traffic from L2. Compiled into
+/// blend mask. A limb of both AVX2 halves shares one 64-byte line, so reading
+/// the table once instead of once per half halves the traffic from the cache
+/// (the table is 36 KiB for RSA-2048 at 29-bit limbs). Compiled into
 /// each width's entry point (`Simd::select`).
 #[inline(always)]
 unsafe fn select_halves<V: Simd, const N: usize, const H: usize>(
