@@ -37,7 +37,7 @@ pub(crate) trait MontKernel {
     /// `a*a/R mod m`; same contract as `mul`.
     fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N];
     /// `a = a*a/R mod m` in place; same contract as `sqr`. The exponentiation
-    /// squares its accumulator 5 times per window: a kernel that writes the
+    /// squares its accumulator 4 times per window: a kernel that writes the
     /// result over its operand saves clearing and copying the whole vertical
     /// number on every squaring. The default keeps `sqr`'s behaviour.
     fn sqr_assign<const N: usize>(&self, a: &mut [Lanes; N], m: &[Lanes; N], k0: &Lanes) {
