@@ -137,6 +137,9 @@ fn check_mul<const N: usize>(seed: &[u64]) {
         let mut x = a;
         k.sqr_assign(&mut x, &m, &k0);
         assert_eq!(x, aa, "SIMD sqr in place == a*a");
+        let mut y = a;
+        k.mul_assign(&mut y, &b, &m, &k0);
+        assert_eq!(y, r, "SIMD mul in place == portable mul");
     });
     // Fewer lanes: the lanes in use agree.
     #[cfg(target_arch = "x86_64")]
@@ -145,9 +148,43 @@ fn check_mul<const N: usize>(seed: &[u64]) {
             let got = k.mul(&a, &b, &m, &k0);
             let mut x = a;
             k.sqr_assign(&mut x, &m, &k0);
+            let mut y = a;
+            k.mul_assign(&mut y, &b, &m, &k0);
             assert_first_lanes_agree(&got, &r, lanes, "mul");
             assert_first_lanes_agree(&x, &aa, lanes, "sqr in place");
+            assert_first_lanes_agree(&y, &r, lanes, "mul in place");
         });
+    }
+}
+
+/// The IFMA kernel's narrow pass (lanes 0..4 at ymm width) leaves lanes 4..8 of every
+/// result zero, also where it writes over an operand whose lanes 4..8 were not: it
+/// writes its results into uninitialized memory, which must end up fully written.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn narrow_ifma_results_have_zero_upper_lanes() {
+    const N: usize = 20;
+    let Some(k) = crate::ifma::Ifma::new(LANES / 2) else {
+        return skipped("avx512ifma");
+    };
+    let (m, a, b, k0) = operands::<N>(&[1, 2, 3]);
+    let table = Box::new([a; TABLE]);
+    let idx = Lanes([1; LANES]);
+    let (mut x, mut y) = (a, a);
+    k.sqr_assign(&mut x, &m, &k0);
+    k.mul_assign(&mut y, &b, &m, &k0);
+    let results = [
+        ("mul", k.mul(&a, &b, &m, &k0)),
+        ("sqr", k.sqr(&a, &m, &k0)),
+        ("select", k.select(&table, &idx)),
+        ("sqr in place", x),
+        ("mul in place", y),
+    ];
+    assert!(a.iter().any(|l| l.0[LANES / 2..].iter().any(|&v| v != 0)));
+    for (what, r) in results {
+        for limb in &r {
+            assert_eq!(limb.0[LANES / 2..], [0; LANES / 2], "{what}: lanes 4..8");
+        }
     }
 }
 
