@@ -285,7 +285,8 @@ const TILE: usize = 5;
 #[inline(always)]
 unsafe fn square_band<V: Width>(p: *mut V::R, a: *const Lanes, blocks: usize, first: bool) {
     // SAFETY: the caller guarantees the target features, `a[0..TILE * blocks]`
-    // and `p[0..TILE * (blocks + 1)]`.
+    // and `p[0..TILE * (blocks + 1)]`, initialized up to its last TILE entries
+    // unless `first`.
     unsafe {
         let zero = V::zero();
         let mut lo = [zero; 2 * TILE];
@@ -366,12 +367,11 @@ unsafe fn sqr<V: Width, const N: usize>(
         // `memset` call, took 6% of the exponentiation).
         let mut buf = core::mem::MaybeUninit::<[V::R; 160]>::uninit();
         let pp = buf.as_mut_ptr().cast::<V::R>();
-        let ap = a;
         let blocks = N / TILE;
         for bi in 0..blocks {
             square_band::<V>(
                 pp.add(2 * TILE * bi),
-                ap.add(TILE * bi),
+                a.add(TILE * bi),
                 blocks - bi,
                 bi == 0,
             );
@@ -379,7 +379,7 @@ unsafe fn sqr<V: Width, const N: usize>(
         // The bands wrote through `pp`; only now is it borrowed as a slice.
         let p = core::slice::from_raw_parts_mut(pp, 2 * N);
         for i in 0..N {
-            let ai = V::ld(ap.add(i));
+            let ai = V::ld(a.add(i));
             let lo = V::add(p[2 * i], p[2 * i]);
             let hi = V::add(p[2 * i + 1], p[2 * i + 1]);
             p[2 * i] = V::madd52lo(lo, ai, ai);
