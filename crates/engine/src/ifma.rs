@@ -497,6 +497,19 @@ unsafe fn select_at<const N: usize>(
     }
 }
 
+/// A number made by `write`, which is given a pointer to N uninitialized limbs.
+///
+/// # Safety
+/// `write` writes all N limbs (narrow passes included: their stores write whole
+/// [`Lanes`]).
+#[inline(always)]
+unsafe fn written<const N: usize>(write: impl FnOnce(*mut Lanes)) -> [Lanes; N] {
+    let mut r = MaybeUninit::<[Lanes; N]>::uninit();
+    write(r.as_mut_ptr().cast());
+    // SAFETY: the caller's contract: every limb was written.
+    unsafe { r.assume_init() }
+}
+
 impl MontKernel for Ifma {
     // Results are written straight into uninitialized memory or over an operand: on
     // 1,024-bit numbers, clearing and copying a 1,280-byte result around every
@@ -508,20 +521,9 @@ impl MontKernel for Ifma {
         m: &[Lanes; N],
         k0: &Lanes,
     ) -> [Lanes; N] {
-        let mut r = MaybeUninit::<[Lanes; N]>::uninit();
         // SAFETY: `self` proves AVX-512F, VL and IFMA were detected at runtime;
-        // the multiplication writes all N limbs of `r`.
-        unsafe {
-            amm_at(
-                self.narrow,
-                r.as_mut_ptr().cast(),
-                a.as_ptr(),
-                b.as_ptr(),
-                m,
-                k0,
-            );
-            r.assume_init()
-        }
+        // the multiplication writes all N limbs of its result.
+        unsafe { written(|r| amm_at(self.narrow, r, a.as_ptr(), b.as_ptr(), m, k0)) }
     }
 
     fn mul_assign<const N: usize>(
@@ -537,12 +539,8 @@ impl MontKernel for Ifma {
     }
 
     fn sqr<const N: usize>(&self, a: &[Lanes; N], m: &[Lanes; N], k0: &Lanes) -> [Lanes; N] {
-        let mut r = MaybeUninit::<[Lanes; N]>::uninit();
         // SAFETY: as in `mul`.
-        unsafe {
-            sqr_at(self.narrow, r.as_mut_ptr().cast(), a.as_ptr(), m, k0);
-            r.assume_init()
-        }
+        unsafe { written(|r| sqr_at(self.narrow, r, a.as_ptr(), m, k0)) }
     }
 
     fn sqr_assign<const N: usize>(&self, a: &mut [Lanes; N], m: &[Lanes; N], k0: &Lanes) {
@@ -552,12 +550,8 @@ impl MontKernel for Ifma {
     }
 
     fn select<const N: usize>(&self, table: &[[Lanes; N]; TABLE], idx: &Lanes) -> [Lanes; N] {
-        let mut r = MaybeUninit::<[Lanes; N]>::uninit();
-        // SAFETY: as in `mul`; the selection writes all N limbs of `r`.
-        unsafe {
-            select_at(self.narrow, r.as_mut_ptr().cast(), table, idx);
-            r.assume_init()
-        }
+        // SAFETY: as in `mul`; the selection writes all N limbs of its result.
+        unsafe { written(|r| select_at(self.narrow, r, table, idx)) }
     }
 }
 
