@@ -9,8 +9,9 @@ use zeroize::Zeroize;
 /// Window width of the exponentiation (16-entry table). Against 5 bits it
 /// costs a fifth more multiplications but halves the table, which every window
 /// reads whole: for RSA-2048's halves 20 KiB, which stays in a 32 KiB L1 cache
-/// beside the operands, where 40 KiB streamed from L2 on every window (an
-/// 8-lane IFMA exponentiation 5% faster, a 4-lane one 14%, on AMD Zen 4).
+/// beside the operands, where 40 KiB streamed from L2 on every window (with the
+/// IFMA kernel on AMD Zen 4, RSA-2048 batches of 4 and 8 signatures 5-7% faster, of
+/// one 14%: docs/BENCHMARKS-engine.md).
 pub(crate) const WINDOW: usize = 4;
 const _: () = assert!(1 << WINDOW == TABLE);
 
