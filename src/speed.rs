@@ -481,6 +481,9 @@ fn batch_sizes(
                     inline,
                     |n| batch_sign(kernel, &setup.key, padding, n),
                 );
+                if kernel == Kernel::Ifma {
+                    aws_lc_single_rsa(args, alg, &setup.pkey)?;
+                }
             }
             // P-256 has one multi-buffer kernel.
             "ecdsap256" if kernel == Kernel::Ifma => {
@@ -500,6 +503,31 @@ fn batch_sizes(
             _ => {}
         }
     }
+    Ok(())
+}
+
+/// What a lone RSA signature costs by aws-lc, which signs the signatures below the IFMA
+/// kernel's small-batch threshold: set beside the table's batch of 1.
+fn aws_lc_single_rsa(args: &SpeedArgs, alg: &str, pkey: &PKey<Private>) -> anyhow::Result<()> {
+    use crate::offload::{HashAlg, Scheme, SigningKey};
+    let key = SigningKey::new(pkey.clone())?;
+    let scheme = if args.pss {
+        Scheme::RsaPss(HashAlg::Sha256)
+    } else {
+        Scheme::RsaPkcs1(HashAlg::Sha256)
+    };
+    progress(&format!("{alg}: aws-lc-rs, one at a time"));
+    let (ops, seconds) = measure(args.seconds, args.elapsed, 1, || {
+        key.sign_rsa_aws_lc(scheme, MESSAGE)
+            .expect("an RSA key for aws-lc")
+            .expect("aws-lc signature");
+    });
+    progress("");
+    println!(
+        "{alg}: aws-lc-rs {ops:.0} ops/s, {:.1} us per op: it signs the batches below \
+         `small_batch_threshold` (2 with IFMA) one by one\n",
+        seconds * 1e6
+    );
     Ok(())
 }
 

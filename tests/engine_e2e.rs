@@ -82,9 +82,15 @@ fn key_type(key: &str) -> (Vec<&str>, &'static str, &'static [Sig]) {
         let args = vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp384r1"];
         (args, "ecdsap384", &[Sig::Any13, Sig::EcdsaSha384Tls12])
     } else {
+        let algorithm = match key {
+            "rsa:2048" => "rsa2048",
+            "rsa:3072" => "rsa3072",
+            "rsa:4096" => "rsa4096",
+            other => panic!("no test key type {other}"),
+        };
         (
             vec!["-newkey", key],
-            "rsa",
+            algorithm,
             &[Sig::Pss13, Sig::Pss12, Sig::Pkcs1v15],
         )
     }
@@ -308,6 +314,25 @@ async fn a_small_ecdsa_batch_is_signed_inline() {
     } else {
         eprintln!("note: no IFMA kernel on this CPU; checking that P-256 signs inline");
         assert_eq!(load.small_batches, 0.0);
+    }
+}
+
+/// One handshake at a time: each RSA signature is a batch of one, below the threshold of
+/// 2 (IFMA's default). Where the IFMA kernel batches RSA, aws-lc signs it (its own IFMA
+/// code is faster for one signature than a pass of the kernel); elsewhere BoringSSL does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_rsa_signature_is_aws_lcs_where_ifma_batches_rsa() {
+    let engine = "mode = \"batch\"\nsmall_batch_threshold = 2";
+    let load = run_load(engine, "rsa:2048", 1, 3).await;
+    assert_eq!(load.batches, 0.0, "no batch reached the kernel");
+    if best_kernel() == "avx512ifma" {
+        assert_eq!(load.small_batches, load.signatures, "each was queued alone");
+        assert_eq!(load.aws_lc, load.signatures, "aws-lc signed every one");
+    } else {
+        eprintln!(
+            "note: no IFMA kernel on this CPU; checking that BoringSSL signs lone RSA signatures"
+        );
+        assert_eq!(load.aws_lc, 0.0);
     }
 }
 

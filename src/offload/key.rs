@@ -1,10 +1,12 @@
 //! A private key as the offload layer sees it: the BoringSSL key for inline signing and,
 //! for RSA and ECDSA P-256, the same key converted for the multi-buffer engine; for ECDSA
 //! P-384, which has no kernel, the same key for aws-lc, whose P-384 signs about 4x as fast
-//! as BoringSSL's.
+//! as BoringSSL's; for RSA, made when first asked for, the key for aws-lc too, which signs
+//! a lone signature faster than a multi-buffer pass of one where both have IFMA.
 
 use aws_lc_rs::rand::SystemRandom;
-use aws_lc_rs::signature::{EcdsaKeyPair, ECDSA_P384_SHA384_ASN1_SIGNING};
+use aws_lc_rs::signature::{EcdsaKeyPair, RsaKeyPair, ECDSA_P384_SHA384_ASN1_SIGNING};
+use std::sync::OnceLock;
 
 use boring::hash::MessageDigest;
 use boring::nid::Nid;
@@ -98,6 +100,10 @@ pub struct SigningKey {
     /// The key as aws-lc's, for P-384 keys (its SHA-384 signatures: the only ones TLS 1.3
     /// lets a P-384 key make).
     p384_key: Option<EcdsaKeyPair>,
+    /// RSA only: aws-lc's copy, made at the first lone signature (most keys of a large
+    /// certificate set never sign alone, and parsing one costs about 0.4 ms); `None` inside
+    /// when aws-lc refused the key.
+    rsa_aws_lc: OnceLock<Option<RsaKeyPair>>,
 }
 
 impl std::fmt::Debug for SigningKey {
@@ -149,6 +155,7 @@ impl SigningKey {
             engine_key,
             p256_key,
             p384_key,
+            rsa_aws_lc: OnceLock::new(),
         })
     }
 
@@ -193,6 +200,44 @@ impl SigningKey {
         )
     }
 
+    /// Signs an RSA signature with aws-lc on the calling thread; `None` for an ECDSA key
+    /// or scheme, or an RSA key aws-lc refused. aws-lc checks every RSA result with the
+    /// public exponent before returning it (a fault in the private operation gives an
+    /// error, never a signature that leaks a factor), as BoringSSL does.
+    pub fn sign_rsa_aws_lc(
+        &self,
+        scheme: Scheme,
+        message: &[u8],
+    ) -> Option<Result<Vec<u8>, OffloadError>> {
+        use aws_lc_rs::signature as alg;
+        let encoding: &'static dyn alg::RsaEncoding = match scheme {
+            Scheme::RsaPkcs1(HashAlg::Sha256) => &alg::RSA_PKCS1_SHA256,
+            Scheme::RsaPkcs1(HashAlg::Sha384) => &alg::RSA_PKCS1_SHA384,
+            Scheme::RsaPkcs1(HashAlg::Sha512) => &alg::RSA_PKCS1_SHA512,
+            Scheme::RsaPss(HashAlg::Sha256) => &alg::RSA_PSS_SHA256,
+            Scheme::RsaPss(HashAlg::Sha384) => &alg::RSA_PSS_SHA384,
+            Scheme::RsaPss(HashAlg::Sha512) => &alg::RSA_PSS_SHA512,
+            Scheme::Ecdsa(_) => return None,
+        };
+        let KeyKind::Rsa { .. } = self.kind else {
+            return None;
+        };
+        let key = self
+            .rsa_aws_lc
+            .get_or_init(|| {
+                aws_lc_rsa_key(&self.pkey)
+                    .map_err(|err| tracing::warn!(error = %err, "RSA key not usable by aws-lc: lone signatures by BoringSSL"))
+                    .ok()
+            })
+            .as_ref()?;
+        let mut signature = vec![0; key.public_modulus_len()];
+        Some(
+            key.sign(encoding, &SystemRandom::new(), message, &mut signature)
+                .map(|()| signature)
+                .map_err(|_| OffloadError::Signing),
+        )
+    }
+
     /// Signs with BoringSSL on the calling thread.
     pub fn sign_inline(&self, scheme: Scheme, message: &[u8]) -> Result<Vec<u8>, OffloadError> {
         let result = (|| {
@@ -220,6 +265,12 @@ fn aws_lc_key(pkey: &PKey<Private>) -> anyhow::Result<EcdsaKeyPair> {
     let pkcs8 = zeroize::Zeroizing::new(pkey.private_key_to_der_pkcs8()?);
     EcdsaKeyPair::from_pkcs8(&ECDSA_P384_SHA384_ASN1_SIGNING, &pkcs8)
         .map_err(|err| anyhow::anyhow!("aws-lc refused the key: {err}"))
+}
+
+/// The RSA key as aws-lc's, through its PKCS#8 encoding (wiped once parsed).
+fn aws_lc_rsa_key(pkey: &PKey<Private>) -> anyhow::Result<RsaKeyPair> {
+    let pkcs8 = zeroize::Zeroizing::new(pkey.private_key_to_der_pkcs8()?);
+    RsaKeyPair::from_pkcs8(&pkcs8).map_err(|err| anyhow::anyhow!("aws-lc refused the key: {err}"))
 }
 
 /// Copies the RSA components out of BoringSSL into the engine's key type.

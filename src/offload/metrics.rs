@@ -27,7 +27,7 @@ static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
     EngineMetrics {
     ops: metrics::counter_vec(
         "engine_operations_total",
-        "Private-key operations by algorithm and by what made the signature: batch (the multi-buffer engine), aws-lc-rs (aws-lc, one at a time: ECDSA P-384) or inline (BoringSSL, including an operation the engine failed)",
+        "Private-key operations by algorithm and by what made the signature: batch (the multi-buffer engine), aws-lc-rs (aws-lc, one at a time: ECDSA P-384, and RSA signatures outside a batch where the IFMA kernel batches RSA) or inline (BoringSSL, including an operation the engine failed)",
         &["algorithm", "path"],
     ),
     info: metrics::gauge_vec(

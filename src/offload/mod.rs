@@ -64,7 +64,8 @@ pub struct OffloadSettings {
     /// RSA signatures that make a full batch.
     pub batch_size: usize,
     pub poll_delay: std::time::Duration,
-    /// Below this many queued RSA signatures, BoringSSL signs them one by one.
+    /// Below this many queued RSA signatures, they are signed one by one (by aws-lc
+    /// when `rsa_singles_aws_lc`, else BoringSSL).
     pub small_batch_threshold: usize,
     /// ECDSA P-256 signatures: `Batch` only when the curve kernel signs them (the
     /// effective mode, like `mode`). A full batch fills the curve kernel's lanes.
@@ -81,6 +82,10 @@ pub struct OffloadSettings {
     /// ECDSA P-384 signatures (no kernel) by aws-lc, about 4x as fast as BoringSSL's;
     /// false when `[engine]` asks for inline signing, which is BoringSSL's.
     pub p384_aws_lc: bool,
+    /// RSA signatures signed one by one (below the small-batch threshold, or redone after
+    /// an engine error) by aws-lc rather than BoringSSL: where RSA is batched by the IFMA
+    /// kernel, whose CPUs also run aws-lc's own IFMA code for a single signature.
+    pub rsa_singles_aws_lc: bool,
 }
 
 /// Who computed a key share: `/metrics` counts each path.
@@ -176,6 +181,7 @@ impl OffloadSettings {
             x25519_small_batch_threshold: count(&config.x25519_small_batch_threshold)
                 .unwrap_or_else(|| x25519_small_batch_threshold(curve_kernel)),
             p384_aws_lc: config.mode == EngineMode::Batch && config.ecdsa == EcdsaMode::Batch,
+            rsa_singles_aws_lc: mode == EngineMode::Batch && kernel == tlsterm_engine::Kernel::Ifma,
         }
     }
 
@@ -234,17 +240,20 @@ fn choose_kernel(
     }
 }
 
-/// Below this many queued operations a batch is signed one by one by BoringSSL: the
-/// measured break-even of each kernel against BoringSSL for RSA-2048 (`tlsterm speed
-/// --batch-sizes`, docs/BENCHMARKS-engine.md). With IFMA a lone signature is already faster
-/// in the engine. With AVX2 a signature takes 2 of a register's 4 lanes: 1 signature
+/// Below this many queued operations a batch is signed one by one: the measured
+/// break-even of each kernel against signing alone for RSA-2048 (`tlsterm speed
+/// --batch-sizes`, docs/BENCHMARKS-engine.md). With IFMA a lone signature is faster by
+/// aws-lc (its own IFMA code, which computes one signature's two halves side by side)
+/// than by a pass of the kernel, which costs as much for 2 signatures: 422 against 525 µs
+/// on an Intel Emerald Rapids, 265-320 against 374 µs on an AMD EPYC Zen 4; 2 signatures
+/// are cheaper in one pass. With AVX2 a signature takes 2 of a register's 4 lanes: 1 signature
 /// ran at 0.72-0.75x BoringSSL, 2 (one register) at 1.33-1.48x, 3 at 1.35-1.41x and a
 /// full 4 at 1.69-1.82x (AMD EPYC Zen 3, two runs). With AVX-512F a pass costs the same
 /// for 1 to 4 signatures: 1 ran at 0.70-0.78x, 2 at 1.40-1.56x, 4 at 2.76-3.08x (AMD EPYC
 /// Zen 5, RSA-2048/3072/4096).
 fn small_batch_threshold(kernel: tlsterm_engine::Kernel) -> usize {
     match kernel {
-        tlsterm_engine::Kernel::Ifma => 1,
+        tlsterm_engine::Kernel::Ifma => 2,
         tlsterm_engine::Kernel::Avx512 | tlsterm_engine::Kernel::Avx2 => 2,
         tlsterm_engine::Kernel::Portable => usize::MAX,
     }

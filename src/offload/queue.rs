@@ -17,8 +17,9 @@
 //!
 //! Otherwise every kind runs. Batches smaller than a kind's small-batch threshold (its own
 //! setting: `small_batch_threshold`, `ecdsa_small_batch_threshold`,
-//! `x25519_small_batch_threshold`) are computed one by one: signatures by BoringSSL, key
-//! shares by aws-lc.
+//! `x25519_small_batch_threshold`) are computed one by one: RSA signatures by aws-lc
+//! where the kernel is IFMA (faster than a pass of one there), other signatures by
+//! BoringSSL, key shares by aws-lc.
 //!
 //! The queue computes through a [`BatchSigner`] and reports through [`QueueStats`]
 //! (`signer.rs`), so the policy above is tested with a fake signer on any CPU.
@@ -54,7 +55,7 @@ struct SignatureQueue<'a> {
     ops: &'a RefCell<Vec<QueuedOp>>,
     /// How many of its operations make a full batch.
     full: usize,
-    /// Fewer than this in a batch are signed one by one by BoringSSL.
+    /// Fewer than this in a batch are signed one by one.
     small_batch_threshold: usize,
 }
 
@@ -359,10 +360,10 @@ impl WorkerQueue {
         }
     }
 
-    fn inline(&self, op: &BatchOp<'_>, signer: &dyn BatchSigner) -> Result<Vec<u8>, OffloadError> {
+    fn single(&self, op: &BatchOp<'_>, signer: &dyn BatchSigner) -> Result<Vec<u8>, OffloadError> {
         let start = Instant::now();
-        let result = signer.sign_inline(op);
-        self.stats.inline_op(op.key.kind(), start.elapsed());
+        let (result, path) = signer.sign_single(op);
+        self.stats.single_op(op.key.kind(), path, start.elapsed());
         result
     }
 
@@ -420,7 +421,7 @@ impl WorkerQueue {
             .collect();
         if batch.len() < kind.small_batch_threshold {
             self.stats.flush(FlushCause::Small, batch.len());
-            let results: Vec<_> = ops.iter().map(|op| self.inline(op, signer)).collect();
+            let results: Vec<_> = ops.iter().map(|op| self.single(op, signer)).collect();
             drop(ops);
             for (op, result) in batch.into_iter().zip(results) {
                 let _ = op.reply.send(result);
@@ -440,10 +441,10 @@ impl WorkerQueue {
                     Ok(signature)
                 }
                 Err(_) => {
-                    // A fault or refusal in the engine: BoringSSL computes this one instead,
-                    // so the client sees no error, and it counts as inline, not batched.
+                    // A fault or refusal in the engine: this one is signed alone instead,
+                    // so the client sees no error, and it counts by who signed it.
                     self.stats.engine_error();
-                    self.inline(op, signer)
+                    self.single(op, signer)
                 }
             })
             .collect();

@@ -2,7 +2,8 @@
 //! policy can be driven in tests with a fake signer on any CPU (no engine, no AVX-512).
 //!
 //! - [`BatchSigner`]: computes a flushed batch, and one operation at once. In `serve` it is
-//!   [`EngineSigner`]: the multi-buffer kernel for batches, BoringSSL for single operations.
+//!   [`EngineSigner`]: the multi-buffer kernel for batches; for single operations aws-lc
+//!   where the settings say it is faster (lone RSA signatures on IFMA CPUs), else BoringSSL.
 //! - [`QueueStats`]: where the queue reports what it did. In `serve` it is
 //!   [`MetricsStats`], the Prometheus registry.
 
@@ -24,6 +25,22 @@ pub enum FlushCause {
     Timer,
     /// Too few operations to be worth a multi-buffer pass: computed one by one.
     Small,
+}
+
+/// Who signed an operation that was not batched: `/metrics` counts each path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinglePath {
+    AwsLc,
+    Inline,
+}
+
+impl SinglePath {
+    pub fn label(self) -> &'static str {
+        match self {
+            SinglePath::AwsLc => "aws-lc-rs",
+            SinglePath::Inline => "inline",
+        }
+    }
 }
 
 impl FlushCause {
@@ -58,6 +75,11 @@ pub struct BatchOp<'a> {
 pub trait BatchSigner {
     fn sign_batch(&self, batch: &[BatchOp<'_>]) -> Vec<Result<Vec<u8>, OffloadError>>;
     fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError>;
+    /// One operation at once by the fastest single signer there is: `sign_inline` unless
+    /// the signer knows better.
+    fn sign_single(&self, op: &BatchOp<'_>) -> (Result<Vec<u8>, OffloadError>, SinglePath) {
+        (self.sign_inline(op), SinglePath::Inline)
+    }
     fn x25519_batch(&self, peers: &[[u8; 32]]) -> Vec<Option<X25519Share>>;
     fn x25519_single(&self, peer: &[u8; 32]) -> Option<X25519Share>;
 }
@@ -72,20 +94,24 @@ pub trait QueueStats {
     fn batch(&self, ops: usize, elapsed: Duration);
     /// One operation's signature came from a multi-buffer batch (and passed its check).
     fn batched_op(&self, kind: KeyKind);
-    /// One operation was computed inline (small batch, or redone after an engine error).
-    fn inline_op(&self, kind: KeyKind, elapsed: Duration);
+    /// One operation was computed alone, by `path` (small batch, or redone after an engine
+    /// error).
+    fn single_op(&self, kind: KeyKind, path: SinglePath, elapsed: Duration);
     /// The engine failed an operation (fault check or refusal); it was redone inline.
     fn engine_error(&self);
     /// A batch of `shares` X25519 key shares ran, for `cause` (`Small`: one by one).
     fn share_flush(&self, cause: FlushCause, shares: usize);
 }
 
-/// The signer of `serve`: the multi-buffer kernels for batches; BoringSSL for single
-/// signatures, aws-lc for single key shares.
+/// The signer of `serve`: the multi-buffer kernels for batches; for single signatures
+/// aws-lc (lone RSA signatures where the settings ask for it) or BoringSSL; aws-lc for
+/// single key shares.
 pub struct EngineSigner {
     pub kernel: tlsterm_engine::Kernel,
     /// The curve kernel: X25519 key shares and ECDSA P-256 signatures.
     pub curve_kernel: CurveKernel,
+    /// RSA signatures outside a batch by aws-lc instead of BoringSSL.
+    pub rsa_singles_aws_lc: bool,
 }
 
 impl EngineSigner {
@@ -94,6 +120,7 @@ impl EngineSigner {
         EngineSigner {
             kernel: settings.kernel,
             curve_kernel: settings.curve_kernel,
+            rsa_singles_aws_lc: settings.rsa_singles_aws_lc,
         }
     }
 }
@@ -144,6 +171,17 @@ impl BatchSigner for EngineSigner {
         op.key.sign_inline(op.scheme, op.message)
     }
 
+    fn sign_single(&self, op: &BatchOp<'_>) -> (Result<Vec<u8>, OffloadError>, SinglePath) {
+        let aws_lc = self.rsa_singles_aws_lc;
+        match aws_lc
+            .then(|| op.key.sign_rsa_aws_lc(op.scheme, op.message))
+            .flatten()
+        {
+            Some(result) => (result, SinglePath::AwsLc),
+            None => (self.sign_inline(op), SinglePath::Inline),
+        }
+    }
+
     fn x25519_batch(&self, peers: &[[u8; 32]]) -> Vec<Option<X25519Share>> {
         tlsterm_engine::x25519_server_shares(self.curve_kernel, peers)
             .into_iter()
@@ -176,8 +214,8 @@ impl QueueStats for MetricsStats {
     fn batched_op(&self, kind: KeyKind) {
         metrics::record_op(kind.label(), "batch");
     }
-    fn inline_op(&self, kind: KeyKind, _elapsed: Duration) {
-        metrics::record_op(kind.label(), "inline");
+    fn single_op(&self, kind: KeyKind, path: SinglePath, _elapsed: Duration) {
+        metrics::record_op(kind.label(), path.label());
     }
     fn engine_error(&self) {
         metrics::record_engine_error();

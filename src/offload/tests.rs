@@ -36,7 +36,9 @@ fn auto_takes_the_fastest_kernel_and_batches_key_shares_with_ifma() {
     let settings = OffloadSettings::choose(&config(""), &ifma());
     assert_eq!(settings.kernel, Kernel::Ifma);
     assert_eq!(settings.mode, EngineMode::Batch);
-    assert_eq!(settings.small_batch_threshold, 1);
+    // A lone RSA signature is aws-lc's; two or more go to the kernel.
+    assert_eq!(settings.small_batch_threshold, 2);
+    assert!(settings.rsa_singles_aws_lc);
     assert_eq!(settings.key_shares, KeySharePath::Batch);
     assert_eq!(settings.x25519_small_batch_threshold, 3);
     assert_eq!(settings.ecdsa, EngineMode::Batch);
@@ -48,6 +50,8 @@ fn without_an_x25519_kernel_aws_lc_computes_key_shares() {
     let settings = OffloadSettings::choose(&config(""), &avx2_only());
     assert_eq!(settings.kernel, Kernel::Avx2);
     assert_eq!(settings.small_batch_threshold, 2);
+    // aws-lc's single RSA signature was measured faster only with IFMA.
+    assert!(!settings.rsa_singles_aws_lc);
     assert_eq!(settings.key_shares, KeySharePath::AwsLc);
     // Asking for batches does not make a kernel appear.
     let asked = OffloadSettings::choose(&config("key_shares = \"batch\""), &avx2_only());
@@ -158,4 +162,98 @@ fn aws_lc_signs_p384_on_every_cpu_unless_signing_is_inline() {
             );
         }
     }
+}
+
+#[test]
+fn lone_rsa_signatures_go_to_aws_lc_only_where_rsa_is_batched_with_ifma() {
+    assert!(OffloadSettings::choose(&config(""), &ifma()).rsa_singles_aws_lc);
+    let inline = OffloadSettings::choose(&config("mode = \"inline\""), &ifma());
+    assert!(
+        !inline.rsa_singles_aws_lc,
+        "inline signing stays BoringSSL's"
+    );
+    let avx512 = OffloadSettings::choose(&config("kernel = \"avx512f\""), &ifma());
+    assert!(!avx512.rsa_singles_aws_lc);
+    assert!(!OffloadSettings::choose(&config(""), &no_simd()).rsa_singles_aws_lc);
+}
+
+/// A signer whose single RSA signatures are aws-lc's (the queue's signer in `serve` on
+/// an IFMA CPU), without the kernels playing any part.
+fn aws_lc_singles() -> signer::EngineSigner {
+    signer::EngineSigner {
+        kernel: Kernel::Portable,
+        curve_kernel: CurveKernel::Portable,
+        rsa_singles_aws_lc: true,
+    }
+}
+
+#[test]
+fn aws_lc_signs_lone_rsa_signatures_of_every_scheme_and_they_verify() {
+    use boring::hash::MessageDigest;
+    use boring::sign::{RsaPssSaltlen, Verifier};
+    use signer::{BatchOp, BatchSigner, SinglePath};
+
+    let pkey = boring::pkey::PKey::from_rsa(boring::rsa::Rsa::generate(2048).unwrap()).unwrap();
+    let key = SigningKey::new(pkey.clone()).unwrap();
+    let message = b"the transcript a TLS server signs";
+    for (hash, digest) in [
+        (HashAlg::Sha256, MessageDigest::sha256()),
+        (HashAlg::Sha384, MessageDigest::sha384()),
+        (HashAlg::Sha512, MessageDigest::sha512()),
+    ] {
+        for scheme in [Scheme::RsaPkcs1(hash), Scheme::RsaPss(hash)] {
+            let op = BatchOp {
+                key: &key,
+                scheme,
+                message,
+            };
+            let (signature, path) = aws_lc_singles().sign_single(&op);
+            assert_eq!(path, SinglePath::AwsLc, "{scheme:?}");
+            let signature = signature.expect("aws-lc signs");
+            let mut verifier = Verifier::new(digest, &pkey).unwrap();
+            if let Scheme::RsaPss(_) = scheme {
+                verifier
+                    .set_rsa_padding(boring::rsa::Padding::PKCS1_PSS)
+                    .unwrap();
+                verifier
+                    .set_rsa_pss_saltlen(RsaPssSaltlen::DIGEST_LENGTH)
+                    .unwrap();
+            }
+            verifier.update(message).unwrap();
+            assert!(verifier.verify(&signature).unwrap(), "{scheme:?}");
+        }
+    }
+}
+
+#[test]
+fn other_signatures_and_other_settings_stay_with_boringssl() {
+    use signer::{BatchOp, BatchSigner, SinglePath};
+
+    let rsa = boring::pkey::PKey::from_rsa(boring::rsa::Rsa::generate(2048).unwrap()).unwrap();
+    let rsa = SigningKey::new(rsa).unwrap();
+    let ec = boring::ec::EcKey::generate(
+        &boring::ec::EcGroup::from_curve_name(boring::nid::Nid::X9_62_PRIME256V1).unwrap(),
+    )
+    .unwrap();
+    let ec = SigningKey::new(boring::pkey::PKey::from_ec_key(ec).unwrap()).unwrap();
+    let ecdsa = BatchOp {
+        key: &ec,
+        scheme: Scheme::Ecdsa(HashAlg::Sha256),
+        message: b"m",
+    };
+    let (signature, path) = aws_lc_singles().sign_single(&ecdsa);
+    assert_eq!(path, SinglePath::Inline);
+    assert!(signature.is_ok());
+    let boringssl = signer::EngineSigner {
+        rsa_singles_aws_lc: false,
+        ..aws_lc_singles()
+    };
+    let pss = BatchOp {
+        key: &rsa,
+        scheme: Scheme::RsaPss(HashAlg::Sha256),
+        message: b"m",
+    };
+    let (signature, path) = boringssl.sign_single(&pss);
+    assert_eq!(path, SinglePath::Inline);
+    assert!(signature.is_ok());
 }

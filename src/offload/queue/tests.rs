@@ -3,6 +3,7 @@
 //! The flush policy with a fake signer under paused tokio time: no engine, any CPU.
 
 use super::*;
+use crate::offload::signer::SinglePath;
 use crate::offload::KeyKind;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -74,7 +75,7 @@ impl QueueStats for FakeStats {
     fn batched_op(&self, kind: KeyKind) {
         self.0.borrow_mut().batched.push(kind);
     }
-    fn inline_op(&self, _: KeyKind, _: Duration) {
+    fn single_op(&self, _: KeyKind, _: SinglePath, _: Duration) {
         self.0.borrow_mut().inline += 1;
     }
     fn engine_error(&self) {
@@ -111,6 +112,7 @@ fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings 
         curve_kernel: tlsterm_engine::CurveKernel::Ifma,
         x25519_small_batch_threshold: small_batch_threshold,
         p384_aws_lc: true,
+        rsa_singles_aws_lc: false,
     }
 }
 
