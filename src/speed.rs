@@ -525,7 +525,7 @@ fn aws_lc_single_rsa(args: &SpeedArgs, alg: &str, pkey: &PKey<Private>) -> anyho
     progress("");
     println!(
         "{alg}: aws-lc-rs {ops:.0} ops/s, {:.1} us per op: it signs the batches below \
-         `small_batch_threshold` (2 with IFMA) one by one\n",
+         `small_batch_threshold` one by one\n",
         seconds * 1e6
     );
     Ok(())

@@ -65,7 +65,7 @@ pub struct OffloadSettings {
     pub batch_size: usize,
     pub poll_delay: std::time::Duration,
     /// Below this many queued RSA signatures, they are signed one by one (by aws-lc
-    /// when `rsa_singles_aws_lc`, else BoringSSL).
+    /// when [`OffloadSettings::rsa_singles_aws_lc`], else BoringSSL).
     pub small_batch_threshold: usize,
     /// ECDSA P-256 signatures: `Batch` only when the curve kernel signs them (the
     /// effective mode, like `mode`). A full batch fills the curve kernel's lanes.
@@ -82,10 +82,6 @@ pub struct OffloadSettings {
     /// ECDSA P-384 signatures (no kernel) by aws-lc, about 4x as fast as BoringSSL's;
     /// false when `[engine]` asks for inline signing, which is BoringSSL's.
     pub p384_aws_lc: bool,
-    /// RSA signatures signed one by one (below the small-batch threshold, or redone after
-    /// an engine error) by aws-lc rather than BoringSSL: where RSA is batched by the IFMA
-    /// kernel, whose CPUs also run aws-lc's own IFMA code for a single signature.
-    pub rsa_singles_aws_lc: bool,
 }
 
 /// Who computed a key share: `/metrics` counts each path.
@@ -181,13 +177,19 @@ impl OffloadSettings {
             x25519_small_batch_threshold: count(&config.x25519_small_batch_threshold)
                 .unwrap_or_else(|| x25519_small_batch_threshold(curve_kernel)),
             p384_aws_lc: config.mode == EngineMode::Batch && config.ecdsa == EcdsaMode::Batch,
-            rsa_singles_aws_lc: mode == EngineMode::Batch && kernel == tlsterm_engine::Kernel::Ifma,
         }
     }
 
     /// Whether RSA signatures are queued and batched (else BoringSSL signs inline).
     pub fn batched(&self) -> bool {
         self.mode == EngineMode::Batch
+    }
+
+    /// RSA signatures signed one by one (below the small-batch threshold, or redone after
+    /// an engine error) by aws-lc rather than BoringSSL: where RSA is batched by the IFMA
+    /// kernel, whose CPUs also run aws-lc's own IFMA code for a single signature.
+    pub fn rsa_singles_aws_lc(&self) -> bool {
+        self.batched() && self.kernel == tlsterm_engine::Kernel::Ifma
     }
 
     /// "batch" or "inline": what the start-up line, `/metrics` and `tlsterm stats` show.

@@ -120,7 +120,7 @@ impl EngineSigner {
         EngineSigner {
             kernel: settings.kernel,
             curve_kernel: settings.curve_kernel,
-            rsa_singles_aws_lc: settings.rsa_singles_aws_lc,
+            rsa_singles_aws_lc: settings.rsa_singles_aws_lc(),
         }
     }
 }
@@ -172,8 +172,8 @@ impl BatchSigner for EngineSigner {
     }
 
     fn sign_single(&self, op: &BatchOp<'_>) -> (Result<Vec<u8>, OffloadError>, SinglePath) {
-        let aws_lc = self.rsa_singles_aws_lc;
-        match aws_lc
+        match self
+            .rsa_singles_aws_lc
             .then(|| op.key.sign_rsa_aws_lc(op.scheme, op.message))
             .flatten()
         {

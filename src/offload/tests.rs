@@ -38,7 +38,7 @@ fn auto_takes_the_fastest_kernel_and_batches_key_shares_with_ifma() {
     assert_eq!(settings.mode, EngineMode::Batch);
     // A lone RSA signature is aws-lc's; two or more go to the kernel.
     assert_eq!(settings.small_batch_threshold, 2);
-    assert!(settings.rsa_singles_aws_lc);
+    assert!(settings.rsa_singles_aws_lc());
     assert_eq!(settings.key_shares, KeySharePath::Batch);
     assert_eq!(settings.x25519_small_batch_threshold, 3);
     assert_eq!(settings.ecdsa, EngineMode::Batch);
@@ -51,7 +51,7 @@ fn without_an_x25519_kernel_aws_lc_computes_key_shares() {
     assert_eq!(settings.kernel, Kernel::Avx2);
     assert_eq!(settings.small_batch_threshold, 2);
     // aws-lc's single RSA signature was measured faster only with IFMA.
-    assert!(!settings.rsa_singles_aws_lc);
+    assert!(!settings.rsa_singles_aws_lc());
     assert_eq!(settings.key_shares, KeySharePath::AwsLc);
     // Asking for batches does not make a kernel appear.
     let asked = OffloadSettings::choose(&config("key_shares = \"batch\""), &avx2_only());
@@ -166,15 +166,15 @@ fn aws_lc_signs_p384_on_every_cpu_unless_signing_is_inline() {
 
 #[test]
 fn lone_rsa_signatures_go_to_aws_lc_only_where_rsa_is_batched_with_ifma() {
-    assert!(OffloadSettings::choose(&config(""), &ifma()).rsa_singles_aws_lc);
+    assert!(OffloadSettings::choose(&config(""), &ifma()).rsa_singles_aws_lc());
     let inline = OffloadSettings::choose(&config("mode = \"inline\""), &ifma());
     assert!(
-        !inline.rsa_singles_aws_lc,
+        !inline.rsa_singles_aws_lc(),
         "inline signing stays BoringSSL's"
     );
     let avx512 = OffloadSettings::choose(&config("kernel = \"avx512f\""), &ifma());
-    assert!(!avx512.rsa_singles_aws_lc);
-    assert!(!OffloadSettings::choose(&config(""), &no_simd()).rsa_singles_aws_lc);
+    assert!(!avx512.rsa_singles_aws_lc());
+    assert!(!OffloadSettings::choose(&config(""), &no_simd()).rsa_singles_aws_lc());
 }
 
 /// A signer whose single RSA signatures are aws-lc's (the queue's signer in `serve` on

@@ -112,7 +112,6 @@ fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings 
         curve_kernel: tlsterm_engine::CurveKernel::Ifma,
         x25519_small_batch_threshold: small_batch_threshold,
         p384_aws_lc: true,
-        rsa_singles_aws_lc: false,
     }
 }
 
