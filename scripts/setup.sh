@@ -71,7 +71,7 @@ print(next(f["sha256"] for r in json.load(sys.stdin) for f in r["files"] if f["f
 fi
 
 # Pebble (Let's Encrypt's test ACME server) and its DNS helper for the ACME tests, fetched
-# now at the version tests/common/pebble.rs pins (the tests build them from Go's cache).
+# now at the version tests/suite/common/pebble.rs pins (the tests build them from Go's cache).
 pebble_version=v2.8.0
 go_bin=go
 go_new_enough go || go_bin=/usr/local/go/bin/go
@@ -80,7 +80,7 @@ for command in pebble pebble-challtestsrv; do
 done
 
 
-# cargo-deb builds the Debian package (scripts/package.sh; tests/operator.rs inspects it).
+# cargo-deb builds the Debian package (scripts/package.sh; tests/suite/operator.rs inspects it).
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! cargo deb --version >/dev/null 2>&1; then
     echo "setup: installing cargo-deb"

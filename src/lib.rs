@@ -26,7 +26,7 @@
 //! the load generator `tlsterm bench` is `crates/bench`.
 //!
 //! A module of a layer may also use one of its own layer when no loop results (`config`
-//! uses `sys` to read CRLs and ECH keys). `tests/layers.rs` reads this table and checks
+//! uses `sys` to read CRLs and ECH keys). `tests/suite/layers.rs` reads this table and checks
 //! every `crate::` path of `src/` against it.
 
 #![deny(unsafe_code)]

@@ -15,7 +15,7 @@
 //! is trusted as given, which is why it is computed from the very share BoringSSL will
 //! use, for this connection only. After the handshake, `record` counts whether the hint was
 //! applied: a BoringSSL upgrade that stops applying hints shows as `not_applied`, and
-//! `tests/key_shares.rs` fails on it.
+//! `tests/suite/key_shares.rs` fails on it.
 
 use std::sync::LazyLock;
 

@@ -3,12 +3,10 @@
 //! counts them and as the server's own metrics do, bulk responses of the size asked for,
 //! and the TLS options that mean nothing over QUIC refused.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const HANDSHAKES: &str = "tlsterm_quic_handshakes_total";
 

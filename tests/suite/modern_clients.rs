@@ -3,12 +3,10 @@
 //! ClientHello split over many TCP segments read whole, and certificates sent compressed
 //! (RFC 8879) to clients that ask, plain to the others.
 
-mod common;
-
 use std::process::Command;
 
-use common::config::{ConfigBuilder, Listener};
-use common::*;
+use crate::common::config::{ConfigBuilder, Listener};
+use crate::common::*;
 
 const GROUPS: &str = "tlsterm_tls_groups_total";
 const COMPRESSED: &str = "tlsterm_certificates_compressed_total";

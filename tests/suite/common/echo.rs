@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -24,22 +24,57 @@ pub fn hex_sha256(data: &[u8]) -> String {
         .collect()
 }
 
-/// Requests to `/wait` that the backend holds, and what lets them go.
-pub static WAITING: AtomicUsize = AtomicUsize::new(0);
-/// The paths of the requests every echo backend has received, in order, each with its
-/// `Early-Data` header (empty without one).
-pub static RECEIVED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
-pub static RELEASE: Notify = Notify::const_new();
+/// What one echo backend has seen, and what lets the requests it holds go. Each backend has
+/// its own, so that tests running side by side do not see each other's requests.
+#[derive(Default)]
+pub struct Echo {
+    accepted: AtomicUsize,
+    waiting: AtomicUsize,
+    /// The paths of the requests received, in order, each with its `Early-Data` header
+    /// (empty without one).
+    received: Mutex<Vec<(String, String)>>,
+    release: Notify,
+}
+
+impl Echo {
+    /// Connections accepted.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Requests to `/wait` being held.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    /// Answers the requests to `/wait` being held.
+    pub fn release_waiting(&self) {
+        self.release.notify_waiters();
+    }
+
+    /// The `Early-Data` header (empty without one) of each request for `path` received.
+    pub fn received(&self, path: &str) -> Vec<String> {
+        let received = self.received.lock().unwrap();
+        received
+            .iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, early)| early.clone())
+            .collect()
+    }
+}
 
 /// Echoes a request: its body back, and what it saw as `x-seen-*` headers. A request to
 /// `/wait` is answered once the test releases it, one to `/never` never.
-pub async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::Error> {
+async fn echo(
+    request: Request<Incoming>,
+    state: Arc<Echo>,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
     if request.uri().path() == "/never" {
         std::future::pending::<()>().await;
     }
     if request.uri().path() == "/wait" {
-        let released = RELEASE.notified();
-        WAITING.fetch_add(1, Ordering::SeqCst);
+        let released = state.release.notified();
+        state.waiting.fetch_add(1, Ordering::SeqCst);
         released.await;
     }
     let (parts, body) = request.into_parts();
@@ -53,7 +88,8 @@ pub async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, h
             .collect::<Vec<_>>()
             .join(" | ")
     };
-    RECEIVED
+    state
+        .received
         .lock()
         .unwrap()
         .push((parts.uri.path().to_string(), seen("early-data")));
@@ -79,26 +115,29 @@ pub async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, h
 
 /// A real HTTP/1.1 backend on a free port, serving `echo` until the test ends.
 pub async fn echo_backend() -> SocketAddr {
-    echo_backend_counted().await.0
+    echo_backend_watched().await.0
 }
 
-/// `echo_backend`, and the number of connections it has accepted.
-pub async fn echo_backend_counted() -> (SocketAddr, Arc<AtomicUsize>) {
+/// `echo_backend`, and what it sees.
+pub async fn echo_backend_watched() -> (SocketAddr, Arc<Echo>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
+    let state = Arc::new(Echo::default());
+    let seen = state.clone();
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            counter.fetch_add(1, Ordering::SeqCst);
+            seen.accepted.fetch_add(1, Ordering::SeqCst);
+            let per_request = seen.clone();
+            let service =
+                hyper::service::service_fn(move |request| echo(request, per_request.clone()));
             tokio::spawn(
                 hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), hyper::service::service_fn(echo)),
+                    .serve_connection(TokioIo::new(stream), service),
             );
         }
     });
-    (address, accepted)
+    (address, state)
 }

@@ -4,13 +4,12 @@
 //! dropped), backend connections reused across client connections, 502 and 504 (also before
 //! a request body arrived whole), drain on SIGTERM, and the settings this mode refuses.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
-use std::sync::atomic::Ordering;
 
-use common::echo::*;
-use common::*;
+use crate::common::echo::*;
+use crate::common::*;
 
 /// tlsterm with one `mode = "http"` listener forwarding to `backend`.
 fn start_http(backend: &str, extra: &str) -> (tempfile::TempDir, Server, u16) {
@@ -42,7 +41,7 @@ fn header<'a>(response: &'a str, name: &str) -> &'a str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_reach_the_backend_with_forwarding_headers_over_reused_connections() {
-    let (backend, accepted) = echo_backend_counted().await;
+    let (backend, accepted) = echo_backend_watched().await;
     let (dir, server, port) = start_http(&backend.to_string(), "");
     let upload = dir.path().join("upload");
     std::fs::write(&upload, pattern(3_000_000)).unwrap();
@@ -136,7 +135,7 @@ async fn requests_reach_the_backend_with_forwarding_headers_over_reused_connecti
             .any(|l| l.starts_with("http requests") && l.contains("answer=\"backend\"")),
         "{stats}"
     );
-    let opened = accepted.load(Ordering::SeqCst);
+    let opened = accepted.accepted();
     assert!(
         (1..=2).contains(&opened),
         "{opened} backend connections for 8 client connections"
@@ -186,7 +185,7 @@ async fn a_client_certificate_reaches_the_backend_as_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_requests_of_one_connection_are_answered_in_turn_and_connect_is_not_forwarded() {
-    let (backend, accepted) = echo_backend_counted().await;
+    let (backend, accepted) = echo_backend_watched().await;
     let (_dir, _server, port) = start_http(&backend.to_string(), "");
     let mut client = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
         .await
@@ -194,7 +193,7 @@ async fn several_requests_of_one_connection_are_answered_in_turn_and_connect_is_
     for path in ["/one", "/two", "/three"] {
         http_get(&mut client, path).await.unwrap();
     }
-    let opened = accepted.load(Ordering::SeqCst);
+    let opened = accepted.accepted();
     let connect = "CONNECT elsewhere.test:443 HTTP/1.1\r\nHost: elsewhere.test:443\r\n\r\n";
     tokio::io::AsyncWriteExt::write_all(&mut client, connect.as_bytes())
         .await
@@ -208,11 +207,7 @@ async fn several_requests_of_one_connection_are_answered_in_turn_and_connect_is_
     .unwrap()
     .unwrap();
     assert_eq!(&answer, b"HTTP/1.1 405");
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        opened,
-        "no backend connection for it"
-    );
+    assert_eq!(accepted.accepted(), opened, "no backend connection for it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,8 +277,8 @@ async fn a_request_answered_before_its_body_arrived_closes_its_connection_after_
 /// a connection opened before keeps its backend for its next request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_reload_new_connections_reach_the_new_backend() {
-    let (first, first_accepted) = echo_backend_counted().await;
-    let (second, second_accepted) = echo_backend_counted().await;
+    let (first, first_accepted) = echo_backend_watched().await;
+    let (second, second_accepted) = echo_backend_watched().await;
     let (_dir, server, port) = start_http(&first.to_string(), "");
     let mut before = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
         .await
@@ -302,8 +297,8 @@ async fn after_a_reload_new_connections_reach_the_new_backend() {
         .unwrap();
     http_get(&mut after, "/").await.unwrap();
     http_get(&mut before, "/").await.unwrap();
-    assert_eq!(second_accepted.load(Ordering::SeqCst), 1);
-    assert_eq!(first_accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(second_accepted.accepted(), 1);
+    assert_eq!(first_accepted.accepted(), 1);
 }
 
 /// A client that sends a large request and then stops reading the answer is closed once
@@ -341,7 +336,7 @@ async fn a_client_that_stops_reading_its_response_is_closed_after_idle_timeout()
 /// an idle keep-alive connection: tlsterm exits without waiting for `drain_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_the_request_in_progress_and_closes_idle_connections() {
-    let backend = echo_backend().await;
+    let (backend, seen) = echo_backend_watched().await;
     let (_dir, mut server, port) = start_http(&backend.to_string(), "");
     let mut idle = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
         .await
@@ -349,12 +344,10 @@ async fn sigterm_answers_the_request_in_progress_and_closes_idle_connections() {
     http_get(&mut idle, "/").await.unwrap();
     let in_flight =
         tokio::task::spawn_blocking(move || curl(port, &["--include", "https://localhost/wait"]));
-    wait_until("the backend holds the request", || {
-        WAITING.load(Ordering::SeqCst) == 1
-    });
+    wait_until("the backend holds the request", || seen.waiting() == 1);
     server.signal("TERM");
     server.log.wait_for("stopping", 0);
-    RELEASE.notify_waiters();
+    seen.release_waiting();
     let answered = in_flight.await.unwrap();
     assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
     assert_eq!(header(&answered, "connection"), "close");

@@ -7,10 +7,8 @@
 //! implies: batched with AVX-512 IFMA or AVX2, inline without either. Each SIMD kernel the
 //! CPU has is also forced once (`[engine] kernel`), so an IFMA machine covers AVX2 too.
 
-mod common;
-
+use crate::common::*;
 use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
-use common::*;
 use tlsterm_engine::{Kernel, P256Kernel};
 use tokio::net::TcpStream;
 

@@ -1,10 +1,8 @@
 //! The byte relay under load: a large transfer both ways at once, and idle connections
 //! that hold no relay buffer. Real sockets on 127.0.0.1, tlsterm as a child process.
 
-mod common;
-
+use crate::common::*;
 use boring::ssl::SslVersion;
-use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Bytes that differ from one position to the next, so a lost, doubled or reordered

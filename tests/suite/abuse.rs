@@ -4,8 +4,6 @@
 //! timed waits are for deadlines the test configured (and one bounded CPU-measurement
 //! window).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use boring::ssl::SslVersion;
-use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 // ---------------------------------------------------------------------------------------

@@ -2,15 +2,13 @@
 //! validating TLS-ALPN-01 against tlsterm's listener and HTTP-01 against its plain-HTTP
 //! listener, with short-lived certificates for renewal.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
 
+use crate::common::pebble::Pebble;
+use crate::common::*;
 use boring::ssl::SslVersion;
-use common::pebble::Pebble;
-use common::*;
 
 const NAME: &str = "a.example";
 

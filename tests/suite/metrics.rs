@@ -1,11 +1,9 @@
 //! The admin listener: exact counts after known traffic, a parseable exposition, and
 //! bad requests answered with 4xx without harm.
 
-mod common;
-
+use crate::common::config::ConfigBuilder;
+use crate::common::*;
 use boring::ssl::{SslConnector, SslMethod, SslSession, SslVerifyMode, SslVersion};
-use common::config::ConfigBuilder;
-use common::*;
 use prometheus_parse::{Scrape, Value};
 use tokio::net::TcpStream;
 

@@ -3,13 +3,11 @@
 //! ocsp` serving an index file on 127.0.0.1, named by the leaf's Authority Information
 //! Access. Fetch timings are shortened through `[ocsp]`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use common::config::ConfigBuilder;
-use common::*;
+use crate::common::config::ConfigBuilder;
+use crate::common::*;
 
 /// Fast fetch timings, so retries and refreshes happen within a test's deadline.
 fn fast_fetching() -> ConfigBuilder {

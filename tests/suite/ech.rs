@@ -3,13 +3,11 @@
 //! unknown one, the inner name choosing the certificate and reaching the backend, keys
 //! re-read on reload.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::config::{ConfigBuilder, Listener};
-use common::*;
+use crate::common::config::{ConfigBuilder, Listener};
+use crate::common::*;
 use tlsterm::proxy::proxy_protocol::{self, PP2_TYPE_AUTHORITY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

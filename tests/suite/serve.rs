@@ -1,12 +1,10 @@
 //! `tlsterm serve` end to end: real clients (openssl s_client, curl, BoringSSL in-process)
 //! against a tlsterm process on 127.0.0.1.
 
-mod common;
-
 use std::process::Command;
 
+use crate::common::*;
 use boring::ssl::SslVersion;
-use common::*;
 use tlsterm::proxy::proxy_protocol::{self, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

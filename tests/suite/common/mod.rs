@@ -41,7 +41,7 @@ pub fn free_port() -> u16 {
         return listener.local_addr().unwrap().port();
     }
     let low = ephemeral_low - span;
-    // Test binaries run one after another; a start that depends on the process keeps a
+    // Test processes run one after another; a start that depends on the process keeps a
     // port the previous one just closed out of the way, and scattering it (rather than
     // pid % span) keeps processes with neighbouring pids apart.
     let start = (std::process::id().wrapping_mul(7919)) % span;

@@ -2,13 +2,11 @@
 //! it and marked to the backend (PROXY v2 TLV 0xE3), refused when the ClientHello is
 //! replayed byte for byte, and refused once a reload turns it off.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::path::Path;
 
-use common::config::{ConfigBuilder, Listener, Section};
-use common::*;
+use crate::common::config::{ConfigBuilder, Listener, Section};
+use crate::common::*;
 use tlsterm::proxy::proxy_protocol::{self, PP2_TYPE_TLSTERM_EARLY_DATA};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

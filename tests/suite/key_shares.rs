@@ -4,12 +4,10 @@
 //! in multi-buffer batches where the CPU has AVX-512 IFMA, aws-lc otherwise and for
 //! P-256 and P-384. A BoringSSL that stopped applying the hints would show `not_applied` here.
 
-mod common;
-
 use std::process::Command;
 
-use common::config::{ConfigBuilder, Section};
-use common::*;
+use crate::common::config::{ConfigBuilder, Section};
+use crate::common::*;
 
 const SHARES: &str = "tlsterm_key_shares_total";
 

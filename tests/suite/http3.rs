@@ -6,16 +6,15 @@
 //! anti-amplification limit (with raw UDP sockets), a client moving to another port, and
 //! the stateless reset of a connection tlsterm no longer has (with quiche's client).
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-use common::echo::*;
-use common::*;
+use crate::common::echo::*;
+use crate::common::*;
 
 /// The HTTP/3 test client (tests/h3client), built once per test process.
 fn h3_client() -> PathBuf {
@@ -342,7 +341,7 @@ async fn a_resumed_client_sends_its_request_in_early_data_when_the_listener_allo
 /// Finished) happens to come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_in_0rtt_data_goes_to_the_backend_before_the_client_answers() {
-    let backend = echo_backend().await;
+    let (backend, seen) = echo_backend_watched().await;
     let (_dir, server, port) = start_quic(&backend.to_string(), "", "early_data = true\n");
     let admin = admin_address(&server.config).unwrap();
     let server_address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -361,7 +360,7 @@ async fn a_request_in_0rtt_data_goes_to_the_backend_before_the_client_answers() 
     .await
     .unwrap();
     wait_until("the GET from 0-RTT data at the backend", || {
-        backend_received(&path) == ["1"]
+        seen.received(&path) == ["1"]
     });
     wait_for_metric(admin, "tlsterm_quic_early_data_requests_total 1");
 }
@@ -374,7 +373,7 @@ async fn a_request_in_0rtt_data_goes_to_the_backend_before_the_client_answers() 
 /// which no longer routes anywhere once the connection is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replayed_early_data_is_refused() {
-    let backend = echo_backend().await;
+    let (backend, seen) = echo_backend_watched().await;
     // A short idle timeout: the connection is soon gone, whether or not the client's
     // close came through.
     let extra = "early_data = true\nquic_idle_timeout = \"1s\"\n";
@@ -383,6 +382,7 @@ async fn replayed_early_data_is_refused() {
     let server_address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let path = format!("/replayed-{}", hex_sha256(&random_id()));
     let request_path = path.clone();
+    let seen_by_client = seen.clone();
     let first_flight = tokio::task::spawn_blocking(move || {
         let session = quiche_session(server_address);
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -393,7 +393,7 @@ async fn replayed_early_data_is_refused() {
         }
         // The client's Finished waits: the request is in 0-RTT data however fast it comes.
         wait_until("the GET from 0-RTT data at the backend", || {
-            backend_received(&request_path) == ["1"]
+            seen_by_client.received(&request_path) == ["1"]
         });
         quiche_handshake(&mut conn, &socket, server_address);
         quiche_flush(&mut conn, &socket);
@@ -411,7 +411,7 @@ async fn replayed_early_data_is_refused() {
     wait_for_metric(admin, "tlsterm_early_data_total{result=\"replayed\"} 1");
     wait_for_metric(admin, "tlsterm_quic_early_data_requests_total 1");
     assert_eq!(
-        backend_received(&path).len(),
+        seen.received(&path).len(),
         1,
         "the replay reached the backend"
     );
@@ -434,17 +434,6 @@ fn send_segmented(socket: &std::net::UdpSocket, datagrams: &[(Vec<u8>, SocketAdd
         src_ip: None,
     };
     state.try_send(socket.into(), &transmit).unwrap();
-}
-
-/// The `Early-Data` header (empty without one) of each request for `path` the echo
-/// backends have received.
-fn backend_received(path: &str) -> Vec<String> {
-    let received = RECEIVED.lock().unwrap();
-    received
-        .iter()
-        .filter(|(p, _)| p == path)
-        .map(|(_, early)| early.clone())
-        .collect()
 }
 
 /// A resumed client's first flight, unsent: its ClientHello (which makes the 0-RTT keys),
@@ -480,7 +469,7 @@ fn request_fields(method: &str, path: &str) -> Vec<quiche::h3::Header> {
 /// goes, the POST reaches it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_early_data_a_request_with_a_body_waits_for_the_handshake() {
-    let backend = echo_backend().await;
+    let (backend, seen) = echo_backend_watched().await;
     let (_dir, server, port) = start_quic(&backend.to_string(), "", "early_data = true\n");
     tokio::task::spawn_blocking(move || {
         let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -511,7 +500,7 @@ async fn in_early_data_a_request_with_a_body_waits_for_the_handshake() {
         quiche_flush(&mut conn, &socket);
         // Its Finished stays unsent.
         quiche_handshake(&mut conn, &socket, server);
-        let received = |path: &str| !backend_received(path).is_empty();
+        let received = |path: &str| !seen.received(path).is_empty();
         wait_until("the GET from 0-RTT data at the backend", || {
             received(&get_path)
         });
@@ -590,13 +579,11 @@ async fn a_quickly_answered_request_costs_one_datagram() {
 /// it), a new connection is not taken, and the process exits once drained.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_requests_in_flight_and_takes_no_new_connection() {
-    let backend = echo_backend().await;
+    let (backend, seen) = echo_backend_watched().await;
     let (_dir, mut server, port) = start_quic(&backend.to_string(), "", "");
     let admin = admin_address(&server.config).unwrap();
     let in_flight = tokio::task::spawn_blocking(move || h3(port, &["-path", "/wait"]));
-    wait_until("the backend holds the request", || {
-        WAITING.load(Ordering::SeqCst) == 1
-    });
+    wait_until("the backend holds the request", || seen.waiting() == 1);
     server.signal("TERM");
     server.log.wait_for("stopping", 0);
     let refused = tokio::task::spawn_blocking(move || h3(port, &["-timeout", "2s"]))
@@ -611,7 +598,7 @@ async fn sigterm_answers_requests_in_flight_and_takes_no_new_connection() {
         ) >= 1.0
     );
 
-    RELEASE.notify_waiters();
+    seen.release_waiting();
     let answered = in_flight.await.unwrap();
     assert_eq!(answered[0]["status"], 200, "{}", answered[0]);
     let status = eventually("tlsterm exits once drained", || {

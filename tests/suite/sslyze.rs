@@ -4,11 +4,9 @@
 //! no vulnerability, exactly TLS 1.2 and 1.3, exactly the configured TLS 1.2 suites and
 //! groups. Skipped (with a printed reason) only when PyPI cannot be reached.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn sslyze_finds_nothing_and_exactly_the_configured_protocols() {
@@ -28,7 +26,7 @@ fn sslyze_finds_nothing_and_exactly_the_configured_protocols() {
         .iter()
         .filter_map(|g| match g.as_str() {
             // sslyze (OpenSSL 1.1.1 underneath) cannot offer the post-quantum hybrid;
-            // tests/modern_clients.rs checks it with Go's client.
+            // tests/suite/modern_clients.rs checks it with Go's client.
             "X25519MLKEM768" => None,
             "P-256" => Some("secp256r1"),
             "P-384" => Some("secp384r1"),

@@ -2,16 +2,14 @@
 //! `server::serve` on a thread of its own) but told to reload and stop through its events
 //! rather than by signals, on listeners the kernel gives a port (port 0). Real TLS clients
 //! over 127.0.0.1. The signal path (SIGHUP, SIGTERM) stays covered end to end by
-//! `tests/serve.rs` and `tests/abuse.rs`.
-
-mod common;
+//! `tests/suite/serve.rs` and `tests/suite/abuse.rs`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use crate::common::config::ConfigBuilder;
+use crate::common::*;
 use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
-use common::config::ConfigBuilder;
-use common::*;
 use tlsterm::server::{self, ConfigSource, Event, ReloadRefusal, Reloads};
 use tokio::sync::{mpsc, watch};
 

@@ -2,13 +2,11 @@
 //! client-certificate policy), unknown names refused, a name's backends checked against
 //! the listener's, and thousands of names replaced by a reload.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::client_pki::*;
-use common::config::ConfigBuilder;
-use common::*;
+use crate::common::client_pki::*;
+use crate::common::config::ConfigBuilder;
+use crate::common::*;
 
 #[test]
 fn unknown_sni_can_be_refused() {

@@ -4,19 +4,17 @@
 //! (plain and TLS), Redis dying under load, the session cache bound. The client is BoringSSL in-process, with its own session
 //! capture (the common `tls_connect` does not resume).
 
-mod common;
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::config::{ConfigBuilder, Section};
+use crate::common::*;
 use boring::ssl::{
     SslConnector, SslMethod, SslSession, SslSessionCacheMode, SslSessionRef, SslVerifyMode,
     SslVersion,
 };
-use common::config::{ConfigBuilder, Section};
-use common::*;
 use tokio::net::TcpStream;
 
 // ---------------------------------------------------------------------------------------

@@ -2,14 +2,12 @@
 //! configuration, systemd unit and user; `tlsterm --version`; readiness, reload and stop
 //! reported to a service manager through NOTIFY_SOCKET.
 
-mod common;
-
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use common::*;
+use crate::common::*;
 
 /// `--version` names the release, the commit and the engine's kernels.
 #[test]

@@ -2,14 +2,12 @@
 //! identity passed to the backend in PROXY v2 TLVs, revocation lists, the CA names
 //! advertised, and sessions that do not cross policies.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::client_pki::*;
-use common::config::ConfigBuilder;
-use common::*;
+use crate::common::client_pki::*;
+use crate::common::config::ConfigBuilder;
+use crate::common::*;
 use tlsterm::proxy::proxy_protocol::{
     self, PP2_SUBTYPE_SSL_CN, PP2_TYPE_AUTHORITY, PP2_TYPE_TLSTERM_CLIENT_POLICY,
     PP2_TYPE_TLSTERM_CLIENT_SAN, PP2_TYPE_TLSTERM_CLIENT_SHA256, PP2_TYPE_TLSTERM_CLIENT_SUBJECT,
