@@ -14,7 +14,10 @@
 # Run as root from anywhere:  bench/http3.sh [--runs 3] [--duration 8] [--concurrency 32]
 #                                              [--server-quota 0.5]
 #                                              [--workload handshakes|requests|bulk]
+#                                              [--profile]
 #                                              [--json bench/results/http3.json]
+# --profile records each measurement with perf and prints, per handshake or request, where
+# each server's CPU time went (bench/where_time_goes.py groups the samples).
 # --server-quota caps each server at that fraction of a core (as bench/peers.py does), so
 # that the one client core saturates either server: figures per server CPU-second are
 # then taken at full load for both.
@@ -30,6 +33,7 @@ exec python3 - "$@" <<'PY'
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, "bench")
 import peers  # noqa: E402  (bench/peers.py: setup and CPU accounting)
+import where_time_goes  # noqa: E402
 from peers import (BACKEND, CLIENT_CPU, CLIENT_THREADS, HAPROXY_AWSLC, LISTEN, NICE, RUN, TLSTERM,  # noqa: E402
                    Proc, cpu_seconds, log, make_certs, port_free, raise_priority,
                    start_backend, wait_port)
@@ -152,6 +157,7 @@ def measure(server, transport, args):
     before = (quic_handshakes() if server.name.startswith("tlsterm") and transport == "quic"
               else None)
     pids = server.pids()
+    recording = start_profile(server, transport, args, pids) if args.profile else None
     cpu0 = cpu_seconds(pids)
     report = bench(transport, args)
     cpu = cpu_seconds(sorted(set(pids) | set(server.pids()))) - cpu0
@@ -178,7 +184,24 @@ def measure(server, transport, args):
         after = quic_handshakes()
         result["server_full"] = after["full"] - before["full"]
         result["server_resumed"] = after["resumed"] - before["resumed"]
+    if recording is not None:
+        process, data = recording
+        process.send_signal(signal.SIGINT)
+        process.wait()
+        unit = WORKLOADS[args.workload][2].split()[-1].rstrip("s")
+        _, groups = where_time_goes.print_breakdown(
+            f"{server.name} over {transport}", data, cpu, int(units), unit=unit)
+        result["profile"] = {name: us for name, _, us in groups}
     return result
+
+
+def start_profile(server, transport, args, pids):
+    """`perf record` of the server's processes for the measurement that follows."""
+    data = RUN / f"perf-{server.name}-{transport}-{args.workload}.data"
+    process = subprocess.Popen(["perf", "record", "-q", "-F", "1999", "-o", str(data),
+                                "-p", ",".join(str(p) for p in pids)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return process, data
 
 
 def main():
@@ -191,6 +214,10 @@ def main():
                     help="cap each server at this fraction of a core (cgroup v1 CPU quota)")
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="handshakes",
                     help="what to count per server CPU-second (default: full handshakes)")
+    ap.add_argument("--profile", action="store_true",
+                    help="record each measurement with perf and print where the server's "
+                    "CPU time went per handshake or request (bench/where_time_goes.py); "
+                    "perf's own cost lowers the figures a little")
     ap.add_argument("--json", default=str(peers.RESULTS / "http3.json"))
     args = ap.parse_args()
     if not HAPROXY_AWSLC.exists():
