@@ -114,11 +114,12 @@ pub(super) async fn run(
     let mut handshake_deadline =
         Some(std::time::Instant::now() + context.service.handshake_timeout);
     let mut ack_hold = AckHold::default();
-    // quiche's timer (loss detection, acknowledgements, idle): one sleep, moved each turn
-    // rather than made anew, as most turns only push the idle deadline later, which tokio
-    // does without touching its timer wheel.
-    let quiche_timer = tokio::time::sleep(std::time::Duration::ZERO);
-    tokio::pin!(quiche_timer);
+    // One sleep for every deadline of the connection (quiche's timer for loss detection,
+    // acknowledgements and idleness; the acknowledgement hold; the handshake's), set each
+    // turn to the earliest: moved rather than made anew, as most turns only push quiche's
+    // idle deadline later, which tokio does without touching its timer wheel.
+    let timer = tokio::time::sleep(std::time::Duration::ZERO);
+    tokio::pin!(timer);
     // Likewise the wait for a wake-up (a reply, a handshake's asynchronous step): kept
     // from turn to turn until it fires, not registered and dropped again each turn.
     let woken = wake.notified();
@@ -179,20 +180,29 @@ pub(super) async fn run(
         if http.is_none() && conn.is_in_early_data() {
             continue;
         }
-        let deadline = conn.timeout_instant();
+        let quiche_deadline = conn.timeout_instant();
+        let deadline = [quiche_deadline, ack_hold.until, handshake_deadline]
+            .into_iter()
+            .flatten()
+            .min();
         if let Some(deadline) = deadline {
-            quiche_timer.as_mut().reset(deadline.into());
+            timer.as_mut().reset(deadline.into());
         }
         tokio::select! {
             _ = context.queue.take_all(&mut received) => {}
             _ = &mut woken => woken.set(wake.notified()),
             _ = context.draining.changed() => {}
-            _ = &mut quiche_timer, if deadline.is_some() => conn.on_timeout(),
-            _ = sleep_until(ack_hold.until) => {}
-            _ = sleep_until(handshake_deadline) => {
-                tracing::debug!(client = %context.client, "QUIC handshake timed out");
-                handshake_deadline = None;
-                let _ = conn.close(false, QUIC_NO_ERROR, b"");
+            // The acknowledgement hold needs nothing here: the next turn sends.
+            _ = &mut timer, if deadline.is_some() => {
+                let now = std::time::Instant::now();
+                if quiche_deadline.is_some_and(|due| due <= now) {
+                    conn.on_timeout();
+                }
+                if handshake_deadline.is_some_and(|due| due <= now) {
+                    tracing::debug!(client = %context.client, "QUIC handshake timed out");
+                    handshake_deadline = None;
+                    let _ = conn.close(false, QUIC_NO_ERROR, b"");
+                }
             }
         }
     }
@@ -390,13 +400,6 @@ struct Served {
     started: bool,
     /// Replies were written to their streams (quiche has something to send).
     replied: bool,
-}
-
-async fn sleep_until(deadline: Option<std::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Sends every packet quiche has ready, several in one system call where the kernel

@@ -836,6 +836,22 @@ async fn with_retry_auto_a_client_gets_a_retry_once_handshakes_pile_up() {
     assert!((1.0..=2.0).contains(&retries), "{retries}");
 }
 
+/// A handshake the client never finishes is given up at `handshake_timeout`, long before
+/// the idle timeout would end it: the connection closes and counts as a failed handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_handshake_is_given_up_at_the_handshake_timeout() {
+    let backend = echo_backend().await;
+    let extra = "handshake_timeout = \"2s\"\nquic_idle_timeout = \"300s\"\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", extra);
+    let admin = admin_address(&server.config).unwrap();
+    let started = std::time::Instant::now();
+    let _stalled = stall_a_handshake_on_each_worker(port);
+    wait_for_metric(admin, "tlsterm_quic_handshake_failures_total 2");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    wait_for_metric(admin, "tlsterm_quic_connections 0");
+    wait_for_metric(admin, "tlsterm_quic_handshakes_in_progress 0");
+}
+
 /// On each of the two workers, a client that starts a handshake and never finishes it
 /// (its first Initial's connection ID names the worker); they stay in progress while the
 /// returned socket lives.
