@@ -255,8 +255,9 @@ fn choose_kernel(
 /// Zen 5, RSA-2048/3072/4096).
 fn small_batch_threshold(kernel: tlsterm_engine::Kernel) -> usize {
     match kernel {
-        tlsterm_engine::Kernel::Ifma => 2,
-        tlsterm_engine::Kernel::Avx512 | tlsterm_engine::Kernel::Avx2 => 2,
+        tlsterm_engine::Kernel::Ifma
+        | tlsterm_engine::Kernel::Avx512
+        | tlsterm_engine::Kernel::Avx2 => 2,
         tlsterm_engine::Kernel::Portable => usize::MAX,
     }
 }
