@@ -304,9 +304,13 @@ impl CertificateTask {
         Ok(material)
     }
 
-    /// Whether `material` (from Redis) is usable for this certificate and lasts longer than
-    /// ours. A certificate whose names changed keeps its storage name, so Redis may still
-    /// hold one for the old names: that counts as none, and a new one is ordered.
+    /// Whether `material` (from Redis) is usable for this certificate and replaces ours: it
+    /// lasts longer, or as long but is another certificate. Certificate times count whole
+    /// seconds, so a renewal issued within a second of the certificate it renews ends in
+    /// the same second; only the order holding the fleet lock puts a certificate in Redis,
+    /// so a different one that ends no earlier is the fleet's newer one.
+    /// A certificate whose names changed keeps its storage name, so Redis may still hold
+    /// one for the old names: that counts as none, and a new one is ordered.
     /// Only the certificate is read here (the key is checked by `install`, once): this
     /// runs every second while another process orders.
     fn is_newer(&self, material: &Material) -> bool {
@@ -318,7 +322,11 @@ impl CertificateTask {
         }
         match &self.current {
             None => true,
-            Some((_, current)) => facts.not_after > current.not_after,
+            Some((ours, current)) => {
+                facts.not_after > current.not_after
+                    || (facts.not_after == current.not_after
+                        && material.chain_pem != ours.chain_pem)
+            }
         }
     }
 
