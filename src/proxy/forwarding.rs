@@ -28,6 +28,33 @@ const FORWARDING: [&str; 4] = [
     "early-data",
 ];
 
+// The names tlsterm adds, made once: a name given as text is parsed and checked again at
+// every insertion.
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static EARLY_DATA: HeaderName = HeaderName::from_static("early-data");
+
+/// The client's address and its `X-Forwarded-For` value, written out once per client
+/// connection (and again when a QUIC client moves) rather than for each request: formatting
+/// an address is a good part of what rewriting a request's fields costs.
+#[derive(Clone, Debug)]
+pub struct ClientAddress {
+    ip: IpAddr,
+    value: HeaderValue,
+}
+
+impl ClientAddress {
+    pub fn new(ip: IpAddr) -> ClientAddress {
+        let value =
+            HeaderValue::from_str(&ip.to_string()).expect("an address is a valid field value");
+        ClientAddress { ip, value }
+    }
+
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+}
+
 /// A field of the client's request that never reaches the backend as the client sent it.
 pub fn dropped_from_request(name: &HeaderName) -> bool {
     let name = name.as_str();
@@ -60,17 +87,14 @@ pub fn drop_connection_specific(headers: &mut HeaderMap) {
 /// replayed it, and the backend may answer 425 Too Early), and its verified certificate.
 pub fn add_forwarding(
     headers: &mut HeaderMap,
-    client: IpAddr,
+    client: &ClientAddress,
     client_cert: &[(HeaderName, HeaderValue)],
     early: bool,
 ) {
-    headers.insert(
-        "x-forwarded-for",
-        HeaderValue::from_str(&client.to_string()).expect("an address is a valid value"),
-    );
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    headers.insert(&X_FORWARDED_FOR, client.value.clone());
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
     if early {
-        headers.insert("early-data", HeaderValue::from_static("1"));
+        headers.insert(&EARLY_DATA, HeaderValue::from_static("1"));
     }
     for (name, value) in client_cert {
         headers.append(name.clone(), value.clone());
@@ -80,7 +104,7 @@ pub fn add_forwarding(
 /// The client's own forwarding fields and the connection's, replaced by tlsterm's.
 pub fn rewrite_request(
     headers: &mut HeaderMap,
-    client: IpAddr,
+    client: &ClientAddress,
     client_cert: &[(HeaderName, HeaderValue)],
 ) {
     drop_connection_specific(headers);
@@ -119,7 +143,8 @@ mod tests {
             HeaderName::from_static("x-client-cert-subject"),
             HeaderValue::from_static("CN=alice"),
         )];
-        rewrite_request(&mut headers, "192.0.2.7".parse().unwrap(), &cert);
+        let client = ClientAddress::new("192.0.2.7".parse().unwrap());
+        rewrite_request(&mut headers, &client, &cert);
         let mut fields: Vec<(&str, &str)> = headers
             .iter()
             .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))

@@ -24,6 +24,7 @@ use super::reset;
 use super::service::QuicService;
 use super::udp::{Outbox, QuicSocket};
 use crate::proxy::client_cert::{self, CertFields};
+use crate::proxy::forwarding::ClientAddress;
 use crate::tls::Negotiated;
 
 /// QUIC's code for a close without an error (RFC 9000, 20.1).
@@ -124,6 +125,15 @@ pub(super) async fn run(
     // from turn to turn until it fires, not registered and dropped again each turn.
     let woken = wake.notified();
     tokio::pin!(woken);
+    // The listener's drain, waited for once for the connection's life (a new wait each turn
+    // would register and drop a waiter every time). It ends at the drain, or should the
+    // listener's signal go away; either way it is not waited for again.
+    let mut drain_signal = context.draining.clone();
+    let drain = async move {
+        let _ = drain_signal.wait_for(|draining| *draining).await;
+    };
+    tokio::pin!(drain);
+    let mut drain_seen = false;
     loop {
         let took_datagrams = !received.is_empty();
         for mut datagram in received.drain(..) {
@@ -191,7 +201,7 @@ pub(super) async fn run(
         tokio::select! {
             _ = context.queue.take_all(&mut received) => {}
             _ = &mut woken => woken.set(wake.notified()),
-            _ = context.draining.changed() => {}
+            _ = &mut drain, if !drain_seen => drain_seen = true,
             // The acknowledgement hold needs nothing here: the next turn sends.
             _ = &mut timer, if deadline.is_some() => {
                 let now = std::time::Instant::now();
@@ -312,6 +322,9 @@ struct Requests {
     /// Streams answered whose last bytes quiche may still have to send or resend.
     unacknowledged: Vec<u64>,
     goaway_sent: bool,
+    /// The client's address as its requests tell the backend; follows the client when it
+    /// moves.
+    client: ClientAddress,
     /// The client certificate's fields for every request of the connection.
     client_cert: CertFields,
     /// True once the handshake is confirmed.
@@ -340,6 +353,7 @@ impl Requests {
                 streams: HashMap::new(),
                 unacknowledged: Vec::new(),
                 goaway_sent: false,
+                client: ClientAddress::new(context.client.ip()),
                 client_cert,
                 confirmed,
             }),
@@ -359,9 +373,13 @@ impl Requests {
         context: &ConnectionContext,
         wake: &Arc<Notify>,
     ) -> Served {
+        if self.client.ip() != context.client.ip() {
+            self.client = ClientAddress::new(context.client.ip());
+        }
         let (h3, streams) = (&mut self.h3, &mut self.streams);
         let requests = RequestsContext {
             connection: context,
+            client: &self.client,
             client_cert: &self.client_cert,
             confirmed: &self.confirmed,
             wake,
@@ -424,6 +442,7 @@ async fn flush(conn: &mut quiche::Connection, socket: &QuicSocket) {
 /// What a new request's task is made with besides its own fields.
 struct RequestsContext<'a> {
     connection: &'a ConnectionContext,
+    client: &'a ClientAddress,
     client_cert: &'a CertFields,
     confirmed: &'a watch::Receiver<bool>,
     wake: &'a Arc<Notify>,
@@ -496,7 +515,7 @@ fn start_request(
             .service
             .pool_for(conn.server_name())
             .clone(),
-        client: context.connection.client.ip(),
+        client: context.client.clone(),
         client_cert: context.client_cert.clone(),
         wake: wake.clone(),
         early: (!conn.is_established()).then(|| context.confirmed.clone()),

@@ -3,13 +3,11 @@
 //! hyper's), the client's own `Forwarded`/`X-Forwarded-*`, `Early-Data` and
 //! `X-Client-Cert-*` replaced by tlsterm's.
 
-use std::net::IpAddr;
-
 use hyper::header::{HeaderName, HeaderValue, COOKIE, HOST};
 use hyper::{HeaderMap, Method, Request, Uri};
 use quiche::h3::{Header, NameValue};
 
-use crate::proxy::forwarding::{self, CONNECTION_SPECIFIC};
+use crate::proxy::forwarding::{self, ClientAddress, CONNECTION_SPECIFIC};
 
 /// Why a request cannot be forwarded (answered 400).
 #[derive(Debug, PartialEq, Eq)]
@@ -22,7 +20,7 @@ pub(super) struct BadRequest(pub &'static str);
 /// caller.
 pub(super) fn request_head(
     fields: &[Header],
-    client: IpAddr,
+    client: &ClientAddress,
     client_cert: &[(HeaderName, HeaderValue)],
     early: bool,
 ) -> Result<hyper::http::request::Builder, BadRequest> {
@@ -159,7 +157,7 @@ mod tests {
                 ("x-client-cert-subject", "CN=forged"),
                 ("x-client-cert-anything", "forged"),
             ]),
-            "192.0.2.7".parse().unwrap(),
+            &ClientAddress::new("192.0.2.7".parse().unwrap()),
             &[(
                 HeaderName::from_static("x-client-cert-subject"),
                 HeaderValue::from_static("CN=alice"),
@@ -193,9 +191,9 @@ mod tests {
             (":path", "/"),
             ("early-data", "0"),
         ]);
-        let client = "192.0.2.7".parse().unwrap();
+        let client = ClientAddress::new("192.0.2.7".parse().unwrap());
         let head = |early| {
-            request_head(&get, client, &[], early)
+            request_head(&get, &client, &[], early)
                 .unwrap()
                 .body(())
                 .unwrap()
@@ -208,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_request_without_what_http1_needs_is_refused() {
-        let client = "::1".parse().unwrap();
+        let client = &ClientAddress::new("::1".parse().unwrap());
         let no_path = fields(&[(":method", "GET"), (":authority", "a")]);
         assert_eq!(
             request_head(&no_path, client, &[], false).err(),

@@ -2,7 +2,6 @@
 //! connection's task piece by piece (head, body chunks, trailers), each waiting for room
 //! in a short channel, so a large or slow response is never held whole.
 
-use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -16,6 +15,7 @@ use super::metrics;
 use super::request_body::{Backends, RequestBody};
 use super::service::QuicService;
 use crate::proxy::client_cert::CertFields;
+use crate::proxy::forwarding::ClientAddress;
 use crate::proxy::pool::BackendPool;
 
 /// What the request's task tells the connection's task.
@@ -43,7 +43,7 @@ pub(super) struct RequestContext {
     pub backends: Rc<Backends>,
     /// The backends of the connection's server name.
     pub pool: Arc<BackendPool>,
-    pub client: IpAddr,
+    pub client: ClientAddress,
     /// The connection's verified client certificate as fields (empty without one, or with
     /// `quic_client_cert_headers = false`).
     pub client_cert: CertFields,
@@ -80,7 +80,7 @@ pub(super) async fn forward(
         }
     }
     let early = context.early.is_some();
-    let head = match request_head(&fields, context.client, &context.client_cert, early) {
+    let head = match request_head(&fields, &context.client, &context.client_cert, early) {
         Ok(head) => head,
         Err(bad) => {
             tracing::debug!(reason = bad.0, "HTTP/3 request refused");

@@ -18,6 +18,7 @@ use super::ListenerState;
 use crate::config::{ListenerMode, ProxyProtocol};
 use crate::offload::HandshakeGuard;
 use crate::proxy::client_cert;
+use crate::proxy::forwarding::ClientAddress;
 use crate::proxy::pool::BackendStream;
 use crate::proxy::proxy_protocol;
 use crate::proxy::relay::{self, RelayEnd};
@@ -111,7 +112,7 @@ pub fn handle(
         if *state.config.mode.get_ref() == ListenerMode::Http {
             let context = super::http::HttpContext {
                 pool: state.pool_for(negotiated.sni.as_deref()).clone(),
-                client: client.ip(),
+                client: ClientAddress::new(client.ip()),
                 client_cert: client_cert::of(negotiated.client_cert.as_deref()),
                 idle_timeout: state.config.idle_timeout,
             };

@@ -8,7 +8,6 @@
 //! Bodies stream both ways (hyper's flow control; nothing is held whole). A backend
 //! connection goes back to the worker's pool once the response body has been read whole.
 
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -24,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use crate::proxy::client_cert::CertFields;
-use crate::proxy::forwarding;
+use crate::proxy::forwarding::{self, ClientAddress};
 use crate::proxy::http_backend::{Backends, Borrowed};
 use crate::proxy::metrics;
 use crate::proxy::pool::BackendPool;
@@ -42,7 +41,7 @@ thread_local! {
 pub(super) struct HttpContext {
     /// The backends of the connection's server name.
     pub pool: Arc<BackendPool>,
-    pub client: IpAddr,
+    pub client: ClientAddress,
     /// The connection's verified client certificate as fields (empty without one).
     pub client_cert: CertFields,
     /// Nothing moving between tlsterm and the client for this long (no request waiting on
@@ -234,7 +233,7 @@ async fn forward(
         metrics::record_http_request("405");
         return Ok(simple_answer(StatusCode::METHOD_NOT_ALLOWED));
     }
-    forwarding::rewrite_request(&mut parts.headers, context.client, &context.client_cert);
+    forwarding::rewrite_request(&mut parts.headers, &context.client, &context.client_cert);
     // The backend gets the origin form (`/path?query`) even from a client that sent the
     // absolute form, and HTTP/1.1 framing of hyper's choosing.
     if let Some(origin) = parts.uri.path_and_query() {
