@@ -76,6 +76,35 @@ impl Fleet {
             .context("Redis did not answer")??)
     }
 
+    /// The Redis key of the fleet's entry of `kind` (`lock`, `cert`, ...) for `id`.
+    fn entry(&self, kind: &str, id: &str) -> String {
+        format!("{}{kind}:{id}", self.prefix)
+    }
+
+    /// Seals `plain` under `entry` (its name as associated data) and stores it for `ttl`.
+    async fn put_sealed(&self, entry: &str, plain: &[u8], ttl: Duration) -> anyhow::Result<()> {
+        let sealed = self.key.load().seal(entry.as_bytes(), plain)?;
+        self.put_raw(entry, sealed, ttl).await
+    }
+
+    async fn put_raw(&self, entry: &str, sealed: Vec<u8>, ttl: Duration) -> anyhow::Result<()> {
+        let mut command = redis::cmd("SET");
+        command
+            .arg(entry)
+            .arg(sealed)
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64);
+        let _: () = self.run(&command).await?;
+        Ok(())
+    }
+
+    /// What is stored under `entry`, still sealed.
+    async fn get_sealed(&self, entry: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        let mut command = redis::cmd("GET");
+        command.arg(entry);
+        self.run(&command).await
+    }
+
     /// Takes the order lock for `cert` for `ttl`; the token releases it.
     pub async fn lock(
         &self,
@@ -87,7 +116,7 @@ impl Fleet {
         let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
         let mut command = redis::cmd("SET");
         command
-            .arg(format!("{}lock:{}", self.prefix, cert.id()))
+            .arg(self.entry("lock", &cert.id()))
             .arg(&token)
             .arg("NX")
             .arg("PX")
@@ -101,7 +130,7 @@ impl Fleet {
         command
             .arg(UNLOCK)
             .arg(1)
-            .arg(format!("{}lock:{}", self.prefix, cert.id()))
+            .arg(self.entry("lock", &cert.id()))
             .arg(token);
         let _: i64 = self.run(&command).await?;
         Ok(())
@@ -110,7 +139,7 @@ impl Fleet {
     /// Whether some process holds the order lock for `cert`.
     pub async fn locked(&self, cert: &AcmeCertificate) -> anyhow::Result<bool> {
         let mut command = redis::cmd("EXISTS");
-        command.arg(format!("{}lock:{}", self.prefix, cert.id()));
+        command.arg(self.entry("lock", &cert.id()));
         Ok(self.run::<i64>(&command).await? == 1)
     }
 
@@ -121,25 +150,15 @@ impl Fleet {
         digest: &[u8; 32],
         ttl: Duration,
     ) -> anyhow::Result<()> {
-        let entry = format!("{}challenge:{name}", self.prefix);
-        let sealed = self.key.load().seal(entry.as_bytes(), &digest[..])?;
-        let mut command = redis::cmd("SET");
-        command
-            .arg(&entry)
-            .arg(sealed)
-            .arg("PX")
-            .arg(ttl.as_millis() as u64);
-        let _: () = self.run(&command).await?;
-        Ok(())
+        self.put_sealed(&self.entry("challenge", name), &digest[..], ttl)
+            .await
     }
 
     /// The answer another process published for `name`; one that does not open with the
     /// fleet key is ignored (and counted).
     pub async fn challenge(&self, name: &str) -> anyhow::Result<Option<[u8; 32]>> {
-        let entry = format!("{}challenge:{name}", self.prefix);
-        let mut command = redis::cmd("GET");
-        command.arg(&entry);
-        let found: Option<Vec<u8>> = self.run(&command).await?;
+        let entry = self.entry("challenge", name);
+        let found = self.get_sealed(&entry).await?;
         Ok(found.and_then(|sealed| {
             let digest = self
                 .key
@@ -159,27 +178,17 @@ impl Fleet {
         key_authorization: &str,
         ttl: Duration,
     ) -> anyhow::Result<()> {
-        let entry = format!("{}http01:{token}", self.prefix);
         let plain = Zeroizing::new(serde_json::to_vec(&(name, key_authorization))?);
-        let sealed = self.key.load().seal(entry.as_bytes(), &plain)?;
-        let mut command = redis::cmd("SET");
-        command
-            .arg(&entry)
-            .arg(sealed)
-            .arg("PX")
-            .arg(ttl.as_millis() as u64);
-        let _: () = self.run(&command).await?;
-        Ok(())
+        self.put_sealed(&self.entry("http01", token), &plain, ttl)
+            .await
     }
 
     /// The name and key authorization another process published for the HTTP-01 `token`
     /// (the name is sealed with it, and the token is in the associated data); one that
     /// does not open with the fleet key is ignored (and counted).
     pub async fn http01(&self, token: &str) -> anyhow::Result<Option<(String, String)>> {
-        let entry = format!("{}http01:{token}", self.prefix);
-        let mut command = redis::cmd("GET");
-        command.arg(&entry);
-        let found: Option<Vec<u8>> = self.run(&command).await?;
+        let entry = self.entry("http01", token);
+        let found = self.get_sealed(&entry).await?;
         Ok(found.and_then(|sealed| {
             let answer = self
                 .key
@@ -191,9 +200,7 @@ impl Fleet {
 
     /// The certificate the fleet holds for `cert`, if any.
     pub async fn get(&self, cert: &AcmeCertificate) -> anyhow::Result<Option<Material>> {
-        let mut command = redis::cmd("GET");
-        command.arg(format!("{}cert:{}", self.prefix, cert.id()));
-        let Some(sealed): Option<Vec<u8>> = self.run(&command).await? else {
+        let Some(sealed) = self.get_sealed(&self.entry("cert", &cert.id())).await? else {
             return Ok(None);
         };
         Ok(Some(self.open(cert, &sealed)?))
@@ -207,14 +214,8 @@ impl Fleet {
         expires_in: Duration,
     ) -> anyhow::Result<()> {
         let sealed = self.seal(cert, material)?;
-        let mut command = redis::cmd("SET");
-        command
-            .arg(format!("{}cert:{}", self.prefix, cert.id()))
-            .arg(sealed)
-            .arg("PX")
-            .arg(expires_in.as_millis().max(1) as u64);
-        let _: () = self.run(&command).await?;
-        Ok(())
+        self.put_raw(&self.entry("cert", &cert.id()), sealed, expires_in)
+            .await
     }
 
     /// The material as `chain length (4 bytes) ‖ chain ‖ key`, in one buffer sized up
@@ -226,12 +227,12 @@ impl Fleet {
         plain.extend_from_slice(&u32::try_from(chain.len())?.to_be_bytes());
         plain.extend_from_slice(chain);
         plain.extend_from_slice(key);
-        let entry = format!("{}cert:{}", self.prefix, cert.id());
+        let entry = self.entry("cert", &cert.id());
         self.key.load().seal(entry.as_bytes(), &plain)
     }
 
     fn open(&self, cert: &AcmeCertificate, sealed: &[u8]) -> anyhow::Result<Material> {
-        let entry = format!("{}cert:{}", self.prefix, cert.id());
+        let entry = self.entry("cert", &cert.id());
         let plain = self
             .key
             .load()
