@@ -46,6 +46,23 @@ fn fleet_member(
     (Server::start(&config), admin_address(&config).unwrap())
 }
 
+/// The Redis key of the default fleet's order lock for `NAME`'s certificate of `key_type`.
+fn order_lock(key_type: &str) -> String {
+    format!("tlsterm:session:acme:lock:{NAME}_{key_type}")
+}
+
+/// Takes that lock for two minutes as `holder`, as a member ordering would: the fleet's
+/// members wait instead of ordering.
+fn hold_order_lock(connection: &mut redis::Connection, key_type: &str, holder: &str) {
+    let _: () = redis::cmd("SET")
+        .arg(order_lock(key_type))
+        .arg(holder)
+        .arg("PX")
+        .arg(120_000)
+        .query(connection)
+        .unwrap();
+}
+
 /// The certificate served for `name` on `port`: whether it verifies against `root`, its
 /// serial and its subjectAltName text.
 fn served(port: u16, name: &str, root: &Path) -> (bool, String, String) {
@@ -260,14 +277,7 @@ fn a_fleet_sharing_redis_orders_once() {
     write_fleet_key(&dir.path().join("fleet.key"), &[&"11".repeat(32)]);
     // Both processes are up before either may order: the test holds the lock meanwhile.
     let mut connection = redis.connection().unwrap();
-    let lock = format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256");
-    let _: () = redis::cmd("SET")
-        .arg(&lock)
-        .arg("test")
-        .arg("PX")
-        .arg(60_000)
-        .query(&mut connection)
-        .unwrap();
+    hold_order_lock(&mut connection, "ecdsa-p256", "test");
     let servers: Vec<(Server, std::net::SocketAddr, u16)> = [("a", port_a), ("b", port_b)]
         .into_iter()
         .map(|(name, port)| {
@@ -275,7 +285,10 @@ fn a_fleet_sharing_redis_orders_once() {
             (server, admin, port)
         })
         .collect();
-    let _: () = redis::cmd("DEL").arg(&lock).query(&mut connection).unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(order_lock("ecdsa-p256"))
+        .query(&mut connection)
+        .unwrap();
     for (server, _, _) in &servers {
         server.log.wait_for("ACME certificate installed", 0);
     }
@@ -607,7 +620,7 @@ fn a_fleet_certificate_that_gains_a_name_is_ordered_again() {
     // It lets go of the order lock right after installing; stopped before that, it would
     // keep the second member waiting for the lock to expire.
     let mut connection = redis.connection().unwrap();
-    let lock = format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256");
+    let lock = order_lock("ecdsa-p256");
     wait_until("the order lock released", || {
         let held: bool = redis::cmd("EXISTS")
             .arg(&lock)
@@ -710,13 +723,7 @@ fn fleets_with_their_own_redis_prefix_do_not_share_acme_locks() {
     write_fleet_key(&dir.path().join("fleet.key"), &[&"88".repeat(32)]);
     let mut connection = redis.connection().unwrap();
     // The first fleet (default prefix) holds the lock and never lets go.
-    let _: () = redis::cmd("SET")
-        .arg(format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256"))
-        .arg("first fleet")
-        .arg("PX")
-        .arg(120_000)
-        .query(&mut connection)
-        .unwrap();
+    hold_order_lock(&mut connection, "ecdsa-p256", "first fleet");
     let session = format!(
         "[session]\nredis_url = \"{}\"\nfleet_key_file = \"fleet.key\"\nredis_prefix = \"second:\"",
         redis.url()
@@ -762,11 +769,7 @@ fn challenge_answers_in_redis_are_served_only_when_sealed_with_the_fleet_key() {
             .query(connection)
             .unwrap();
     };
-    set(
-        &mut connection,
-        &format!("tlsterm:session:acme:lock:{NAME}_ecdsa-p256"),
-        b"test",
-    );
+    hold_order_lock(&mut connection, "ecdsa-p256", "test");
     let member = |name: &str, port: u16, extra: &str| {
         let own = dir.path().join(name);
         std::fs::create_dir(&own).unwrap();
@@ -876,13 +879,7 @@ fn http01_is_answered_by_another_member_of_the_fleet() {
     // The answering member orders only its RSA certificate, whose order lock the test
     // holds: it never orders, but it serves the port the CA's requests arrive on.
     let mut connection = redis.connection().unwrap();
-    let _: () = redis::cmd("SET")
-        .arg(format!("tlsterm:session:acme:lock:{NAME}_rsa-2048"))
-        .arg("test")
-        .arg("PX")
-        .arg(120_000)
-        .query(&mut connection)
-        .unwrap();
+    hold_order_lock(&mut connection, "rsa-2048", "test");
     let answering = member("answering", answering_port, ca_http_port, "rsa-2048");
     answering.log.wait_for("plain-HTTP listener", 0);
     // The ordering member's own plain-HTTP listener is one the CA never asks.
