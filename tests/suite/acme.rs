@@ -46,6 +46,13 @@ fn fleet_member(
     (Server::start(&config), admin_address(&config).unwrap())
 }
 
+/// Whether the certificate served for `NAME` on `port` verifies against `pebble`'s root
+/// (written into `dir`).
+fn served_verified(pebble: &Pebble, dir: &Path, port: u16) -> bool {
+    let root = pebble.root(&dir.join("root.pem"));
+    served(port, NAME, &root).0
+}
+
 /// The Redis key of the default fleet's order lock for `NAME`'s certificate of `key_type`.
 fn order_lock(key_type: &str) -> String {
     format!("tlsterm:session:acme:lock:{NAME}_{key_type}")
@@ -683,8 +690,7 @@ fn http01_is_answered_on_the_plain_http_listener_which_redirects_the_rest() {
     let config = acme_config(dir.path(), &pebble, port, &extra, "");
     let server = Server::start(&config);
     server.log.wait_for("ACME certificate installed", 0);
-    let root = pebble.root(&dir.path().join("root.pem"));
-    assert!(served(port, NAME, &root).0);
+    assert!(served_verified(&pebble, dir.path(), port));
     assert!(pebble.log.contains("Attempting to validate w/ HTTP"));
 
     let out = run(Command::new("curl")
@@ -886,8 +892,7 @@ fn http01_is_answered_by_another_member_of_the_fleet() {
     let ordering = member("ordering", ordering_port, free_port(), "ecdsa-p256");
     ordering.log.wait_for("ACME certificate installed", 0);
     assert!(pebble.log.contains("Attempting to validate w/ HTTP"));
-    let root = pebble.root(&dir.path().join("root.pem"));
-    assert!(served(ordering_port, NAME, &root).0);
+    assert!(served_verified(&pebble, dir.path(), ordering_port));
 }
 
 #[test]
@@ -905,8 +910,7 @@ fn an_external_account_binding_is_sent_when_the_ca_requires_one() {
     let config = acme_config(dir.path(), &pebble, port, extra, "");
     let server = Server::start(&config);
     server.log.wait_for("ACME certificate installed", 0);
-    let root = pebble.root(&dir.path().join("root.pem"));
-    assert!(served(port, NAME, &root).0);
+    assert!(served_verified(&pebble, dir.path(), port));
 }
 
 #[test]
