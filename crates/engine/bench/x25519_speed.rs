@@ -4,7 +4,8 @@
 //! agreement), on one thread. Last, the AVX2 prototype (`x25519_avx2.rs`, not
 //! an engine kernel), checked against aws-lc-rs first.
 //!
-//!     cargo run --release -p tlsterm-engine --example x25519_speed [SECONDS]
+//!     cargo run --release -p tlsterm-engine --features avx2-x25519-prototype \
+//!         --example x25519_speed [SECONDS]
 //!
 //! Times are the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), not wall
 //! time, so that other processes on a shared machine do not count; each

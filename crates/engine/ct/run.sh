@@ -44,31 +44,47 @@ bin=target/release/examples/ct_check
 python3 crates/engine/ct/avx512_branches.py "$bin"
 vg=(valgrind --tool=memcheck --error-exitcode=99 --track-origins=yes --quiet)
 
-for control in control-local control-input control-x25519 control-p256; do
-    set +e
-    "${vg[@]}" "$bin" "$control" >/tmp/ct_$control.log 2>&1
-    rc=$?
-    set -e
-    if [ "$rc" -ne 99 ] || ! grep -q "uninitialised" /tmp/ct_$control.log; then
-        echo "ct/run.sh: negative control $control was NOT reported (rc=$rc): the check is broken" >&2
-        cat /tmp/ct_$control.log >&2
-        exit 1
-    fi
-    echo "negative control $control: reported, as it must be"
-done
-
 kernels=(portable)
 if grep -qw avx2 /proc/cpuinfo; then
     kernels=(avx2 portable)
 else
     echo "ct/run.sh: kernel avx2 skipped: this CPU lacks AVX2"
 fi
-for mode in "${kernels[@]/#/sign }" "keysetup" "x25519" "p256"; do
+modes=("${kernels[@]/#/sign }" "keysetup" "x25519" "p256")
+controls=(control-local control-input control-x25519 control-p256)
+
+# Each run under memcheck is single-threaded and they are independent: they run side by
+# side, one per core; each leaves its output in /tmp/ct_<name>.log and its status in .rc.
+memcheck() { # NAME ARGS...
+    local name=$1
+    shift
     set +e
+    "${vg[@]}" "$bin" "$@" >"/tmp/ct_$name.log" 2>&1
+    echo $? >"/tmp/ct_$name.rc"
+}
+for control in "${controls[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
+    memcheck "$control" "$control" &
+done
+for mode in "${modes[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
     # shellcheck disable=SC2086
-    "${vg[@]}" "$bin" $mode 2>&1 | tee "/tmp/ct_${mode// /_}.log"
-    rc=${PIPESTATUS[0]}
-    set -e
+    memcheck "${mode// /_}" $mode &
+done
+wait
+
+for control in "${controls[@]}"; do
+    rc=$(cat "/tmp/ct_$control.rc")
+    if [ "$rc" -ne 99 ] || ! grep -q "uninitialised" "/tmp/ct_$control.log"; then
+        echo "ct/run.sh: negative control $control was NOT reported (rc=$rc): the check is broken" >&2
+        cat "/tmp/ct_$control.log" >&2
+        exit 1
+    fi
+    echo "negative control $control: reported, as it must be"
+done
+for mode in "${modes[@]}"; do
+    cat "/tmp/ct_${mode// /_}.log"
+    rc=$(cat "/tmp/ct_${mode// /_}.rc")
     if [ "$rc" -ne 0 ]; then
         echo "ct/run.sh: memcheck reported secret-dependent branches or addresses in '$mode' (rc=$rc)" >&2
         exit 1
