@@ -15,6 +15,17 @@ pub enum HttpError {
     Parse(&'static str),
 }
 
+/// As the report's error counts name it (the first word is the kind).
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpError::Eof => f.write_str("eof: closed before a complete response"),
+            HttpError::Read(e) => write!(f, "read: {e}"),
+            HttpError::Parse(e) => write!(f, "http: {e}"),
+        }
+    }
+}
+
 /// One parsed response (the body is counted, not kept).
 #[derive(Debug)]
 pub struct Response {

@@ -8,7 +8,7 @@
 //! `--http3` the connections are QUIC connections with one HTTP/3 request each (keep
 //! `--duration` under the server's idle timeout, 30 s in tlsterm by default).
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::http::{self, HttpError};
+use crate::http;
 use crate::quic::{self, H3Conn};
 use crate::BenchArgs;
 
@@ -103,13 +103,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 
 /// Opens the connections, measures, closes them, and returns the report.
 pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
-    let url = args.url.as_deref().context("a URL is required")?;
-    let (host, port, path) = crate::parse_url(url)?;
-    let addr = (host.as_str(), port)
-        .to_socket_addrs()
-        .with_context(|| format!("resolving {host}"))?
-        .next()
-        .context("no address")?;
+    let crate::Destination {
+        url,
+        addr,
+        server_name,
+        path,
+        host_header,
+    } = crate::destination(args)?;
     if args.concurrency == 0 || args.threads == 0 {
         bail!("--concurrency and --threads must be at least 1");
     }
@@ -123,24 +123,7 @@ pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
         Some(pid) => pid,
         None => listening_pid(addr.port())?,
     };
-    let sni = args.sni.clone().unwrap_or_else(|| host.clone());
-    let server_name = ServerName::try_from(sni).context("bad server name")?;
-    let host_header = if port == 443 {
-        host.clone()
-    } else if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
-    let mut tls = crate::tls::client_config(&crate::tls::TlsOptions {
-        version: args.tls_version.clone(),
-        ciphers: args.cipher.clone(),
-        group: args.group.clone(),
-        alpn: args.alpn.clone(),
-        insecure: args.insecure,
-        cacert: args.cacert.clone(),
-        ech_config: args.ech_config.clone(),
-    })?;
+    let mut tls = crate::client_config(args)?;
     crate::tls::offer_cert_compression(&mut tls, &args.cert_compression)?;
     let http3 = crate::http3_request(args, &server_name, &path, &host_header)?;
     let target = Arc::new(Target {
@@ -187,7 +170,7 @@ pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
     let (idle, idle_s) = (whole.to, whole.seconds);
     let cpu = idle.cpu_s - whole.from.cpu_s;
     Ok(IdleReport {
-        url: url.to_string(),
+        url,
         server_pid: pid,
         connections: args.concurrency,
         open,
@@ -346,11 +329,7 @@ async fn open_one(target: Arc<Target>) -> Result<TlsStream<TcpStream>, String> {
         let response = http::Reader::default()
             .read_response(&mut conn)
             .await
-            .map_err(|e| match e {
-                HttpError::Eof => "eof: closed before a complete response".to_string(),
-                HttpError::Read(e) => format!("read: {e}"),
-                HttpError::Parse(e) => format!("http: {e}"),
-            })?;
+            .map_err(|e| e.to_string())?;
         if !(200..300).contains(&response.status) {
             return Err(format!("http status {}", response.status));
         }

@@ -11,7 +11,7 @@ pub mod stats;
 pub mod tls;
 
 use std::io::Write;
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -173,6 +173,57 @@ fn parse_url(url: &str) -> anyhow::Result<(String, u16, String)> {
     Ok((host, port, path.to_string()))
 }
 
+/// Where a benchmark's connections go, from its URL and `--sni`.
+struct Destination {
+    /// The URL as given, for the report.
+    url: String,
+    addr: SocketAddr,
+    server_name: ServerName<'static>,
+    path: String,
+    /// The Host header (HTTP/3's `:authority`): the port only when it is not 443, an IPv6
+    /// address in brackets.
+    host_header: String,
+}
+
+fn destination(args: &BenchArgs) -> anyhow::Result<Destination> {
+    let url = args.url.as_deref().context("a URL is required")?;
+    let (host, port, path) = parse_url(url)?;
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .context("no address")?;
+    let sni = args.sni.clone().unwrap_or_else(|| host.clone());
+    let server_name = ServerName::try_from(sni).context("bad server name")?;
+    let host_header = if port == 443 {
+        host
+    } else if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    Ok(Destination {
+        url: url.to_string(),
+        addr,
+        server_name,
+        path,
+        host_header,
+    })
+}
+
+/// The TLS client configuration that the benchmark's options ask for.
+fn client_config(args: &BenchArgs) -> anyhow::Result<rustls::ClientConfig> {
+    tls::client_config(&tls::TlsOptions {
+        version: args.tls_version.clone(),
+        ciphers: args.cipher.clone(),
+        group: args.group.clone(),
+        alpn: args.alpn.clone(),
+        insecure: args.insecure,
+        cacert: args.cacert.clone(),
+        ech_config: args.ech_config.clone(),
+    })
+}
+
 /// Run the benchmark described by `args` and print its report.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     match args.mode {
@@ -200,22 +251,13 @@ fn print_report<R: serde::Serialize>(
 
 /// Run a load (full/resume/bulk) and return its report.
 pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
-    let url = args.url.as_deref().context("a URL is required")?;
-    let (host, port, path) = parse_url(url)?;
-    let addr = (host.as_str(), port)
-        .to_socket_addrs()
-        .with_context(|| format!("resolving {host}"))?
-        .next()
-        .context("no address")?;
-    let sni = args.sni.clone().unwrap_or_else(|| host.clone());
-    let server_name = ServerName::try_from(sni).context("bad server name")?;
-    let host_header = if port == 443 {
-        host.clone()
-    } else if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
+    let Destination {
+        url,
+        addr,
+        server_name,
+        path,
+        host_header,
+    } = destination(args)?;
     let mode = match args.mode {
         BenchMode::Full => Mode::Full,
         BenchMode::Resume => Mode::Resume,
@@ -267,15 +309,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
     {
         bail!("--duration {:?} is too long", args.duration);
     }
-    let mut tls = tls::client_config(&tls::TlsOptions {
-        version: args.tls_version.clone(),
-        ciphers: args.cipher.clone(),
-        group: args.group.clone(),
-        alpn: args.alpn.clone(),
-        insecure: args.insecure,
-        cacert: args.cacert.clone(),
-        ech_config: args.ech_config.clone(),
-    })?;
+    let mut tls = client_config(args)?;
     let decompressors = if args.http3 {
         Vec::new()
     } else {
@@ -333,7 +367,7 @@ pub fn run_load(args: &BenchArgs) -> anyhow::Result<Report> {
     let cpu = stats::process_cpu_seconds() - cpu0;
     let e = elapsed.max(1e-9);
     Ok(Report {
-        url: url.to_string(),
+        url,
         mode: format!("{:?}", args.mode).to_lowercase(),
         http3: args.http3,
         concurrency: args.concurrency,

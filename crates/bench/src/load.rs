@@ -18,7 +18,7 @@ use tokio::task::{JoinSet, LocalSet};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::http::{self, HttpError, Response};
+use crate::http::{self, Response};
 use crate::quic::{self, H3Conn, QuicOptions};
 use crate::stats::{micros, Hist, Live, Stats};
 use crate::tls;
@@ -449,11 +449,7 @@ async fn unit_inner(ctx: &Ctx, slot: &mut Slot, sched: Instant) -> Result<(), St
         .reader
         .read_response(&mut conn)
         .await
-        .map_err(|e| match e {
-            HttpError::Eof => "eof: closed before a complete response".to_string(),
-            HttpError::Read(e) => format!("read: {e}"),
-            HttpError::Parse(e) => format!("http: {e}"),
-        })?;
+        .map_err(|e| e.to_string())?;
     record_response(ctx, &resp, t0, sched)?;
     if keepalive && !resp.close {
         slot.conn = Some(conn);
