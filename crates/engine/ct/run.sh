@@ -56,20 +56,21 @@ controls=(control-local control-input control-x25519 control-p256)
 # Each run under memcheck is single-threaded and they are independent: they run side by
 # side, one per core; each leaves its output in /tmp/ct_<name>.log and its status in .rc.
 memcheck() { # NAME ARGS...
+    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
     local name=$1
     shift
-    set +e
-    "${vg[@]}" "$bin" "$@" >"/tmp/ct_$name.log" 2>&1
-    echo $? >"/tmp/ct_$name.rc"
+    (
+        set +e
+        "${vg[@]}" "$bin" "$@" >"/tmp/ct_$name.log" 2>&1
+        echo $? >"/tmp/ct_$name.rc"
+    ) &
 }
 for control in "${controls[@]}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
-    memcheck "$control" "$control" &
+    memcheck "$control" "$control"
 done
 for mode in "${modes[@]}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
     # shellcheck disable=SC2086
-    memcheck "${mode// /_}" $mode &
+    memcheck "${mode// /_}" $mode
 done
 wait
 
