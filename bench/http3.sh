@@ -212,6 +212,8 @@ def main():
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--server-quota", type=float, default=None,
                     help="cap each server at this fraction of a core (cgroup v1 CPU quota)")
+    ap.add_argument("--quota-period-ms", type=float, default=peers.QUOTA_PERIOD_MS,
+                    help="the period over which the quota is enforced (as in bench/peers.py)")
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="handshakes",
                     help="what to count per server CPU-second (default: full handshakes)")
     ap.add_argument("--profile", action="store_true",
@@ -224,7 +226,7 @@ def main():
         sys.exit(f"no HAProxy + AWS-LC at {HAPROXY_AWSLC} (bench/peers.sh builds it)")
     RUN.mkdir(parents=True, exist_ok=True)
     if args.server_quota:
-        peers.set_server_quota(args.server_quota)
+        peers.set_server_quota(args.server_quota, args.quota_period_ms)
     raise_priority(-20)
     certs = make_certs()
     backend = start_backend("tlsterm")

@@ -89,14 +89,21 @@ QUOTA_CGROUP = Path("/sys/fs/cgroup/cpu/tlsterm-bench-server")
 SERVER_QUOTA = None
 
 
-def set_server_quota(fraction):
-    """Caps the server at `fraction` of a core (cgroup v1 CFS quota), so that one client
-    core saturates even the fastest server: handshakes per server CPU-second are then
-    measured at full load for every server alike."""
+# The period over which the quota is enforced (the kernel's default). A capped server runs
+# its share of each period and then waits; the part of tlsterm's key shares and signatures
+# computed in batches (in each run's summary) shows whether it had work queued while it ran.
+QUOTA_PERIOD_MS = 100
+
+
+def set_server_quota(fraction, period_ms=QUOTA_PERIOD_MS):
+    """Caps the server at `fraction` of a core (cgroup v1 CFS quota, enforced over
+    `period_ms`), so that one client core saturates even the fastest server: handshakes
+    per server CPU-second are then measured at full load for every server alike."""
     global SERVER_QUOTA
+    period_us = int(period_ms * 1000)
     QUOTA_CGROUP.mkdir(exist_ok=True)
-    (QUOTA_CGROUP / "cpu.cfs_period_us").write_text("100000")
-    (QUOTA_CGROUP / "cpu.cfs_quota_us").write_text(str(int(fraction * 100000)))
+    (QUOTA_CGROUP / "cpu.cfs_period_us").write_text(str(period_us))
+    (QUOTA_CGROUP / "cpu.cfs_quota_us").write_text(str(int(fraction * period_us)))
     # A group weighs as much as one task of its parent by default: give it the weight its
     # niceness would (the servers run at -20), or other jobs on the core take its time.
     (QUOTA_CGROUP / "cpu.shares").write_text("262144")
@@ -360,32 +367,66 @@ def bench(extra, path, conc, duration, rate=None):
     return json.loads(out.stdout)
 
 
+def tlsterm_metrics(admin=("127.0.0.1", 8444)):
+    """tlsterm's /metrics; raises OSError when the admin port does not answer."""
+    import urllib.request
+    return urllib.request.urlopen(f"http://{admin[0]}:{admin[1]}/metrics", timeout=2).read().decode()
+
+
 def handshakes_by_kind(series, admin=("127.0.0.1", 8444)):
     """tlsterm's own count of full and resumed handshakes in `series` (a counter with a
     `kind` label) from its /metrics; raises OSError when the admin port does not answer."""
-    import urllib.request
-    text = urllib.request.urlopen(f"http://{admin[0]}:{admin[1]}/metrics", timeout=2).read().decode()
     out = {"full": 0, "resumed": 0}
-    for line in text.splitlines():
+    for line in tlsterm_metrics(admin).splitlines():
         m = re.match(series + r'\{kind="(\w+)"\} (\d+)', line)
         if m:
             out[m.group(1)] = int(m.group(2))
     return out
 
 
-def tlsterm_handshakes(server):
-    """tlsterm's own count of full and resumed handshakes (its /metrics), or None."""
+# tlsterm's counters of who computed its key shares and signatures, each summed by its
+# `path` label (batch, aws-lc-rs, inline, ...): how much of the work the engine batched
+# is what shows whether the server had work queued (a saturated server fills batches).
+ENGINE_PATHS = {"key_shares": "tlsterm_key_shares_total",
+                "signatures": "tlsterm_engine_operations_total"}
+
+
+def engine_paths(text):
+    """Key shares and signatures by path from tlsterm's /metrics text."""
+    out = {kind: {} for kind in ENGINE_PATHS}
+    for kind, series in ENGINE_PATHS.items():
+        for m in re.finditer(series + r'\{[^}]*path="([\w-]+)"[^}]*\} (\d+)', text):
+            out[kind][m.group(1)] = out[kind].get(m.group(1), 0) + int(m.group(2))
+    return out
+
+
+def tlsterm_counts(server):
+    """tlsterm's own count of full and resumed handshakes, key shares and signatures by
+    path (its /metrics), or None."""
     if not server.name.startswith("tlsterm"):
         return None
     try:
-        return handshakes_by_kind("tlsterm_handshakes_total")
+        counts = handshakes_by_kind("tlsterm_handshakes_total")
+        counts.update(engine_paths(tlsterm_metrics()))
+        return counts
     except OSError:
         return None
 
 
+def batched_share(runs, kind):
+    """The part of `kind` (key_shares or signatures) the engine computed in batches over
+    `runs`, or None when there was none of that kind."""
+    paths = {}
+    for r in runs:
+        for path, n in r.get("engine_paths", {}).get(kind, {}).items():
+            paths[path] = paths.get(path, 0) + n
+    total = sum(n for path, n in paths.items() if path != "not_applied")
+    return paths.get("batch", 0) / total if total else None
+
+
 def measure(server, backend, extra, path, conc, duration, rate=None):
     load = Path("/proc/loadavg").read_text().split()[0]
-    srv_hs0 = tlsterm_handshakes(server)
+    srv_hs0 = tlsterm_counts(server)
     spids, bpids = server.pids(), backend.pids()
     s0, b0, busy0 = cpu_seconds(spids), cpu_seconds(bpids), cpu_busy()
     try:
@@ -394,7 +435,7 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
         log(f"bench failed: {e} {getattr(e, 'stderr', '')}")
         return None
     busy1 = cpu_busy()
-    srv_hs1 = tlsterm_handshakes(server)
+    srv_hs1 = tlsterm_counts(server)
     spids = sorted(set(spids) | set(server.pids()))
     s1, b1 = cpu_seconds(spids), cpu_seconds(bpids)
     scpu, bcpu = s1 - s0, b1 - b0
@@ -437,6 +478,9 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
         # Server-side cross-check of the client's resumed count.
         res["server_full"] = srv_hs1["full"] - srv_hs0["full"]
         res["server_resumed"] = srv_hs1["resumed"] - srv_hs0["resumed"]
+        res["engine_paths"] = {
+            kind: {path: n - srv_hs0[kind].get(path, 0) for path, n in srv_hs1[kind].items()}
+            for kind in ENGINE_PATHS}
     if rate:
         res["hs_cdf"] = r["handshake_latency"]["cdf"]
         res["lag_p50_us"] = r["start_lag"]["p50_us"]
@@ -485,6 +529,9 @@ def main():
     ap.add_argument("--server-quota", type=float, default=None,
                     help="cap every terminator at this fraction of a core (cgroup v1 CPU quota, "
                          "e.g. 0.5) so that one client core saturates it")
+    ap.add_argument("--quota-period-ms", type=float, default=QUOTA_PERIOD_MS,
+                    help=f"the period over which the quota is enforced (default {QUOTA_PERIOD_MS}, "
+                         "the kernel's)")
     ap.add_argument("--results-dir", default=str(RESULTS),
                     help="where the JSON, tables and charts go (default bench/results; give "
                          "another directory for smoke runs, so they stay out of the committed results)")
@@ -494,7 +541,7 @@ def main():
     raise_priority(args.nice)
 
     if args.server_quota:
-        set_server_quota(args.server_quota)
+        set_server_quota(args.server_quota, args.quota_period_ms)
     RUN.mkdir(parents=True, exist_ok=True)
     results_dir = Path(args.results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -711,6 +758,10 @@ def summarize(results):
     meta = results["meta"]
     lines.append(f"Run {meta['tag']} ({meta['date']}, git {meta['git']}), backend: {meta['backend']}, "
                  f"runs per cell: {meta['args']['runs']}, {meta['args']['duration']} s each; medians.\n")
+    quota = meta["args"].get("server_quota")
+    if quota:
+        period = meta["args"].get("quota_period_ms", 100)
+        lines.append(f"Every terminator capped at {quota} of a core, enforced over {period:g} ms periods.\n")
     v = meta.get("versions", {})
     if v.get("haproxy-awslc"):
         line = (f"haproxy-awslc: {v['haproxy-awslc']}, on {v.get('haproxy-awslc_ssl')} "
@@ -750,9 +801,12 @@ def summarize(results):
             lines.append("| " + " | ".join(row) + " |")
         for srv, runs in per.items():
             if "server_resumed" in runs[0]:
+                batched = [f"{kind.replace('_', ' ')} {share * 100:.0f}%" for kind in ENGINE_PATHS
+                           if (share := batched_share(runs, kind)) is not None]
                 lines.append(f"\n{srv}'s own count (/metrics): "
                              f"{sum(r['server_full'] for r in runs)} full, "
-                             f"{sum(r['server_resumed'] for r in runs)} resumed handshakes")
+                             f"{sum(r['server_resumed'] for r in runs)} resumed handshakes"
+                             + (f"; computed in batches: {', '.join(batched)}" if batched else ""))
         # tlsterm / peer ratios on the per-CPU-second figure that matters for the scenario
         key = "mb_per_server_cpu_s" if bulk else "handshakes_per_server_cpu_s"
         mine = [s for s in per if s.startswith("tlsterm")]
