@@ -12,7 +12,7 @@
 # next run starts), repeated --runs times; the table gives medians.
 #
 # Run as root from anywhere:  bench/http3.sh [--runs 3] [--duration 8] [--concurrency 32]
-#                                              [--server-quota 0.5]
+#                                              [--server-quota 0.5 [--quota-period-ms 100]]
 #                                              [--workload handshakes|requests|bulk]
 #                                              [--profile]
 #                                              [--json bench/results/http3.json]
@@ -255,6 +255,9 @@ def main():
         backend.stop()
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.server_quota:
+        print(f"Each server capped at {args.server_quota} of a core, enforced over "
+              f"{args.quota_period_ms:g} ms periods.\n")
     print_table(results, args.workload)
 
 
