@@ -239,7 +239,7 @@ fn open(conn: &mut quiche::Connection) -> Arc<Notify> {
 }
 
 /// The handshake has completed: it no longer counts as one in progress, requests that came
-/// in 0-RTT data may go on, and it is counted by kind.
+/// in 0-RTT data may go on, and it is counted by kind, its key share by who computed it.
 fn handshake_done(
     conn: &mut quiche::Connection,
     context: &mut ConnectionContext,
@@ -249,6 +249,7 @@ fn handshake_done(
     confirmed.send_replace(true);
     let ssl = AsMut::<boring::ssl::SslRef>::as_mut(conn);
     let early_data = crate::tls::early_data_outcome(ssl) == Some("accepted");
+    crate::tls::record_key_share(ssl);
     metrics::record_handshake(conn.is_resumed(), early_data);
 }
 

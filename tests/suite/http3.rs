@@ -139,9 +139,10 @@ async fn an_unreachable_backend_is_answered_502() {
 
 /// The QUIC handshake's signature goes through the worker's engine queue (the
 /// asynchronous private-key method, resumed by the connection's task when the batch is
-/// done), not through BoringSSL inline: the engine's counters say so.
+/// done), not through BoringSSL inline, and its key share is tlsterm's (the hint, as over
+/// TCP): the engine's counters say so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quic_handshake_signatures_are_made_by_the_engine() {
+async fn quic_handshake_signatures_and_key_shares_are_made_by_tlsterm() {
     let backend = echo_backend().await;
     let dir = tempfile::tempdir().unwrap();
     let certificate = certificate_table(dir.path(), "rsa", "localhost", KeyType::Rsa2048);
@@ -162,6 +163,20 @@ async fn quic_handshake_signatures_are_made_by_the_engine() {
         (batch, inline),
         (3.0, 0.0),
         "one engine signature per handshake"
+    );
+    // A lone share is aws-lc's, shares that meet in the queue a batch: tlsterm's either way.
+    let shares = |path: &str| {
+        let labels = format!("path=\"{path}\"");
+        metric(admin, "tlsterm_key_shares_total", &labels)
+    };
+    assert_eq!(
+        (
+            shares("batch") + shares("aws-lc-rs"),
+            shares("inline"),
+            shares("not_applied")
+        ),
+        (3.0, 0.0, 0.0),
+        "one key share of tlsterm's per handshake"
     );
 }
 
