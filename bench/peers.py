@@ -376,8 +376,13 @@ def tlsterm_metrics(admin=("127.0.0.1", 8444)):
 def handshakes_by_kind(series, admin=("127.0.0.1", 8444)):
     """tlsterm's own count of full and resumed handshakes in `series` (a counter with a
     `kind` label) from its /metrics; raises OSError when the admin port does not answer."""
+    return handshake_kinds(tlsterm_metrics(admin), series)
+
+
+def handshake_kinds(text, series):
+    """Full and resumed handshakes in `series` of tlsterm's /metrics text."""
     out = {"full": 0, "resumed": 0}
-    for line in tlsterm_metrics(admin).splitlines():
+    for line in text.splitlines():
         m = re.match(series + r'\{kind="(\w+)"\} (\d+)', line)
         if m:
             out[m.group(1)] = int(m.group(2))
@@ -406,11 +411,10 @@ def tlsterm_counts(server):
     if not server.name.startswith("tlsterm"):
         return None
     try:
-        counts = handshakes_by_kind("tlsterm_handshakes_total")
-        counts.update(engine_paths(tlsterm_metrics()))
-        return counts
+        text = tlsterm_metrics()
     except OSError:
         return None
+    return handshake_kinds(text, "tlsterm_handshakes_total") | engine_paths(text)
 
 
 def batched_share(runs, kind):
