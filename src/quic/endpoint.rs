@@ -22,7 +22,7 @@ use super::request_body::Backends;
 use super::reset;
 use super::service::QuicService;
 use super::token;
-use super::udp::QuicSocket;
+use super::udp::{Inbound, QuicSocket};
 
 /// Connection IDs to their connection's queue.
 pub(super) type Routes = Rc<RefCell<HashMap<Vec<u8>, Rc<Inbox>>>>;
@@ -137,13 +137,12 @@ where
         backends: None,
         handshaking: Rc::default(),
     };
-    let mut buf = vec![0u8; state.socket.receive_buffer_len()];
+    let mut inbound = Inbound::new(&state.socket);
     loop {
         let draining_now = *state.draining.borrow();
-        let received = tokio::select! {
-            received = state.socket.recv(&mut buf) => match received {
-                Ok(received) => received,
-                Err(err) => {
+        tokio::select! {
+            received = state.socket.recv(&mut inbound) => {
+                if let Err(err) = received {
                     tracing::debug!(error = %err, "UDP receive failed");
                     continue;
                 }
@@ -155,9 +154,11 @@ where
             // Every connection has ended: the socket closes.
             _ = state.limits.listener.acquire_many(total), if draining_now => return,
         };
-        // Datagrams the kernel coalesced (one sender, one size but the last).
-        for datagram in buf[..received.len].chunks_mut(received.stride) {
-            state.receive(datagram, received.from).await;
+        for index in 0..inbound.messages() {
+            let (datagrams, from) = inbound.datagrams(index);
+            for datagram in datagrams {
+                state.receive(datagram, from).await;
+            }
         }
     }
 }

@@ -26,6 +26,8 @@ struct QuicMetrics {
     early_requests: IntCounter,
     datagrams_sent: IntCounter,
     udp_sends: IntCounter,
+    datagrams_received: IntCounter,
+    udp_receives: IntCounter,
 }
 
 static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
@@ -83,6 +85,14 @@ static METRICS: LazyLock<QuicMetrics> = LazyLock::new(|| {
     udp_sends: metrics::counter(
         "quic_udp_sends_total",
         "System calls that sent QUIC connections' datagrams: fewer than the datagrams where the kernel segments them (GSO)",
+    ),
+    datagrams_received: metrics::counter(
+        "quic_datagrams_received_total",
+        "UDP datagrams the QUIC endpoint received",
+    ),
+    udp_receives: metrics::counter(
+        "quic_udp_receives_total",
+        "System calls that received the QUIC endpoint's datagrams: fewer than the datagrams when several wait (one call reads up to 16 senders' messages) or the kernel coalesced them (GRO)",
     ),
     migrations: metrics::counter(
         "quic_migrations_total",
@@ -220,6 +230,13 @@ pub(super) fn record_send(datagrams: usize) {
     if metrics::enabled() {
         METRICS.udp_sends.inc();
         METRICS.datagrams_sent.inc_by(datagrams as u64);
+    }
+}
+
+pub(super) fn record_receive(datagrams: usize) {
+    if metrics::enabled() {
+        METRICS.udp_receives.inc();
+        METRICS.datagrams_received.inc_by(datagrams as u64);
     }
 }
 
