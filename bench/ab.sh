@@ -15,8 +15,14 @@
 # which the script starts on loopback (installed by scripts/setup.sh), and the script
 # prints how long the first one took from start to installed; the benchmark's handshakes
 # still get the file certificate, so the variants differ only by ACME running).
+# `quic` also answers HTTP/3 on the listener's port and makes the client's handshakes QUIC
+# ones (`tlsterm bench --http3`).
 # MODE=full|resume and TLS=1.2|1.3 choose the client's work (default: full TLS 1.3
-# handshakes); KEY=rsa:2048 (default) or ec:p256 the certificate (an ECDSA P-256 key). Prints one line per run and the median per variant.
+# handshakes); KEY=rsa:2048 (default) or ec:p256 the certificate (an ECDSA P-256 key).
+# MODE=bulk URL_PATH=/bytes/1024 counts requests instead (keep-alive connections asking
+# for that path; the built-in backend answers /bytes/N with N bytes).
+# QUOTA=0.5 caps the server at that fraction of a core (a cgroup v1 CPU quota, as
+# bench/peers.py --server-quota), so that the one client core saturates it. Prints one line per run and the median per variant.
 #   bench/ab.sh 5 5 new=target/release/tlsterm old=/tmp/old/tlsterm
 set -euo pipefail
 RUNS=${1:-5}
@@ -24,6 +30,9 @@ SECS=${2:-5}
 shift 2 || true
 [ $# -ge 1 ] || { echo "usage: $0 RUNS SECONDS NAME=BINARY[,metrics=off][,early_data] ..." >&2; exit 2; }
 MODE=${MODE:-full}
+# What is counted: requests in bulk mode, handshakes otherwise.
+UNIT=handshakes
+[ "$MODE" = bulk ] && UNIT=requests
 TLS=${TLS:-1.3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CLIENT=$ROOT/target/release/tlsterm
@@ -92,6 +101,11 @@ for variant in "$@"; do
     fi
     backend_address=127.0.0.1:9719
     [[ $spec == *,unix* ]] && backend_address=unix:$WORK/backend.sock
+    quic_line=
+    if [[ $spec == *,quic* ]]; then
+        quic_line="quic = true"
+        client_flags[$name]+=" --http3"
+    fi
     acme[$name]=false
     certificate=$'[[listener.certificate]]\ncert = "'"$WORK/cert.pem"$'"\nkey = "'"$WORK/key.pem"'"'
     acme_section=
@@ -122,17 +136,25 @@ address = "127.0.0.1:9718"
 address = "127.0.0.1:9717"
 backends = ["$backend_address"]
 early_data = $early_data
+$quic_line
 $certificate
 CONF
     names+=("$name")
 done
 
+QUOTA_CGROUP=/sys/fs/cgroup/cpu/tlsterm-bench-server
+if [ -n "${QUOTA:-}" ]; then
+    mkdir -p "$QUOTA_CGROUP"
+    echo 100000 > "$QUOTA_CGROUP/cpu.cfs_period_us"
+    awk -v q="$QUOTA" 'BEGIN {printf "%d\n", q * 100000}' > "$QUOTA_CGROUP/cpu.cfs_quota_us"
+fi
 cpu_ticks() { awk '{s += $14 + $15} END {print s}' $(printf '/proc/%s/stat ' "$@"); }
-echo "key=$KEY mode=$MODE tls=$TLS runs=$RUNS seconds=$SECS load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "key=$KEY mode=$MODE tls=$TLS runs=$RUNS seconds=$SECS quota=${QUOTA:-none} load avg before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq 1 "$RUNS"); do
     for name in "${names[@]}"; do
         taskset -c 0 "${binary[$name]}" serve -c "$WORK/$name.toml" 2>"$WORK/serve.log" &
         server=$!
+        [ -z "${QUOTA:-}" ] || echo $server > "$QUOTA_CGROUP/cgroup.procs"
         started=$(date +%s.%N)
         until grep -q "tlsterm serving" "$WORK/serve.log"; do sleep 0.05; done
         if ${acme[$name]}; then
@@ -144,14 +166,14 @@ for run in $(seq 1 "$RUNS"); do
         fi
         before=$(cpu_ticks $server)
         backend_before=$(cpu_ticks $backend)
-        handshakes=$(taskset -c 1 "$CLIENT" bench https://127.0.0.1:9717/ --insecure --json -c 64 \
+        counted=$(taskset -c 1 "$CLIENT" bench "https://127.0.0.1:9717${URL_PATH:-/}" --insecure --json -c 64 \
             -d "${SECS}s" --mode "$MODE" --tls-version "$TLS" ${client_flags[$name]} 2>/dev/null \
-            | python3 -c 'import json,sys; print(json.load(sys.stdin)["handshakes"])')
+            | python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$UNIT")
         after=$(cpu_ticks $server)
         backend_ticks=$(($(cpu_ticks $backend) - backend_before))
         kill $server; wait $server 2>/dev/null || true
         ticks=$((after - before))
-        echo "run $run $name handshakes=$handshakes server_cpu_s=$(echo "scale=2; $ticks/100" | bc) per_cpu_s=$((handshakes * 100 / ticks)) with_backend_per_cpu_s=$((handshakes * 100 / (ticks + backend_ticks)))" \
+        echo "run $run $name $UNIT=$counted server_cpu_s=$(echo "scale=2; $ticks/100" | bc) per_cpu_s=$((counted * 100 / ticks)) with_backend_per_cpu_s=$((counted * 100 / (ticks + backend_ticks)))" \
             | tee -a "$WORK/results"
     done
 done
@@ -159,6 +181,6 @@ echo "load avg after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for name in "${names[@]}"; do
         for figure in per_cpu_s with_backend_per_cpu_s; do
         grep " $name " "$WORK/results" | sed "s/.* $figure=\([0-9]*\).*/\1/" | sort -n \
-            | awk -v name="$name" -v figure="$figure" '{v[NR]=$1} END {m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "median %s: %d handshakes per %s CPU-second\n", name, m, (figure == "per_cpu_s") ? "server" : "server+backend"}'
+            | awk -v name="$name" -v figure="$figure" -v unit="$UNIT" '{v[NR]=$1} END {m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "median %s: %d %s per %s CPU-second\n", name, m, unit, (figure == "per_cpu_s") ? "server" : "server+backend"}'
     done
 done
