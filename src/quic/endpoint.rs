@@ -154,8 +154,7 @@ where
             // Every connection has ended: the socket closes.
             _ = state.limits.listener.acquire_many(total), if draining_now => return,
         };
-        for index in 0..inbound.messages() {
-            let (datagrams, from) = inbound.datagrams(index);
+        for (from, datagrams) in inbound.received() {
             for datagram in datagrams {
                 state.receive(datagram, from).await;
             }

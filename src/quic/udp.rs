@@ -97,21 +97,21 @@ impl QuicSocket {
             meta,
             count,
         } = into;
+        // A failed receive leaves no messages behind from the one before.
         *count = 0;
         *count = self
             .io
             .async_io(Interest::READABLE, || {
-                let mut slices: [io::IoSliceMut; RECEIVE_BATCH] =
-                    std::array::from_fn(|_| io::IoSliceMut::new(&mut []));
-                for (slice, message) in slices.iter_mut().zip(buffer.chunks_mut(*message_len)) {
-                    *slice = io::IoSliceMut::new(message);
-                }
+                let mut messages = buffer.chunks_mut(*message_len);
+                let mut slices: [io::IoSliceMut; RECEIVE_BATCH] = std::array::from_fn(|_| {
+                    io::IoSliceMut::new(messages.next().expect("room for every message"))
+                });
                 self.state.recv((&self.io).into(), &mut slices, meta)
             })
             .await?;
         let datagrams = meta[..*count]
             .iter()
-            .map(|message| message.len.div_ceil(message.stride.max(1)))
+            .map(|message| message.len.div_ceil(stride(message)))
             .sum();
         metrics::record_receive(datagrams);
         Ok(())
@@ -142,23 +142,22 @@ impl Inbound {
         }
     }
 
-    /// How many messages the last receive read.
-    pub(super) fn messages(&self) -> usize {
-        self.count
-    }
-
-    /// The datagrams of message `index` of the last receive (coalesced ones cut apart),
-    /// and who sent them.
-    pub(super) fn datagrams(
+    /// What the last receive read, message by message: who sent it, and its datagrams
+    /// (coalesced ones cut apart).
+    pub(super) fn received(
         &mut self,
-        index: usize,
-    ) -> (impl Iterator<Item = &mut [u8]>, SocketAddr) {
-        assert!(index < self.count, "message {index} of {}", self.count);
-        let meta = &self.meta[index];
-        let start = index * self.message_len;
-        let datagrams = self.buffer[start..start + meta.len].chunks_mut(meta.stride.max(1));
-        (datagrams, meta.addr)
+    ) -> impl Iterator<Item = (SocketAddr, std::slice::ChunksMut<'_, u8>)> {
+        self.buffer
+            .chunks_mut(self.message_len)
+            .zip(&self.meta[..self.count])
+            .map(|(message, meta)| (meta.addr, message[..meta.len].chunks_mut(stride(meta))))
     }
+}
+
+/// The size of each datagram of a message but the last (quinn-udp gives the whole length
+/// for a message of one datagram: 0 for an empty one, which cannot cut a buffer).
+fn stride(meta: &quinn_udp::RecvMeta) -> usize {
+    meta.stride.max(1)
 }
 
 /// Datagrams written one at a time into a send buffer borrowed from the socket, and sent
@@ -270,8 +269,8 @@ mod tests {
         let mut inbound = Inbound::new(socket);
         while datagrams.len() < count {
             socket.recv(&mut inbound).await.unwrap();
-            for index in 0..inbound.messages() {
-                datagrams.extend(inbound.datagrams(index).0.map(|d| d.to_vec()));
+            for (_, message) in inbound.received() {
+                datagrams.extend(message.map(|datagram| datagram.to_vec()));
             }
         }
         datagrams
@@ -297,8 +296,7 @@ mod tests {
         let mut seen = Vec::new();
         while seen.len() < expected.len() {
             receiver.recv(&mut inbound).await.unwrap();
-            for index in 0..inbound.messages() {
-                let (datagrams, from) = inbound.datagrams(index);
+            for (from, datagrams) in inbound.received() {
                 seen.extend(datagrams.map(|datagram| (from, datagram.to_vec())));
             }
         }
