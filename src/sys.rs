@@ -127,6 +127,21 @@ pub fn handshake_confirmed(ssl: &SslRef) -> bool {
     unsafe { boring_sys::SSL_in_init(ssl.as_ptr()) == 0 }
 }
 
+/// Whether the handshake is paused on one of tlsterm's asynchronous callbacks (a session
+/// looked up, the certificate selected with its key share, a signature): it goes on when
+/// that work wakes the connection's task, not when the peer sends more.
+pub fn handshake_waits_for_callback(ssl: &SslRef) -> bool {
+    // SAFETY: the connection is valid; the call only reads its state.
+    let waiting_for = unsafe { boring_sys::SSL_want(ssl.as_ptr()) };
+    matches!(
+        waiting_for,
+        boring_sys::SSL_ERROR_PENDING_SESSION
+            | boring_sys::SSL_ERROR_PENDING_CERTIFICATE
+            | boring_sys::SSL_ERROR_WANT_PRIVATE_KEY_OPERATION
+            | boring_sys::SSL_ERROR_PENDING_TICKET
+    )
+}
+
 /// Why early data was accepted or refused, with BoringSSL's name for the reason.
 pub fn early_data_reason(
     ssl: &SslRef,

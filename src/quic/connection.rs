@@ -134,6 +134,9 @@ pub(super) async fn run(
     };
     tokio::pin!(drain);
     let mut drain_seen = false;
+    // The endpoint queued the client's first datagram before starting the task: the first
+    // turn only takes it.
+    let mut turn = Turn::Start;
     loop {
         let took_datagrams = !received.is_empty();
         for mut datagram in received.drain(..) {
@@ -178,7 +181,8 @@ pub(super) async fn run(
             && served.started
             && !served.replied
             && !*context.draining.borrow();
-        if !ack_hold.holds(new_requests, std::time::Instant::now()) {
+        if sends_after(turn, &mut conn) && !ack_hold.holds(new_requests, std::time::Instant::now())
+        {
             flush(&mut conn, &context.socket).await;
         }
         if conn.is_closed() {
@@ -188,6 +192,7 @@ pub(super) async fn run(
         // finished asynchronously), and quiche then read the 0-RTT packets it had kept for
         // want of keys: their requests are taken now, not when the next datagram comes.
         if http.is_none() && conn.is_in_early_data() {
+            turn = Turn::Other;
             continue;
         }
         let quiche_deadline = conn.timeout_instant();
@@ -198,8 +203,9 @@ pub(super) async fn run(
         if let Some(deadline) = deadline {
             timer.as_mut().reset(deadline.into());
         }
+        turn = Turn::Other;
         tokio::select! {
-            _ = context.queue.take_all(&mut received) => {}
+            _ = context.queue.take_all(&mut received) => turn = Turn::Datagrams,
             _ = &mut woken => woken.set(wake.notified()),
             _ = &mut drain, if !drain_seen => drain_seen = true,
             // The acknowledgement hold needs nothing here: the next turn sends.
@@ -222,6 +228,37 @@ pub(super) async fn run(
     }
     metrics::connection_closed(established);
     drop(context.places);
+}
+
+/// What started a turn of the connection's loop.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Turn {
+    /// The task's first: the client's first datagram is still to be taken.
+    Start,
+    /// Datagrams came, and nothing else.
+    Datagrams,
+    /// A wake-up (an asynchronous step of the handshake done, a reply), a timer, the drain.
+    Other,
+}
+
+/// Whether a turn ends by sending what quiche has ready. Not the first turn, which has read
+/// nothing; nor a turn of datagrams alone while the handshake waits for the worker's engine
+/// (a key share, a signature) or another asynchronous step. quiche would send what it
+/// already has: while a key share is computed, an acknowledgement alone, in a datagram
+/// padded to 1,200 bytes since it carries an Initial packet; while the signature is, the
+/// ServerHello alone, padded likewise, and the rest of the flight in another datagram.
+/// The step's end wakes the task (well within the client's first retransmission timeout),
+/// whose turn then sends; a server computing the step inline would not answer sooner. Only
+/// a send drives quiche's handshake on, so a handshake that waits first for its key share
+/// and then for its signature still sends its ServerHello between the two.
+fn sends_after(turn: Turn, conn: &mut quiche::Connection) -> bool {
+    match turn {
+        Turn::Start => false,
+        Turn::Datagrams => {
+            !crate::sys::handshake_waits_for_callback(AsMut::<boring::ssl::SslRef>::as_mut(conn))
+        }
+        Turn::Other => true,
+    }
 }
 
 /// Readies a new connection for its task: BoringSSL's asynchronous callbacks wake the task

@@ -600,6 +600,97 @@ async fn a_quickly_answered_request_costs_one_datagram() {
     assert!(datagrams <= 30, "{datagrams} datagrams for 20 responses");
 }
 
+/// While a handshake waits for the worker's engine (here its signature), its connection
+/// sends nothing: the ServerHello leaves with the rest of the first flight once the
+/// signature is done, not alone in a datagram padded to 1,200 bytes before it (nor, while
+/// a key share is computed, an acknowledgement alone). Sixteen clients start at once, so
+/// that signatures wait for each other in the worker's queue (one alone would be signed at
+/// once); the first datagram each gets carries a Handshake packet after the Initial one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_hello_waits_for_the_signature_and_leaves_with_the_flight() {
+    const CLIENTS: usize = 16;
+    let backend = echo_backend().await;
+    let certs = tempfile::tempdir().unwrap();
+    let rsa = certificate_table(certs.path(), "rsa", "localhost", KeyType::Rsa2048);
+    // The key share computed in the ClientHello's callback, the signature queued for the
+    // engine's RSA kernel (on every CPU class), however few wait.
+    let engine = "[engine]\nkey_shares = \"aws-lc-rs\"\nsmall_batch_threshold = 1\n";
+    let (_dir, server, port) = start_quic(&backend.to_string(), engine, &rsa);
+    let admin = admin_address(&server.config).unwrap();
+    let firsts = tokio::task::spawn_blocking(move || {
+        let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut clients: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                let conn = quiche_client(&socket, server, None);
+                (socket, conn)
+            })
+            .collect();
+        // Every client's Initial first, then the answers.
+        for (socket, conn) in &mut clients {
+            quiche_flush(conn, socket);
+        }
+        clients
+            .iter()
+            .map(|(socket, _)| receive(socket))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for first in &firsts {
+        assert_eq!(
+            long_header_packets(first),
+            [quiche::Type::Initial, quiche::Type::Handshake],
+            "a first datagram of {} bytes",
+            first.len()
+        );
+    }
+    let signed = metric(
+        admin,
+        "tlsterm_engine_operations_total",
+        "algorithm=\"rsa2048\",path=\"batch\"",
+    );
+    assert_eq!(signed, CLIENTS as f64, "every signature was the engine's");
+}
+
+/// The types of the long-header packets coalesced at the start of a datagram (RFC 9000,
+/// 17.2), up to a short-header packet or the padding after them.
+fn long_header_packets(datagram: &[u8]) -> Vec<quiche::Type> {
+    let mut types = Vec::new();
+    let mut rest = datagram;
+    while let Some(&first) = rest.first().filter(|first| **first & 0x80 != 0) {
+        let ty = match (first >> 4) & 0x3 {
+            0 => quiche::Type::Initial,
+            1 => quiche::Type::ZeroRTT,
+            2 => quiche::Type::Handshake,
+            _ => quiche::Type::Retry,
+        };
+        let mut at = 5;
+        for _ in 0..2 {
+            at += 1 + rest[at] as usize; // a connection ID and its length
+        }
+        if ty == quiche::Type::Initial {
+            let (token_len, len) = varint(&rest[at..]);
+            at += len + token_len as usize;
+        }
+        let (payload_len, len) = varint(&rest[at..]);
+        rest = &rest[at + len + payload_len as usize..];
+        types.push(ty);
+    }
+    types
+}
+
+/// A QUIC variable-length integer (RFC 9000, 16) at the start of `bytes`, and its length.
+fn varint(bytes: &[u8]) -> (u64, usize) {
+    let len = 1usize << (bytes[0] >> 6);
+    let value = bytes[1..len]
+        .iter()
+        .fold(u64::from(bytes[0] & 0x3f), |value, byte| {
+            (value << 8) | u64::from(*byte)
+        });
+    (value, len)
+}
+
 /// SIGTERM: a request in flight is answered (the connection gets GOAWAY and ends after
 /// it), a new connection is not taken, and the process exits once drained.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
