@@ -603,19 +603,39 @@ async fn a_quickly_answered_request_costs_one_datagram() {
 /// While a handshake waits for the worker's engine (here its signature), its connection
 /// sends nothing: the ServerHello leaves with the rest of the first flight once the
 /// signature is done, not alone in a datagram padded to 1,200 bytes before it (nor, while
-/// a key share is computed, an acknowledgement alone). Sixteen clients start at once, so
-/// that signatures wait for each other in the worker's queue (one alone would be signed at
-/// once); the first datagram each gets carries a Handshake packet after the Initial one.
+/// a key share is computed, an acknowledgement alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_hello_waits_for_the_signature_and_leaves_with_the_flight() {
+    // The key share computed in the ClientHello's callback, the signature queued for the
+    // engine's RSA kernel (on every CPU class), however few wait.
+    first_datagrams_carry_the_flight("key_shares = \"aws-lc-rs\"\nsmall_batch_threshold = 1").await;
+}
+
+/// The same where the key share waits for the engine too, then the signature: the
+/// handshake takes the key share without sending, and the whole flight leaves once signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flight_waits_for_key_share_and_signature_and_leaves_in_one_datagram() {
+    if !std::arch::is_x86_feature_detected!("avx512ifma") {
+        println!("skipped: key shares wait for the engine only where AVX-512 IFMA batches them");
+        return;
+    }
+    first_datagrams_carry_the_flight(
+        "key_shares = \"batch\"\nsmall_batch_threshold = 1\nx25519_small_batch_threshold = 1",
+    )
+    .await;
+}
+
+/// Sixteen clients start handshakes at once with an RSA server whose `[engine]` section is
+/// `engine`, so that the engine's operations wait for each other in the worker's queue (one
+/// alone would be computed at once); the first datagram each client gets must carry a
+/// Handshake packet after the Initial one, and every signature must be the engine's.
+async fn first_datagrams_carry_the_flight(engine: &str) {
     const CLIENTS: usize = 16;
     let backend = echo_backend().await;
     let certs = tempfile::tempdir().unwrap();
     let rsa = certificate_table(certs.path(), "rsa", "localhost", KeyType::Rsa2048);
-    // The key share computed in the ClientHello's callback, the signature queued for the
-    // engine's RSA kernel (on every CPU class), however few wait.
-    let engine = "[engine]\nkey_shares = \"aws-lc-rs\"\nsmall_batch_threshold = 1\n";
-    let (_dir, server, port) = start_quic(&backend.to_string(), engine, &rsa);
+    let (_dir, server, port) =
+        start_quic(&backend.to_string(), &format!("[engine]\n{engine}\n"), &rsa);
     let admin = admin_address(&server.config).unwrap();
     let firsts = tokio::task::spawn_blocking(move || {
         let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
