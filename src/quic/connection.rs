@@ -271,8 +271,11 @@ fn sends_after(turn: Turn, conn: &mut quiche::Connection) -> bool {
     }
 }
 
+/// Whether the handshake waits for an asynchronous step, and nothing else is to be said: a
+/// connection that is closing (a protocol error, a drain) sends its close at once.
 fn waits_for_callback(conn: &mut quiche::Connection) -> bool {
-    crate::sys::handshake_waits_for_callback(AsMut::<boring::ssl::SslRef>::as_mut(conn))
+    conn.local_error().is_none()
+        && crate::sys::handshake_waits_for_callback(AsMut::<boring::ssl::SslRef>::as_mut(conn))
 }
 
 /// Runs the handshake on without sending anything. quiche has no call for it: its `send`
