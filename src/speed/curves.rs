@@ -314,7 +314,16 @@ fn print_table(rows: &[Row], kernels: &[X25519Kernel]) {
          P-384 have no kernel: aws-lc)",
         tlsterm_engine::LANES
     );
+    if kernels.is_empty() {
+        println!("{NO_X25519_KERNEL}");
+    }
 }
+
+/// What `tlsterm speed` says on a CPU without the X25519 kernel (AVX-512 IFMA).
+const NO_X25519_KERNEL: &str =
+    "no X25519 kernel on this CPU: the engine's needs AVX-512 IFMA, and an AVX2 one was \
+     prototyped and not built, as it did not beat aws-lc-rs by 1.3x in every run \
+     (docs/BENCHMARKS-engine.md); `serve` computes X25519 with aws-lc-rs, its column here";
 
 /// X25519 batches of 1..=8 through each kernel against aws-lc one by one: where batching
 /// starts to pay (`[engine] x25519_small_batch_threshold`).
