@@ -30,7 +30,7 @@ pub struct SpeedArgs {
     #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]
     pub seconds: f64,
     /// Kernels to measure (repeatable; default: every multi-buffer kernel this CPU
-    /// supports; `portable` only when asked).
+    /// supports; `portable` only when asked). X25519 has two: `ifma` and `portable`.
     #[arg(long, value_enum)]
     pub kernel: Vec<SpeedKernel>,
     /// Measure batch sizes 1..=8 against inline: ops/s and per-batch

@@ -14,7 +14,7 @@ use boring::pkey::{Id, PKey, Private};
 
 use tlsterm_engine::{x25519_server_shares, X25519Kernel};
 
-use super::{batch_size_table, measure, median, paired_ratio, progress, SpeedArgs};
+use super::{batch_size_table, measure, median, paired_ratio, progress, SpeedArgs, SpeedKernel};
 use crate::offload::key_share::{compute, encapsulate, hybrid, split_hybrid, Group};
 use crate::offload::{HashAlg, Scheme, SigningKey};
 
@@ -122,13 +122,27 @@ fn boringssl_share(group: Group, client: &Client) -> anyhow::Result<usize> {
     })
 }
 
-/// The multi-buffer X25519 kernels to measure: those this CPU has, but not the portable
-/// reference (slower than aws-lc; `serve` never batches with it).
-fn kernels() -> Vec<X25519Kernel> {
+/// The X25519 kernels to measure: those `--kernel` names, or else the multi-buffer ones this
+/// CPU has, but not the portable reference (slower than aws-lc; `serve` never batches with
+/// it).
+fn kernels(asked: &[SpeedKernel]) -> Vec<X25519Kernel> {
     X25519Kernel::ALL
         .into_iter()
-        .filter(|k| *k != X25519Kernel::Portable && k.is_available())
+        .filter(|k| match asked.is_empty() {
+            true => *k != X25519Kernel::Portable,
+            false => asked.iter().any(|a| x25519_kernel(*a) == Some(*k)),
+        })
+        .filter(|k| k.is_available())
         .collect()
+}
+
+/// The X25519 kernel of a `--kernel` name, if it has one.
+fn x25519_kernel(kernel: SpeedKernel) -> Option<X25519Kernel> {
+    match kernel {
+        SpeedKernel::Ifma => Some(X25519Kernel::Ifma),
+        SpeedKernel::Portable => Some(X25519Kernel::Portable),
+        SpeedKernel::Avx512 | SpeedKernel::Avx2 => None,
+    }
 }
 
 /// `n` server shares for the same client share through `kernel`, as `serve` computes a
@@ -175,7 +189,7 @@ pub(super) fn run(args: &SpeedArgs, names: &[&str]) -> anyhow::Result<()> {
     if names.is_empty() {
         return Ok(());
     }
-    let kernels = kernels();
+    let kernels = kernels(&args.kernel);
     if args.batch_sizes {
         return batch_sizes(args, names, &kernels);
     }
@@ -191,6 +205,12 @@ pub(super) fn run(args: &SpeedArgs, names: &[&str]) -> anyhow::Result<()> {
     }
     progress("");
     print_table(&rows, &kernels);
+    if kernels.is_empty() && rows.iter().any(|row| row.name.starts_with("x25519")) {
+        match args.kernel.is_empty() {
+            true => println!("{NO_X25519_KERNEL}"),
+            false => println!("{NO_X25519_KERNEL_ASKED}"),
+        }
+    }
     Ok(())
 }
 
@@ -314,9 +334,6 @@ fn print_table(rows: &[Row], kernels: &[X25519Kernel]) {
          P-384 have no kernel: aws-lc)",
         tlsterm_engine::LANES
     );
-    if kernels.is_empty() {
-        println!("{NO_X25519_KERNEL}");
-    }
 }
 
 /// What `tlsterm speed` says on a CPU without the X25519 kernel (AVX-512 IFMA).
@@ -324,6 +341,9 @@ const NO_X25519_KERNEL: &str =
     "no X25519 kernel on this CPU: the engine's needs AVX-512 IFMA, and an AVX2 one was \
      prototyped and not built, as it did not beat aws-lc-rs by 1.3x in every run \
      (docs/BENCHMARKS-engine.md); `serve` computes X25519 with aws-lc-rs, its column here";
+/// What it says when `--kernel` names none of the X25519 kernels.
+const NO_X25519_KERNEL_ASKED: &str =
+    "no X25519 kernel among those --kernel names (X25519's are ifma and portable)";
 
 /// X25519 batches of 1..=8 through each kernel against aws-lc one by one: where batching
 /// starts to pay (`[engine] x25519_small_batch_threshold`).

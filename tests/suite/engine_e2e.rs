@@ -492,3 +492,41 @@ fn speed_compares_key_shares_and_p384_signatures_with_boringssl() {
         "{text}"
     );
 }
+
+/// `--kernel` chooses the X25519 kernels as it does the RSA ones: `portable` adds the
+/// reference kernel's column, and a list without an X25519 kernel (`avx2`) gives no kernel
+/// column and says so.
+#[test]
+fn speed_takes_the_x25519_kernels_that_kernel_names() {
+    let speed = |kernel: &str| {
+        let out = run(std::process::Command::new(TLSTERM).args([
+            "speed",
+            "--seconds",
+            "0.05",
+            "--kernel",
+            kernel,
+            "x25519",
+        ]));
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let text = speed("portable");
+    let header = text.lines().find(|l| l.starts_with("operation"));
+    assert!(header.is_some_and(|h| h.contains("portable/s")), "{text}");
+    assert!(!text.contains("no X25519 kernel"), "{text}");
+    if !Kernel::Avx2.is_available() {
+        eprintln!("note: --kernel avx2 skipped: this CPU lacks AVX2");
+        return;
+    }
+    let text = speed("avx2");
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("x25519"))
+        .unwrap_or_else(|| panic!("no x25519 row in {text}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row.len(), 6, "BoringSSL and aws-lc-rs only: {row:?}");
+    assert!(
+        text.contains("no X25519 kernel among those --kernel names"),
+        "{text}"
+    );
+}
