@@ -424,12 +424,7 @@ fn speed_has_a_column_per_kernel_and_pairs_rounds() {
         assert!(header.contains(&format!("{}/s", k.name())), "{header}");
     }
     assert_eq!(header.matches("range").count(), kernels.len(), "{header}");
-    let row: Vec<&str> = text
-        .lines()
-        .find(|l| l.starts_with("rsa2048"))
-        .unwrap_or_else(|| panic!("no rsa2048 row in {text}"))
-        .split_whitespace()
-        .collect();
+    let row = table_row(&text, "rsa2048");
     // algorithm, inline/s, then ops/s, ratio and range per kernel.
     assert_eq!(row.len(), 2 + 3 * kernels.len(), "{row:?}");
     assert!(row[1].parse::<f64>().expect("inline/s") > 0.0, "{row:?}");
@@ -468,12 +463,7 @@ fn speed_compares_key_shares_and_p384_signatures_with_boringssl() {
         "{header}"
     );
     for name in ["x25519", "p384ecdh", "ecdsap384"] {
-        let row: Vec<&str> = text
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or_else(|| panic!("no {name} row in {text}"))
-            .split_whitespace()
-            .collect();
+        let row = table_row(&text, name);
         // name, then ops/s, µs per operation and (after the first) a ratio per column.
         assert_eq!(row.len(), 3 + 3 + 3 * kernels, "{row:?}");
         for column in [1, 3, 5] {
@@ -518,15 +508,19 @@ fn speed_takes_the_x25519_kernels_that_kernel_names() {
         return;
     }
     let text = speed("avx2");
-    let row: Vec<&str> = text
-        .lines()
-        .find(|l| l.starts_with("x25519"))
-        .unwrap_or_else(|| panic!("no x25519 row in {text}"))
-        .split_whitespace()
-        .collect();
+    let row = table_row(&text, "x25519");
     assert_eq!(row.len(), 6, "BoringSSL and aws-lc-rs only: {row:?}");
     assert!(
         text.contains("no X25519 kernel among those --kernel names"),
         "{text}"
     );
+}
+
+/// The cells of the row of `tlsterm speed`'s table that starts with `name`.
+fn table_row<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} row in {text}"))
+        .split_whitespace()
+        .collect()
 }
