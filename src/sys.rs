@@ -158,16 +158,6 @@ pub fn early_data_reason(
     }
 }
 
-/// The reason code (`SSL_R_*`) of the newest error BoringSSL's SSL library left on this
-/// thread's error queue, which it leaves there: the failing call's caller reads it.
-pub fn last_ssl_error_reason() -> Option<i32> {
-    // SAFETY: the call reads this thread's error queue and changes nothing.
-    let packed = unsafe { boring_sys::ERR_peek_last_error() };
-    // ERR_GET_LIB and ERR_GET_REASON, which are C macros.
-    let library = (packed >> 24) & 0xff;
-    (packed != 0 && library == boring_sys::ERR_LIB_SSL.0).then_some((packed & 0xfff) as i32)
-}
-
 /// Sets the TLS 1.3 suites of a context: protocol IDs, and per suite the flag marking
 /// "equal preference with the next". (The `boring` crate has no wrapper for this call.)
 pub fn set_tls13_ciphers(builder: &mut SslContextBuilder, ids: &[u16], flags: &[u32]) -> bool {

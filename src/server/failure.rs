@@ -103,7 +103,7 @@ pub struct FailureFacts {
 }
 
 impl FailureFacts {
-    pub fn of<S>(error: &tokio_boring::HandshakeError<S>) -> FailureFacts {
+    pub fn of<S: std::fmt::Debug>(error: &tokio_boring::HandshakeError<S>) -> FailureFacts {
         let ssl = error.ssl();
         let closed = match error.as_io_error() {
             Some(io) => matches!(
@@ -116,11 +116,19 @@ impl FailureFacts {
             None => error.code() == Some(boring::ssl::ErrorCode::SYSCALL),
         };
         FailureFacts {
-            reason: ssl.and_then(crate::tls::handshake_error_reason),
+            reason: ssl_reason(error),
             verify: ssl.and_then(|ssl| ssl.verify_result().err().map(|e| e.as_raw())),
             closed,
         }
     }
+}
+
+/// The reason code (`SSL_R_*`) of the failed step: the newest error on the stack that
+/// BoringSSL left and the handshake's error took with it, if the SSL library set it.
+fn ssl_reason<S: std::fmt::Debug>(error: &tokio_boring::HandshakeError<S>) -> Option<i32> {
+    let ssl_error = std::error::Error::source(error)?.downcast_ref::<boring::ssl::Error>()?;
+    let newest = ssl_error.ssl_error()?.errors().last()?;
+    newest.library_reason(boring_sys::ERR_LIB_SSL)
 }
 
 #[cfg(test)]

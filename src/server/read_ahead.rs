@@ -60,6 +60,17 @@ impl<S> ReadAhead<S> {
     }
 }
 
+/// Shows the socket and how many bytes wait, never the bytes (a failed handshake's error
+/// needs `Debug` to name its cause).
+impl<S: std::fmt::Debug> std::fmt::Debug for ReadAhead<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadAhead")
+            .field("inner", &self.inner)
+            .field("pending", &self.pending.len().saturating_sub(self.consumed))
+            .finish()
+    }
+}
+
 impl<S: AsyncRead + Unpin> AsyncRead for ReadAhead<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,

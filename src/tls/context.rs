@@ -7,7 +7,6 @@ use anyhow::Context as _;
 use boring::ssl::{AlpnError, SslContextBuilder, SslMode, SslVersion};
 use boring::x509::X509Name;
 
-use super::failure;
 use super::profile::{select_alpn, verify_mode, Profiles};
 use super::tls13::Tls13Order;
 use crate::config::{ListenerConfig, TlsVersion};
@@ -45,7 +44,6 @@ pub(super) fn configure(
     // waits. BoringSSL refuses a retry from another address (BAD_WRITE_RETRY, which ended a
     // slow client's response) unless told that the bytes, not their address, are what count.
     builder.set_mode(SslMode::ACCEPT_MOVING_WRITE_BUFFER);
-    failure::record_failures(builder);
     if *listener.early_data.get_ref() {
         crate::sys::enable_early_data(builder);
     }

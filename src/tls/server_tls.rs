@@ -19,7 +19,7 @@ use super::names::NameTable;
 use super::profile::Profiles;
 use super::select::{ecdsa_suites, file_staple, CertContext, CertSelector};
 use super::tls13::Tls13Order;
-use super::{acme_challenge, compress, ech, failure, key_share_hint};
+use super::{acme_challenge, compress, ech, key_share_hint};
 use crate::config::{CertCompression, ListenerConfig, SessionConfig, TlsVersion};
 use crate::session::Sessions;
 
@@ -86,7 +86,6 @@ impl ServerTls {
     pub fn new_ssl(&self, client: IpAddr) -> anyhow::Result<Ssl> {
         let mut ssl = Ssl::new(&self.base)?;
         ssl.set_ex_data(*CLIENT_ADDRESS, client);
-        failure::prepare(&mut ssl);
         Ok(ssl)
     }
 }

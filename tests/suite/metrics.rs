@@ -143,6 +143,60 @@ async fn metrics_count_exactly_the_traffic() {
 
 /// Per-worker series: one per worker, adding up to the process totals; CPU time sampled;
 /// `tlsterm stats` shows a row per worker.
+/// Each failed handshake is counted under the cause BoringSSL's reason code names: plain
+/// HTTP on the TLS port, a client that offers only TLS 1.1, and a client that refuses the
+/// certificate with an alert.
+#[test]
+fn handshake_failures_are_counted_by_their_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = ConfigBuilder::new()
+        .listener(|l| l.port(port).backend("builtin"))
+        .write(dir.path());
+    let server = Server::start(&config);
+    let admin = admin_address(&config).unwrap();
+
+    let (status, _) = raw_http(([127, 0, 0, 1], port).into(), GET_CLOSE);
+    assert_ne!(status, 200, "plain HTTP is not answered as HTTP");
+    wait_for_metric(
+        admin,
+        "tlsterm_handshake_failures_total{reason=\"not_tls\"} 1",
+    );
+
+    let out = s_client(port, &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"], "");
+    assert!(out.contains("alert protocol version"), "{out}");
+    wait_for_metric(
+        admin,
+        "tlsterm_handshake_failures_total{reason=\"protocol_version\"} 1",
+    );
+
+    // The server's self-signed certificate is in no system trust store: the client aborts
+    // with an alert once it has read it. Over TLS 1.2: OpenSSL's TLS 1.3 alert at that point
+    // reaches BoringSSL as a record it cannot decrypt, which is counted as `other`.
+    let out = s_client(
+        port,
+        &[
+            "-tls1_2",
+            "-verify_return_error",
+            "-CAfile",
+            "/etc/ssl/certs/ca-certificates.crt",
+        ],
+        "",
+    );
+    assert!(out.contains("verify error"), "{out}");
+    wait_for_metric(
+        admin,
+        "tlsterm_handshake_failures_total{reason=\"client_alert\"} 1",
+    );
+    let scrape = scrape(admin);
+    assert_eq!(
+        value(&scrape, "tlsterm_handshake_failures_total", None),
+        3.0,
+        "no failure counted twice or under another cause"
+    );
+    drop(server);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_worker_series_add_up_to_the_totals() {
     let (_dir, server, port) = start_listener("builtin", "");
