@@ -261,17 +261,12 @@ pub fn offered(hello: &ClientHello<'_>) -> bool {
 }
 
 /// `extension`: the ALPN extension's body (u16 length, then u8-length-prefixed names).
+/// A list of that one name is its length byte and the name, with nothing after: compared
+/// as such, with no copy (every ClientHello that offers ALPN comes here, as all browsers'
+/// do).
 fn only_acme_tls(extension: &[u8]) -> bool {
-    let mut protocols = Vec::new();
-    let mut rest = extension.get(2..).unwrap_or_default();
-    while let Some((&len, tail)) = rest.split_first() {
-        let Some(protocol) = tail.get(..len as usize) else {
-            return false;
-        };
-        protocols.push(protocol);
-        rest = &tail[len as usize..];
-    }
-    protocols == [ACME_TLS_ALPN]
+    let list = extension.get(2..).unwrap_or_default();
+    list.split_first() == Some((&(ACME_TLS_ALPN.len() as u8), ACME_TLS_ALPN))
 }
 
 /// The context answering the pending challenge for `sni`, if any.
@@ -337,6 +332,10 @@ mod tests {
         };
         assert!(only_acme_tls(&list(&[ACME_TLS_ALPN])));
         assert!(!only_acme_tls(&list(&[b"h2", ACME_TLS_ALPN])));
+        assert!(!only_acme_tls(&list(&[ACME_TLS_ALPN, b"h2"])));
+        assert!(!only_acme_tls(
+            &[&list(&[ACME_TLS_ALPN])[..], &[0]].concat()
+        ));
         assert!(!only_acme_tls(&list(&[b"http/1.1"])));
         assert!(!only_acme_tls(&list(&[])));
         assert!(!only_acme_tls(&[0, 5, 10, b'a']), "truncated");
