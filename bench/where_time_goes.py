@@ -22,7 +22,7 @@ GROUPS = [
     ("crypto: X25519", r"x25519|curve25519|X25519"),
     ("crypto: P-256 / ECDSA", r"p256|nistz256|ec_GFp|ec_point|EC_|ecdsa|ECDSA|ec_scalar|ec_felem"),
     ("crypto: RSA and other big numbers", r"tlsterm_engine::(rsa|ifma|mul32|mont)|rsaz|bn_|BN_|RSA_|rsa_"),
-    ("crypto: ML-KEM / Keccak", r"keccak|Keccak|kyber|mlkem|MLKEM|KYBER"),
+    ("crypto: ML-KEM / Keccak", r"keccak|Keccak|kyber|mlkem|mlk_|MLKEM|KYBER|rej_uniform"),
     ("crypto: SHA, AES, HMAC", r"sha256|sha512|sha1_|SHA|aes_|gcm|ghash|HMAC|hkdf|HKDF|aead|AEAD|CRYPTO_gcm"),
     ("crypto: random numbers", r"jent_|rdrand|RAND_|rand_|drbg|getrandom"),
     ("copying", r"memmove|memcpy|memset|memcmp"),
