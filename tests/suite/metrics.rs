@@ -141,8 +141,6 @@ async fn metrics_count_exactly_the_traffic() {
     drop(server);
 }
 
-/// Per-worker series: one per worker, adding up to the process totals; CPU time sampled;
-/// `tlsterm stats` shows a row per worker.
 /// Each failed handshake is counted under the cause BoringSSL's reason code names: plain
 /// HTTP on the TLS port, a client that offers only TLS 1.1, and a client that refuses the
 /// certificate with an alert.
@@ -197,6 +195,8 @@ fn handshake_failures_are_counted_by_their_cause() {
     drop(server);
 }
 
+/// Per-worker series: one per worker, adding up to the process totals; CPU time sampled;
+/// `tlsterm stats` shows a row per worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_worker_series_add_up_to_the_totals() {
     let (_dir, server, port) = start_listener("builtin", "");
