@@ -6,7 +6,7 @@
                                        # the checker's own test: a binary with a planted
                                        # secret-dependent branch in SYMBOL must be refused
 
-Which functions, for each of the three kernels that use AVX-512:
+Which functions, for each of the kernels that use AVX-512:
 - IFMA: every function of the kernel (`tlsterm_engine::ifma::*`), its trait implementations
   (`<tlsterm_engine::ifma::Ifma as ...>::*`) and every function the kernel's code is
   inlined into (any function holding an IFMA instruction);
@@ -15,6 +15,11 @@ Which functions, for each of the three kernels that use AVX-512:
   holding an IFMA instruction is in the IFMA set above as well;
 - P-256 IFMA: every function of `tlsterm_engine::p256::ifma` (the entry point, into which
   the whole kernel is inlined, and its wrapper);
+- ML-KEM AVX-512F: the lane-wise arithmetic of an encapsulation pass
+  (`tlsterm_engine::mlkem::arithmetic_avx2`: NTTs, products, noise and message added,
+  compression and packing) and the eight-state Keccak (`tlsterm_engine::keccak::avx512::*`);
+  the public matrix's rejection sampling (`tlsterm_engine::mlkem::sample_ntt`) reads public
+  bytes only and is kept out of line so that it is not in the checked set;
 - AVX-512F (the 32-bit-multiply kernel at zmm width): its entry points
   (`<tlsterm_engine::mul32::simd::Zmm as ...>::*`), into which the whole width-generic
   kernel is inlined, and any function holding a `vpmuludq` on zmm registers.
@@ -337,7 +342,11 @@ def main():
     zmm = {n for n in bodies if "tlsterm_engine::mul32::simd::Zmm as" in n}
     zmm |= {n for n, bs in bodies.items()
             if any(op.startswith("vpmuludq") and "%zmm" in a for b in bs for _, op, a in b)}
-    groups = (("IFMA", ifma), ("AVX-512F", zmm), ("X25519 IFMA", x25519), ("P-256 IFMA", p256))
+    mlkem = {n for n in bodies if n.startswith("tlsterm_engine::mlkem::arithmetic_avx2")
+             or n.startswith("tlsterm_engine::keccak::avx512::")}
+    zmm -= mlkem
+    groups = (("IFMA", ifma), ("AVX-512F", zmm), ("X25519 IFMA", x25519), ("P-256 IFMA", p256),
+              ("ML-KEM AVX-512F", mlkem))
     for what, found in groups:
         if not found:
             sys.exit(f"avx512_branches.py: no {what} kernel functions found in " + binary)
@@ -346,7 +355,10 @@ def main():
         sys.exit("avx512_branches.py: no X25519 IFMA arithmetic found in " + binary)
     if not any(any(op.startswith("vpmadd52") for b in bodies[n] for _, op, _ in b) for n in p256):
         sys.exit("avx512_branches.py: no P-256 IFMA arithmetic found in " + binary)
-    kernel = ifma | zmm | x25519 | p256
+    # The NTTs and products themselves (32-bit multiplies), not only their caller.
+    if not any(op.startswith("vpmulld") for n in mlkem for b in bodies[n] for _, op, _ in b):
+        sys.exit("avx512_branches.py: no ML-KEM arithmetic found in " + binary)
+    kernel = ifma | zmm | x25519 | p256 | mlkem
     callers = sorted({n for n, bs in bodies.items() if n not in kernel
                       and any(any(k in a for k in kernel) for b in bs for _, op, a in b if op.startswith("call"))})
     bad, count = [], 0
@@ -365,8 +377,8 @@ def main():
         sys.exit(1)
     per = {what: sum(len(bodies[n]) for n in found) for what, found in groups}
     print(f"AVX-512 kernels: {count} functions checked ({per['IFMA']} RSA IFMA, {per['AVX-512F']} AVX-512F,"
-          f" {per['X25519 IFMA']} X25519 IFMA, {per['P-256 IFMA']} P-256 IFMA), no branch or address derived"
-          " from data")
+          f" {per['X25519 IFMA']} X25519 IFMA, {per['P-256 IFMA']} P-256 IFMA, {per['ML-KEM AVX-512F']} ML-KEM"
+          " AVX-512F), no branch or address derived from data")
     for n in sorted(kernel):
         print(f"    {n} ({len(bodies[n])})")
     print("  inlined into / called from (generic pipeline, checked under valgrind with AVX2/portable):",

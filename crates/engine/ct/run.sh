@@ -50,8 +50,8 @@ if grep -qw avx2 /proc/cpuinfo; then
 else
     echo "ct/run.sh: kernel avx2 skipped: this CPU lacks AVX2"
 fi
-modes=("${kernels[@]/#/sign }" "keysetup" "x25519" "p256")
-controls=(control-local control-input control-x25519 control-p256)
+modes=("${kernels[@]/#/sign }" "keysetup" "x25519" "p256" "mlkem")
+controls=(control-local control-input control-x25519 control-p256 control-mlkem)
 
 # Each run under memcheck is single-threaded and they are independent: they run side by
 # side, one per core; each leaves its output in /tmp/ct_<name>.log and its status in .rc.

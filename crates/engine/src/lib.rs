@@ -15,8 +15,13 @@
 //! it with (`curve_kernel.rs`: the choice between the two). Every P-256
 //! signature is fault-checked before it is returned.
 //!
+//! ML-KEM-768 encapsulations (`mlkem/`, the post-quantum half of the
+//! X25519MLKEM768 key share) are batched 8 per pass too: their Keccak in the
+//! lanes of zmm registers (`keccak/`), their polynomial arithmetic lane-wise.
+//!
 //! `unsafe` appears only in the SIMD kernels (`ifma.rs`, `mul32/`,
-//! `x25519/ifma.rs`, `p256/ifma.rs`, the curve kernels' loads and stores in
+//! `x25519/ifma.rs`, `p256/ifma.rs`, `keccak/avx512.rs`, the AVX2/AVX-512
+//! build of `mlkem/`'s arithmetic, the curve kernels' loads and stores in
 //! `zmm.rs`) and in the constant-time check's hooks (`ct.rs`: the
 //! valgrind client requests of the optional `ct-valgrind` feature, and the
 //! volatile read back of a declassified value).
@@ -49,9 +54,11 @@ pub use mul32::planted_mac;
 pub use p256::planted_select_p256;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use x25519::planted_cswap;
+mod keccak;
 mod kernel;
 #[cfg(feature = "test-hooks")]
 pub mod microbench;
+mod mlkem;
 mod p256;
 mod padding;
 mod rsa;
@@ -62,6 +69,12 @@ mod x25519;
 mod zmm;
 
 pub use curve_kernel::CurveKernel;
+#[cfg(feature = "test-hooks")]
+pub use mlkem::mlkem768_encapsulate_deterministic;
+pub use mlkem::{
+    mlkem768_encapsulate_batch, MlKemEncapsulation, MlKemKernel, MLKEM768_CIPHERTEXT_LEN,
+    MLKEM768_ENCAPSULATION_KEY_LEN,
+};
 #[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
 pub use p256::ct_p256_ifma_lanes;
 #[cfg(feature = "test-hooks")]

@@ -1,0 +1,436 @@
+//! ML-KEM-768 encapsulation (FIPS 203) in batches: the server's half of the
+//! X25519MLKEM768 key exchange for eight connections at once.
+//!
+//! Eight encapsulations share every step: their hashes run in the eight
+//! lanes of the Keccak states (`keccak/`: one AVX-512 permutation for eight
+//! states, or the portable one eight times) and their polynomial arithmetic
+//! in the eight lanes of [`poly::Poly8`]. A short batch is padded with
+//! dummy lanes. The result of each lane is the ciphertext for the client and
+//! the 32-byte shared secret.
+//!
+//! Constant time: the random message, the seed derived from it, the noise and
+//! the shared secret never decide a branch or an address. The encapsulation
+//! key, the public matrix expanded from it (rejection sampling reads public
+//! bytes only) and the ciphertext are public.
+//!
+//! No long-term secret takes part in an encapsulation, so a fault can only
+//! give the client a ciphertext it decapsulates to another key (ML-KEM's
+//! implicit rejection): that handshake fails its Finished check. The tests
+//! check every result by decapsulating it with aws-lc.
+
+mod poly;
+
+use crate::bn::LANES;
+use crate::keccak::{Permutation, State8, SHA3_256, SHA3_512, SHAKE128, SHAKE256};
+use crate::EngineError;
+use core::cell::RefCell;
+use poly::{Poly8, N, Q};
+use zeroize::{Zeroize, Zeroizing};
+
+/// Bytes of an ML-KEM-768 encapsulation key (the client's share).
+pub const MLKEM768_ENCAPSULATION_KEY_LEN: usize = 1184;
+/// Bytes of an ML-KEM-768 ciphertext (the server's share).
+pub const MLKEM768_CIPHERTEXT_LEN: usize = 1088;
+
+/// The module rank of ML-KEM-768.
+const K: usize = 3;
+/// Bytes of the compressed `u` (10 bits per coefficient) in a ciphertext.
+const U_BYTES: usize = K * 320;
+
+/// One encapsulation: the ciphertext for the client and the shared secret.
+pub struct MlKemEncapsulation {
+    /// The ciphertext (the server's key share).
+    pub ciphertext: Box<[u8; MLKEM768_CIPHERTEXT_LEN]>,
+    /// The shared secret (zeroized on drop).
+    pub secret: Zeroizing<[u8; 32]>,
+}
+
+impl core::fmt::Debug for MlKemEncapsulation {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // The shared secret is never printed.
+        f.debug_struct("MlKemEncapsulation").finish_non_exhaustive()
+    }
+}
+
+/// Which kernel computes a batch of encapsulations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MlKemKernel {
+    /// The eight lanes' Keccak in zmm registers (AVX-512F), their arithmetic
+    /// compiled for AVX2.
+    Avx512,
+    /// Portable Rust: the same lanes, one Keccak state at a time.
+    Portable,
+}
+
+impl MlKemKernel {
+    /// Every kernel, fastest first.
+    pub const ALL: [MlKemKernel; 2] = [MlKemKernel::Avx512, MlKemKernel::Portable];
+
+    /// The fastest kernel this CPU supports.
+    pub fn detect() -> MlKemKernel {
+        MlKemKernel::ALL
+            .into_iter()
+            .find(|k| k.is_available())
+            .unwrap_or(MlKemKernel::Portable)
+    }
+
+    /// Whether this CPU can run the kernel (detected at run time).
+    pub fn is_available(self) -> bool {
+        match self {
+            MlKemKernel::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            MlKemKernel::Avx512 => {
+                Permutation::Avx512.is_available() && is_x86_feature_detected!("avx2")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            MlKemKernel::Avx512 => false,
+        }
+    }
+
+    /// The kernel's name in configuration and logs (`avx512f`, `portable`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MlKemKernel::Avx512 => "avx512f",
+            MlKemKernel::Portable => "portable",
+        }
+    }
+
+    fn permutation(self) -> Permutation {
+        match self {
+            MlKemKernel::Avx512 => Permutation::Avx512,
+            MlKemKernel::Portable => Permutation::Portable,
+        }
+    }
+}
+
+/// For each client key: a fresh random message (zeroized after use) and its
+/// encapsulation, ML-KEM.Encaps of FIPS 203. A key that fails the modulus
+/// check (a coefficient of q or more) or has the wrong length gives
+/// [`EngineError::InvalidPeerKey`], the others are unaffected. Any number of
+/// keys, eight per pass.
+pub fn mlkem768_encapsulate_batch(
+    kernel: MlKemKernel,
+    keys: &[&[u8]],
+) -> Vec<Result<MlKemEncapsulation, EngineError>> {
+    encapsulate_with(kernel, keys, |messages| {
+        getrandom::getrandom(messages.as_flattened_mut()).map_err(|_| EngineError::Rng)
+    })
+}
+
+/// Test hook (feature `test-hooks`): the encapsulations with the given
+/// messages instead of random ones (`messages[i]` for `keys[i]`), for known
+/// answers and the comparison of kernels.
+#[cfg(feature = "test-hooks")]
+pub fn mlkem768_encapsulate_deterministic(
+    kernel: MlKemKernel,
+    keys: &[&[u8]],
+    messages: &[[u8; 32]],
+) -> Vec<Result<MlKemEncapsulation, EngineError>> {
+    assert_eq!(keys.len(), messages.len());
+    let mut next = messages.chunks(LANES);
+    encapsulate_with(kernel, keys, |out| {
+        let chunk = next.next().expect("one chunk per pass");
+        out[..chunk.len()].copy_from_slice(chunk);
+        Ok(())
+    })
+}
+
+fn encapsulate_with(
+    kernel: MlKemKernel,
+    keys: &[&[u8]],
+    mut draw: impl FnMut(&mut [[u8; 32]; LANES]) -> Result<(), EngineError>,
+) -> Vec<Result<MlKemEncapsulation, EngineError>> {
+    if !kernel.is_available() {
+        return keys
+            .iter()
+            .map(|_| Err(EngineError::KernelUnavailable))
+            .collect();
+    }
+    thread_local! {
+        // One pass's polynomials (14 of 8 KiB), kept by the thread between batches
+        // rather than allocated, zeroed and moved each time.
+        static SCRATCH: RefCell<Option<Box<Scratch>>> = const { RefCell::new(None) };
+    }
+    let mut out = Vec::with_capacity(keys.len());
+    SCRATCH.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let scratch = slot.get_or_insert_with(|| Box::new(Scratch::new()));
+        for group in keys.chunks(LANES) {
+            let mut messages = Zeroizing::new([[0u8; 32]; LANES]);
+            if let Err(e) = draw(&mut messages) {
+                out.extend(group.iter().map(|_| Err(e.clone())));
+                continue;
+            }
+            crate::ct::mark_secret(&messages[..]);
+            out.extend(encapsulate_pass(kernel, scratch, group, &messages));
+            scratch.zeroize_secrets();
+        }
+    });
+    out
+}
+
+/// The polynomials of one pass (eight lanes). Those derived from the secret
+/// message are zeroized after each pass, all of them when dropped.
+#[derive(Zeroize)]
+#[zeroize(drop)]
+struct Scratch {
+    /// The key's t-hat, in the NTT domain (public).
+    t: [Poly8; K],
+    /// The noise y, then its NTT.
+    y: [Poly8; K],
+    /// The noise e1, added to u.
+    e1: [Poly8; K],
+    /// The noise e2, added to v.
+    e2: Poly8,
+    /// One row of the transposed public matrix.
+    row: [Poly8; K],
+    /// u[i], then v.
+    acc: Poly8,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            t: [Poly8::ZERO, Poly8::ZERO, Poly8::ZERO],
+            y: [Poly8::ZERO, Poly8::ZERO, Poly8::ZERO],
+            e1: [Poly8::ZERO, Poly8::ZERO, Poly8::ZERO],
+            e2: Poly8::ZERO,
+            row: [Poly8::ZERO, Poly8::ZERO, Poly8::ZERO],
+            acc: Poly8::ZERO,
+        }
+    }
+
+    fn zeroize_secrets(&mut self) {
+        self.y.zeroize();
+        self.e1.zeroize();
+        self.e2.zeroize();
+        self.acc.zeroize();
+    }
+}
+
+/// Up to eight encapsulations with their messages (lane `l` of `messages`
+/// for `keys[l]`).
+fn encapsulate_pass(
+    kernel: MlKemKernel,
+    s: &mut Scratch,
+    keys: &[&[u8]],
+    messages: &[[u8; 32]; LANES],
+) -> Vec<Result<MlKemEncapsulation, EngineError>> {
+    // Keys that fail their checks, and the lanes past the batch, compute on
+    // the all-zero key (valid: t-hat = 0, rho = 0); their results are dropped.
+    const ZERO_KEY: [u8; MLKEM768_ENCAPSULATION_KEY_LEN] = [0; MLKEM768_ENCAPSULATION_KEY_LEN];
+    let mut valid = [false; LANES];
+    let mut lane_keys: [&[u8]; LANES] = core::array::from_fn(|l| {
+        let key = keys.get(l).copied();
+        key.filter(|k| k.len() == MLKEM768_ENCAPSULATION_KEY_LEN)
+            .unwrap_or(&ZERO_KEY[..])
+    });
+    for (l, key) in lane_keys.iter_mut().enumerate() {
+        let mut ok = keys
+            .get(l)
+            .is_some_and(|k| k.len() == MLKEM768_ENCAPSULATION_KEY_LEN);
+        for (i, t) in s.t.iter_mut().enumerate() {
+            ok &= poly::decode12(t, l, &key[384 * i..384 * (i + 1)]);
+        }
+        if !ok {
+            *key = &ZERO_KEY[..];
+            for t in s.t.iter_mut() {
+                poly::decode12(t, l, &ZERO_KEY[..384]);
+            }
+        }
+        valid[l] = ok;
+    }
+
+    let permutation = kernel.permutation();
+    // (K, r) = G(m || H(ek)).
+    let h = State8::absorb(SHA3_256, permutation, lane_keys);
+    let mut g_input = Zeroizing::new([[0u8; 64]; LANES]);
+    for (l, input) in g_input.iter_mut().enumerate() {
+        input[..32].copy_from_slice(&messages[l]);
+        h.read(l, &mut input[32..]);
+    }
+    let g = State8::absorb(
+        SHA3_512,
+        permutation,
+        core::array::from_fn(|l| &g_input[l][..]),
+    );
+    let mut kr = Zeroizing::new([[0u8; 64]; LANES]);
+    for (l, out) in kr.iter_mut().enumerate() {
+        g.read(l, out);
+    }
+    drop(g);
+
+    // The noise: y, e1, e2 from PRF(r, N) = SHAKE256(r || N), N = 0..7.
+    let noise = |n: u8, p: &mut Poly8| {
+        let inputs = Zeroizing::new(core::array::from_fn::<[u8; 33], LANES, _>(|l| {
+            let mut input = [0u8; 33];
+            input[..32].copy_from_slice(&kr[l][32..]);
+            input[32] = n;
+            input
+        }));
+        let prf = State8::absorb(
+            SHAKE256,
+            permutation,
+            core::array::from_fn(|l| &inputs[l][..]),
+        );
+        let mut bytes = Zeroizing::new([0u8; 128]);
+        for l in 0..LANES {
+            prf.read(l, &mut bytes[..]);
+            poly::centred_binomial2(p, l, &bytes);
+        }
+    };
+    for (n, p) in (0u8..).zip(s.y.iter_mut()) {
+        noise(n, p);
+    }
+    for (n, p) in (K as u8..).zip(s.e1.iter_mut()) {
+        noise(n, p);
+    }
+    noise(2 * K as u8, &mut s.e2);
+
+    let mut ciphertexts = vec![[0u8; MLKEM768_CIPHERTEXT_LEN]; LANES];
+    let rho: [&[u8]; LANES] = core::array::from_fn(|l| &lane_keys[l][384 * K..]);
+    arithmetic(kernel, s, messages, &rho, &mut ciphertexts);
+
+    let mut out = Vec::with_capacity(keys.len());
+    for l in 0..keys.len() {
+        crate::ct::declassify(&ciphertexts[l][..]);
+        out.push(if valid[l] {
+            let mut secret = Zeroizing::new([0u8; 32]);
+            secret.copy_from_slice(&kr[l][..32]);
+            Ok(MlKemEncapsulation {
+                ciphertext: Box::new(ciphertexts[l]),
+                secret,
+            })
+        } else {
+            Err(EngineError::InvalidPeerKey)
+        });
+    }
+    out
+}
+
+/// The polynomial part of K-PKE.Encrypt (FIPS 203 algorithm 14) once the
+/// noise is sampled: u = NTT^-1(A^T y-hat) + e1, v = NTT^-1(t-hat^T y-hat) +
+/// e2 + Decompress1(m), compressed into the ciphertexts.
+fn arithmetic(
+    kernel: MlKemKernel,
+    s: &mut Scratch,
+    messages: &[[u8; 32]; LANES],
+    rho: &[&[u8]; LANES],
+    ciphertexts: &mut [[u8; MLKEM768_CIPHERTEXT_LEN]],
+) {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: this kernel is only chosen where AVX2 is present (`is_available`).
+        MlKemKernel::Avx512 => unsafe { arithmetic_avx2(kernel, s, messages, rho, ciphertexts) },
+        _ => arithmetic_lanes(kernel, s, messages, rho, ciphertexts),
+    }
+}
+
+/// [`arithmetic_lanes`] compiled for AVX2: each lane-wise step on eight
+/// 32-bit coefficients is one ymm instruction.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f")]
+unsafe fn arithmetic_avx2(
+    kernel: MlKemKernel,
+    s: &mut Scratch,
+    messages: &[[u8; 32]; LANES],
+    rho: &[&[u8]; LANES],
+    ciphertexts: &mut [[u8; MLKEM768_CIPHERTEXT_LEN]],
+) {
+    arithmetic_lanes(kernel, s, messages, rho, ciphertexts);
+}
+
+#[inline(always)]
+fn arithmetic_lanes(
+    kernel: MlKemKernel,
+    s: &mut Scratch,
+    messages: &[[u8; 32]; LANES],
+    rho: &[&[u8]; LANES],
+    ciphertexts: &mut [[u8; MLKEM768_CIPHERTEXT_LEN]],
+) {
+    for y in s.y.iter_mut() {
+        poly::ntt(y);
+    }
+    for i in 0..K {
+        for j in 0..K {
+            sample_ntt(kernel.permutation(), &mut s.row[j], rho, i as u8, j as u8);
+        }
+        poly::multiply_accumulate(&mut s.acc, &s.row, &s.y);
+        poly::inverse_ntt(&mut s.acc);
+        poly::add(&mut s.acc, &s.e1[i]);
+        poly::reduce(&mut s.acc);
+        poly::compress::<10>(&mut s.acc);
+        for (l, c) in ciphertexts.iter_mut().enumerate() {
+            poly::pack10(&s.acc, l, &mut c[320 * i..320 * (i + 1)]);
+        }
+    }
+    poly::multiply_accumulate(&mut s.acc, &s.t, &s.y);
+    poly::inverse_ntt(&mut s.acc);
+    poly::add(&mut s.acc, &s.e2);
+    poly::add_message(&mut s.acc, messages);
+    poly::reduce(&mut s.acc);
+    poly::compress::<4>(&mut s.acc);
+    for (l, c) in ciphertexts.iter_mut().enumerate() {
+        poly::pack4(&s.acc, l, &mut c[U_BYTES..]);
+    }
+}
+
+/// Entry (i, j) of the transposed public matrix for each lane, SampleNTT of
+/// FIPS 203 (algorithm 7): SHAKE128(rho || i || j) read three bytes at a time
+/// into two 12-bit candidates, those below q kept, until 256 are. The lanes
+/// squeeze together until the last one has its 256. Only public bytes decide
+/// here; kept out of line, so that the constant-time check of the arithmetic
+/// it is called from (`ct/avx512_branches.py`) does not take its branches and
+/// data-dependent stores for the arithmetic's own.
+#[inline(never)]
+fn sample_ntt(permutation: Permutation, p: &mut Poly8, rho: &[&[u8]; LANES], i: u8, j: u8) {
+    let inputs: [[u8; 34]; LANES] = core::array::from_fn(|l| {
+        let mut input = [0u8; 34];
+        input[..32].copy_from_slice(&rho[l][..32]);
+        input[32] = i;
+        input[33] = j;
+        input
+    });
+    let mut xof = State8::absorb(
+        SHAKE128,
+        permutation,
+        core::array::from_fn(|l| &inputs[l][..]),
+    );
+    // Candidates are appended to each lane's list without a branch on their
+    // value (written, then counted if below q); a block adds at most 112.
+    let mut lists = [[0i32; N + 112]; LANES];
+    let mut filled = [0usize; LANES];
+    let mut block = [0u8; crate::keccak::MAX_RATE];
+    let rate = xof.rate();
+    loop {
+        for (l, (list, count)) in lists.iter_mut().zip(filled.iter_mut()).enumerate() {
+            if *count == N {
+                continue;
+            }
+            xof.read(l, &mut block[..rate]);
+            let mut n = *count;
+            for c in block[..rate].chunks_exact(3) {
+                let (b0, b1, b2) = (i32::from(c[0]), i32::from(c[1]), i32::from(c[2]));
+                let d0 = b0 | ((b1 & 0x0f) << 8);
+                let d1 = (b1 >> 4) | (b2 << 4);
+                let (keep0, keep1) = (usize::from(d0 < Q), usize::from(d1 < Q));
+                list[n] = d0;
+                list[n + keep0] = d1;
+                n += keep0 + keep1;
+            }
+            *count = n.min(N);
+        }
+        if filled.iter().all(|&count| count == N) {
+            break;
+        }
+        xof.permute();
+    }
+    for (i, c) in p.0.iter_mut().enumerate() {
+        for (x, list) in c.iter_mut().zip(&lists) {
+            *x = list[i];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
