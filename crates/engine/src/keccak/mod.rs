@@ -171,20 +171,29 @@ impl State8 {
             permutation,
         };
         let rate = sponge.rate;
-        let mut block = [0u8; MAX_RATE];
         let mut offset = 0;
         loop {
             let take = (len - offset).min(rate);
             let last = take < rate;
             for (lane, message) in messages.iter().enumerate() {
-                block[..take].copy_from_slice(&message[offset..offset + take]);
-                if last {
-                    block[take..rate].fill(0);
-                    block[take] ^= sponge.pad;
-                    block[rate - 1] ^= 0x80;
+                // XORed into the state word by word, no block buffer: these are
+                // short, and a copy per lane and block cost more than the permutation
+                // of a 34-byte SHAKE input.
+                let bytes = &message[offset..offset + take];
+                let words = bytes.chunks_exact(8);
+                let tail = words.remainder();
+                let full = words.len();
+                for (word, chunk) in state.words.iter_mut().zip(words) {
+                    word.0[lane] ^= u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
                 }
-                for (word, bytes) in state.words.iter_mut().zip(block[..rate].chunks_exact(8)) {
-                    word.0[lane] ^= u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+                if last {
+                    let mut partial = 0u64;
+                    for (i, byte) in tail.iter().enumerate() {
+                        partial |= u64::from(*byte) << (8 * i);
+                    }
+                    partial |= u64::from(sponge.pad) << (8 * tail.len());
+                    state.words[full].0[lane] ^= partial;
+                    state.words[rate / 8 - 1].0[lane] ^= 0x80 << 56;
                 }
             }
             state.permute();
@@ -193,7 +202,6 @@ impl State8 {
                 break;
             }
         }
-        block.zeroize();
         state
     }
 
@@ -201,9 +209,14 @@ impl State8 {
     /// bytes of it, at most the rate).
     pub(crate) fn read(&self, lane: usize, out: &mut [u8]) {
         assert!(out.len() <= self.sponge.rate);
-        for (bytes, word) in out.chunks_mut(8).zip(&self.words) {
-            let le = word.0[lane].to_le_bytes();
-            bytes.copy_from_slice(&le[..bytes.len()]);
+        let full = out.len() / 8;
+        let mut chunks = out.chunks_exact_mut(8);
+        for (bytes, word) in (&mut chunks).zip(&self.words) {
+            *<&mut [u8; 8]>::try_from(bytes).expect("8 bytes") = word.0[lane].to_le_bytes();
+        }
+        let tail = chunks.into_remainder();
+        for (i, byte) in tail.iter_mut().enumerate() {
+            *byte = (self.words[full].0[lane] >> (8 * i)) as u8;
         }
     }
 

@@ -19,6 +19,8 @@
 //! check every result by decapsulating it with aws-lc.
 
 mod poly;
+#[cfg(target_arch = "x86_64")]
+mod sample_avx512;
 
 use crate::bn::LANES;
 use crate::keccak::{Permutation, State8, SHA3_256, SHA3_512, SHAKE128, SHAKE256};
@@ -178,32 +180,35 @@ struct Scratch {
     t: [Poly8; K],
     /// The noise y, then its NTT.
     y: [Poly8; K],
-    /// The noise e1, added to u.
-    e1: [Poly8; K],
-    /// The noise e2, added to v.
-    e2: Poly8,
-    /// One row of the transposed public matrix.
+    /// The noise e1[i] added to u[i], then e2 added to v.
+    noise: Poly8,
+    /// One row of the transposed public matrix (public).
     row: [Poly8; K],
     /// u[i], then v.
     acc: Poly8,
+    /// Each lane's accepted matrix coefficients while sampling (public).
+    candidates: [[i32; CANDIDATES]; LANES],
 }
+
+/// Room for a lane's accepted coefficients: a block adds at most 112 to the
+/// 255 of a lane not yet full, and the AVX-512 path stores 16 at a time.
+const CANDIDATES: usize = N + 112 + 16;
 
 impl Scratch {
     fn new() -> Scratch {
         Scratch {
             t: [Poly8::ZERO, Poly8::ZERO, Poly8::ZERO],
             y: [Poly8::ZERO, Poly8::ZERO, Poly8::ZERO],
-            e1: [Poly8::ZERO, Poly8::ZERO, Poly8::ZERO],
-            e2: Poly8::ZERO,
+            noise: Poly8::ZERO,
             row: [Poly8::ZERO, Poly8::ZERO, Poly8::ZERO],
             acc: Poly8::ZERO,
+            candidates: [[0; CANDIDATES]; LANES],
         }
     }
 
     fn zeroize_secrets(&mut self) {
         self.y.zeroize();
-        self.e1.zeroize();
-        self.e2.zeroize();
+        self.noise.zeroize();
         self.acc.zeroize();
     }
 }
@@ -260,36 +265,14 @@ fn encapsulate_pass(
     }
     drop(g);
 
-    // The noise: y, e1, e2 from PRF(r, N) = SHAKE256(r || N), N = 0..7.
-    let noise = |n: u8, p: &mut Poly8| {
-        let inputs = Zeroizing::new(core::array::from_fn::<[u8; 33], LANES, _>(|l| {
-            let mut input = [0u8; 33];
-            input[..32].copy_from_slice(&kr[l][32..]);
-            input[32] = n;
-            input
-        }));
-        let prf = State8::absorb(
-            SHAKE256,
-            permutation,
-            core::array::from_fn(|l| &inputs[l][..]),
-        );
-        let mut bytes = Zeroizing::new([0u8; 128]);
-        for l in 0..LANES {
-            prf.read(l, &mut bytes[..]);
-            poly::centred_binomial2(p, l, &bytes);
-        }
-    };
-    for (n, p) in (0u8..).zip(s.y.iter_mut()) {
-        noise(n, p);
+    let mut seeds = Zeroizing::new([[0u8; 32]; LANES]);
+    for (seed, kr) in seeds.iter_mut().zip(kr.iter()) {
+        seed.copy_from_slice(&kr[32..]);
     }
-    for (n, p) in (K as u8..).zip(s.e1.iter_mut()) {
-        noise(n, p);
-    }
-    noise(2 * K as u8, &mut s.e2);
 
     let mut ciphertexts = vec![[0u8; MLKEM768_CIPHERTEXT_LEN]; LANES];
     let rho: [&[u8]; LANES] = core::array::from_fn(|l| &lane_keys[l][384 * K..]);
-    arithmetic(kernel, s, messages, &rho, &mut ciphertexts);
+    arithmetic(kernel, s, messages, &seeds, &rho, &mut ciphertexts);
 
     let mut out = Vec::with_capacity(keys.len());
     for l in 0..keys.len() {
@@ -308,21 +291,25 @@ fn encapsulate_pass(
     out
 }
 
-/// The polynomial part of K-PKE.Encrypt (FIPS 203 algorithm 14) once the
-/// noise is sampled: u = NTT^-1(A^T y-hat) + e1, v = NTT^-1(t-hat^T y-hat) +
-/// e2 + Decompress1(m), compressed into the ciphertexts.
+/// K-PKE.Encrypt (FIPS 203 algorithm 14) once the seed `r` of each lane is
+/// known: the noise y, e1, e2 from it, u = NTT^-1(A^T y-hat) + e1,
+/// v = NTT^-1(t-hat^T y-hat) + e2 + Decompress1(m), compressed into the
+/// ciphertexts.
 fn arithmetic(
     kernel: MlKemKernel,
     s: &mut Scratch,
     messages: &[[u8; 32]; LANES],
+    seeds: &[[u8; 32]; LANES],
     rho: &[&[u8]; LANES],
     ciphertexts: &mut [[u8; MLKEM768_CIPHERTEXT_LEN]],
 ) {
     match kernel {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: this kernel is only chosen where AVX2 is present (`is_available`).
-        MlKemKernel::Avx512 => unsafe { arithmetic_avx2(kernel, s, messages, rho, ciphertexts) },
-        _ => arithmetic_lanes(kernel, s, messages, rho, ciphertexts),
+        MlKemKernel::Avx512 => unsafe {
+            arithmetic_avx2(kernel, s, messages, seeds, rho, ciphertexts)
+        },
+        _ => arithmetic_lanes(kernel, s, messages, seeds, rho, ciphertexts),
     }
 }
 
@@ -334,10 +321,11 @@ unsafe fn arithmetic_avx2(
     kernel: MlKemKernel,
     s: &mut Scratch,
     messages: &[[u8; 32]; LANES],
+    seeds: &[[u8; 32]; LANES],
     rho: &[&[u8]; LANES],
     ciphertexts: &mut [[u8; MLKEM768_CIPHERTEXT_LEN]],
 ) {
-    arithmetic_lanes(kernel, s, messages, rho, ciphertexts);
+    arithmetic_lanes(kernel, s, messages, seeds, rho, ciphertexts);
 }
 
 #[inline(always)]
@@ -345,19 +333,22 @@ fn arithmetic_lanes(
     kernel: MlKemKernel,
     s: &mut Scratch,
     messages: &[[u8; 32]; LANES],
+    seeds: &[[u8; 32]; LANES],
     rho: &[&[u8]; LANES],
     ciphertexts: &mut [[u8; MLKEM768_CIPHERTEXT_LEN]],
 ) {
-    for y in s.y.iter_mut() {
+    for (n, y) in (0u8..).zip(s.y.iter_mut()) {
+        sample_noise(kernel, y, seeds, n);
         poly::ntt(y);
     }
     for i in 0..K {
-        for j in 0..K {
-            sample_ntt(kernel.permutation(), &mut s.row[j], rho, i as u8, j as u8);
+        for (j, row) in s.row.iter_mut().enumerate() {
+            sample_ntt(kernel, row, &mut s.candidates, rho, i as u8, j as u8);
         }
         poly::multiply_accumulate(&mut s.acc, &s.row, &s.y);
         poly::inverse_ntt(&mut s.acc);
-        poly::add(&mut s.acc, &s.e1[i]);
+        sample_noise(kernel, &mut s.noise, seeds, (K + i) as u8);
+        poly::add(&mut s.acc, &s.noise);
         poly::reduce(&mut s.acc);
         poly::compress::<10>(&mut s.acc);
         for (l, c) in ciphertexts.iter_mut().enumerate() {
@@ -366,13 +357,37 @@ fn arithmetic_lanes(
     }
     poly::multiply_accumulate(&mut s.acc, &s.t, &s.y);
     poly::inverse_ntt(&mut s.acc);
-    poly::add(&mut s.acc, &s.e2);
+    sample_noise(kernel, &mut s.noise, seeds, (2 * K) as u8);
+    poly::add(&mut s.acc, &s.noise);
     poly::add_message(&mut s.acc, messages);
     poly::reduce(&mut s.acc);
     poly::compress::<4>(&mut s.acc);
     for (l, c) in ciphertexts.iter_mut().enumerate() {
         poly::pack4(&s.acc, l, &mut c[U_BYTES..]);
     }
+}
+
+/// Noise polynomial `n` of each lane: the centred binomial distribution
+/// (eta = 2) of PRF(r, n) = SHAKE256(r || n), 128 bytes (FIPS 203 algorithms
+/// 8 and 14). Secret: the bytes are only computed on.
+#[inline(always)]
+fn sample_noise(kernel: MlKemKernel, p: &mut Poly8, seeds: &[[u8; 32]; LANES], n: u8) {
+    let inputs = Zeroizing::new(core::array::from_fn::<[u8; 33], LANES, _>(|l| {
+        let mut input = [0u8; 33];
+        input[..32].copy_from_slice(&seeds[l]);
+        input[32] = n;
+        input
+    }));
+    let prf = State8::absorb(
+        SHAKE256,
+        kernel.permutation(),
+        core::array::from_fn(|l| &inputs[l][..]),
+    );
+    let mut bytes = Zeroizing::new([[0u8; 128]; LANES]);
+    for (l, bytes) in bytes.iter_mut().enumerate() {
+        prf.read(l, bytes);
+    }
+    poly::centred_binomial2(p, &bytes);
 }
 
 /// Entry (i, j) of the transposed public matrix for each lane, SampleNTT of
@@ -383,7 +398,14 @@ fn arithmetic_lanes(
 /// it is called from (`ct/avx512_branches.py`) does not take its branches and
 /// data-dependent stores for the arithmetic's own.
 #[inline(never)]
-fn sample_ntt(permutation: Permutation, p: &mut Poly8, rho: &[&[u8]; LANES], i: u8, j: u8) {
+fn sample_ntt(
+    kernel: MlKemKernel,
+    p: &mut Poly8,
+    lists: &mut [[i32; CANDIDATES]; LANES],
+    rho: &[&[u8]; LANES],
+    i: u8,
+    j: u8,
+) {
     let inputs: [[u8; 34]; LANES] = core::array::from_fn(|l| {
         let mut input = [0u8; 34];
         input[..32].copy_from_slice(&rho[l][..32]);
@@ -393,21 +415,28 @@ fn sample_ntt(permutation: Permutation, p: &mut Poly8, rho: &[&[u8]; LANES], i: 
     });
     let mut xof = State8::absorb(
         SHAKE128,
-        permutation,
+        kernel.permutation(),
         core::array::from_fn(|l| &inputs[l][..]),
     );
     // Candidates are appended to each lane's list without a branch on their
-    // value (written, then counted if below q); a block adds at most 112.
-    let mut lists = [[0i32; N + 112]; LANES];
+    // value (written, then counted if below q).
     let mut filled = [0usize; LANES];
     let mut block = [0u8; crate::keccak::MAX_RATE];
     let rate = xof.rate();
+    // The portable kernel keeps the scalar loop: the reference the tests compare with.
+    #[cfg(target_arch = "x86_64")]
+    let vector = kernel == MlKemKernel::Avx512 && sample_avx512::available();
     loop {
         for (l, (list, count)) in lists.iter_mut().zip(filled.iter_mut()).enumerate() {
             if *count == N {
                 continue;
             }
             xof.read(l, &mut block[..rate]);
+            #[cfg(target_arch = "x86_64")]
+            if vector {
+                *count = sample_avx512::append_candidates(&block[..rate], list, *count).min(N);
+                continue;
+            }
             let mut n = *count;
             for c in block[..rate].chunks_exact(3) {
                 let (b0, b1, b2) = (i32::from(c[0]), i32::from(c[1]), i32::from(c[2]));
@@ -426,7 +455,7 @@ fn sample_ntt(permutation: Permutation, p: &mut Poly8, rho: &[&[u8]; LANES], i: 
         xof.permute();
     }
     for (i, c) in p.0.iter_mut().enumerate() {
-        for (x, list) in c.iter_mut().zip(&lists) {
+        for (x, list) in c.iter_mut().zip(lists.iter()) {
             *x = list[i];
         }
     }

@@ -221,18 +221,22 @@ pub(crate) fn add_message(p: &mut Poly8, messages: &[[u8; 32]; LANES]) {
     }
 }
 
-/// Lane `lane` of `p` from 128 bytes of pseudo-random output: the centred
+/// Each lane of `p` from its 128 bytes of pseudo-random output: the centred
 /// binomial distribution with eta = 2 (FIPS 203 algorithm 8), each
-/// coefficient the difference of two 2-bit popcounts. Branch-free: the
-/// bytes are the secret noise.
-pub(crate) fn centred_binomial2(p: &mut Poly8, lane: usize, bytes: &[u8; 128]) {
-    for (i, word) in bytes.chunks_exact(4).enumerate() {
-        let t = u32::from_le_bytes(word.try_into().expect("4 bytes"));
-        let d = (t & 0x5555_5555) + ((t >> 1) & 0x5555_5555);
-        for j in 0..8 {
-            let a = ((d >> (4 * j)) & 3) as i32;
-            let b = ((d >> (4 * j + 2)) & 3) as i32;
-            p.0[8 * i + j][lane] = a - b;
+/// coefficient the difference of two 2-bit popcounts, lane-wise. Branch-free:
+/// the bytes are the secret noise.
+#[inline(always)]
+pub(crate) fn centred_binomial2(p: &mut Poly8, bytes: &[[u8; 128]; LANES]) {
+    for (i, eight) in p.0.chunks_exact_mut(8).enumerate() {
+        let t: [u32; LANES] = core::array::from_fn(|l| {
+            u32::from_le_bytes(bytes[l][4 * i..4 * i + 4].try_into().expect("4 bytes"))
+        });
+        let d: [u32; LANES] =
+            core::array::from_fn(|l| (t[l] & 0x5555_5555) + ((t[l] >> 1) & 0x5555_5555));
+        for (j, c) in eight.iter_mut().enumerate() {
+            for (x, d) in c.iter_mut().zip(&d) {
+                *x = ((d >> (4 * j)) & 3) as i32 - ((d >> (4 * j + 2)) & 3) as i32;
+            }
         }
     }
 }
