@@ -8,7 +8,9 @@
 # options after it (`early_data` also makes the client send its resumed requests as 0-RTT;
 # `inline` signs with BoringSSL instead of batching: `[engine] mode = "inline"`;
 # `shares=MODE` sets `[engine] key_shares` (e.g. `shares=inline`: BoringSSL computes them);
-# `group=NAME` makes the client offer only that key-exchange group; `unix` relays to the
+# `group=NAME` makes the client offer only that key-exchange group; `mlkem=N` sets
+# `[engine] mlkem_small_batch_threshold` (e.g. `mlkem=100`: aws-lc encapsulates every
+# ML-KEM-768 half); `unix` relays to the
 # backend over a unix-domain socket instead of TCP (each run also prints the CPU of
 # tlsterm and backend together, the figure that compares the two); `acme` turns ACME on:
 # the listener also obtains a certificate for a.example from Pebble, the test ACME CA,
@@ -94,6 +96,9 @@ for variant in "$@"; do
     key_shares_line=
     if [[ $spec =~ shares=([a-z-]+) ]]; then
         key_shares_line="key_shares = \"${BASH_REMATCH[1]}\""
+    fi
+    if [[ $spec =~ mlkem=([0-9]+) ]]; then
+        key_shares_line+=$'\n'"mlkem_small_batch_threshold = ${BASH_REMATCH[1]}"
     fi
     client_flags[$name]=
     if [[ $spec =~ group=([a-z0-9]+) ]]; then

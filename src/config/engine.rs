@@ -40,6 +40,10 @@ pub struct EngineConfig {
     /// Batches of X25519 key shares smaller than this are computed one by one by aws-lc
     /// (default: the measured break-even of the kernel in use).
     pub x25519_small_batch_threshold: Option<Spanned<usize>>,
+    /// Batches of X25519MLKEM768 key shares with fewer ML-KEM-768 encapsulations than
+    /// this have them computed one by one by aws-lc (default: the measured break-even of
+    /// the ML-KEM kernel in use).
+    pub mlkem_small_batch_threshold: Option<Spanned<usize>>,
     /// Whether ECDSA P-256 signatures are batched by the curve kernel, apart from RSA.
     #[serde(default)]
     pub ecdsa: EcdsaMode,
@@ -103,6 +107,7 @@ impl Default for EngineConfig {
             kernel: EngineKernel::Auto,
             key_shares: KeyShares::Auto,
             x25519_small_batch_threshold: None,
+            mlkem_small_batch_threshold: None,
             ecdsa: EcdsaMode::Batch,
             ecdsa_small_batch_threshold: None,
         }
@@ -124,6 +129,10 @@ impl EngineConfig {
             (
                 "x25519_small_batch_threshold",
                 &self.x25519_small_batch_threshold,
+            ),
+            (
+                "mlkem_small_batch_threshold",
+                &self.mlkem_small_batch_threshold,
             ),
             (
                 "ecdsa_small_batch_threshold",

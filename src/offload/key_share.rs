@@ -127,8 +127,17 @@ pub fn split_hybrid(peer: &[u8]) -> Result<(&[u8], [u8; X25519_LEN]), KeyShareEr
 
 /// An ML-KEM-768 encapsulation to the client's key: (ciphertext, shared secret).
 pub struct Encapsulation {
-    ciphertext: Vec<u8>,
-    secret: Zeroizing<Vec<u8>>,
+    pub(super) ciphertext: Vec<u8>,
+    pub(super) secret: Zeroizing<Vec<u8>>,
+}
+
+impl From<tlsterm_engine::MlKemEncapsulation> for Encapsulation {
+    fn from(engine: tlsterm_engine::MlKemEncapsulation) -> Encapsulation {
+        Encapsulation {
+            ciphertext: engine.ciphertext.to_vec(),
+            secret: Zeroizing::new(engine.secret.to_vec()),
+        }
+    }
 }
 
 /// Encapsulates to a client's ML-KEM-768 key with aws-lc.

@@ -21,6 +21,7 @@ struct EngineMetrics {
     key_shares: IntCounterVec,
     share_flushes: IntCounterVec,
     share_lanes: Histogram,
+    encapsulations: IntCounterVec,
 }
 
 static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
@@ -79,6 +80,11 @@ static METRICS: LazyLock<EngineMetrics> = LazyLock::new(|| {
         "X25519 key shares per batch",
         (1..=8).map(f64::from).collect(),
     ),
+    encapsulations: metrics::counter_vec(
+        "engine_mlkem_encapsulations_total",
+        "ML-KEM-768 encapsulations of X25519MLKEM768 key shares computed in a worker's queue, by what computed them: batch (the multi-buffer engine) or aws-lc-rs (one at a time, in a batch with fewer than mlkem_small_batch_threshold of them)",
+        &["path"],
+    ),
 }
 });
 
@@ -129,6 +135,17 @@ pub(super) fn record_share_flush(cause: &str, shares: usize) {
     }
     METRICS.share_flushes.with_label_values(&[cause]).inc();
     METRICS.share_lanes.observe(shares as f64);
+}
+
+/// `count` ML-KEM-768 encapsulations computed by `path` (`batch` or `aws-lc-rs`).
+pub(super) fn record_encapsulations(path: &str, count: usize) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS
+        .encapsulations
+        .with_label_values(&[path])
+        .inc_by(count as u64);
 }
 
 pub(super) fn record_queue_wait(wait: Duration) {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use boring::ssl::SslSignatureAlgorithm;
 
-use tlsterm_engine::CurveKernel;
+use tlsterm_engine::{CurveKernel, MlKemKernel};
 
 use crate::config::{EcdsaMode, EngineConfig, EngineKernel, EngineMode, KeyShares};
 pub use key::{HashAlg, KeyKind, Scheme, SigningKey};
@@ -79,6 +79,11 @@ pub struct OffloadSettings {
     pub curve_kernel: CurveKernel,
     /// Below this many queued X25519 shares, aws-lc computes them one by one.
     pub x25519_small_batch_threshold: usize,
+    /// The kernel of ML-KEM-768 encapsulations (the other half of X25519MLKEM768 shares).
+    pub mlkem_kernel: MlKemKernel,
+    /// Below this many ML-KEM-768 encapsulations in a flushed batch of key shares, aws-lc
+    /// computes them one by one (`usize::MAX` where the kernel is slower than aws-lc).
+    pub mlkem_small_batch_threshold: usize,
     /// ECDSA P-384 signatures (no kernel) by aws-lc, about 4x as fast as BoringSSL's;
     /// false when `[engine]` asks for inline signing, which is BoringSSL's.
     pub p384_aws_lc: bool,
@@ -87,7 +92,8 @@ pub struct OffloadSettings {
 /// Who computed a key share: `/metrics` counts each path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeySharePath {
-    /// The multi-buffer engine (the X25519 part; ML-KEM by aws-lc), as a hint.
+    /// The multi-buffer engine (the X25519 part; the ML-KEM part too when enough of
+    /// them were queued together), as a hint.
     Batch,
     /// aws-lc, in tlsterm, handed to BoringSSL as a hint.
     AwsLc,
@@ -113,6 +119,8 @@ pub struct CpuKernels {
     pub rsa: Vec<tlsterm_engine::Kernel>,
     /// X25519 and P-256: the fastest kernel (`Portable` when there is no multi-buffer one).
     pub curve: CurveKernel,
+    /// ML-KEM-768: the fastest kernel (`Portable` without AVX-512).
+    pub mlkem: MlKemKernel,
 }
 
 impl CpuKernels {
@@ -121,6 +129,7 @@ impl CpuKernels {
         CpuKernels {
             rsa: tlsterm_engine::Kernel::simd_available(),
             curve: CurveKernel::detect(),
+            mlkem: MlKemKernel::detect(),
         }
     }
 }
@@ -176,6 +185,9 @@ impl OffloadSettings {
             curve_kernel,
             x25519_small_batch_threshold: count(&config.x25519_small_batch_threshold)
                 .unwrap_or_else(|| x25519_small_batch_threshold(curve_kernel)),
+            mlkem_kernel: cpu.mlkem,
+            mlkem_small_batch_threshold: count(&config.mlkem_small_batch_threshold)
+                .unwrap_or_else(|| mlkem_small_batch_threshold(cpu.mlkem)),
             p384_aws_lc: config.mode == EngineMode::Batch && config.ecdsa == EcdsaMode::Batch,
         }
     }
@@ -321,6 +333,20 @@ fn key_share_path_for(asked: KeyShares, kernel: CurveKernel) -> KeySharePath {
     }
 }
 
+/// Below this many ML-KEM-768 encapsulations in a batch of key shares, aws-lc computes
+/// them one by one: the break-even of the AVX-512 kernel against aws-lc. A pass costs the
+/// same for 1 to 8: on an AMD EPYC Zen 4 core a pass took 70-74 µs and aws-lc 13.5-14.1 µs
+/// per encapsulation in a loop (the engine's `mlkem_speed` example), and aws-lc about 17 µs
+/// inside handshakes (perf of `serve`), so 5 in a pass break even against aws-lc in a
+/// loop and save a little against aws-lc in a handshake. The portable kernel is slower
+/// than aws-lc at any size.
+fn mlkem_small_batch_threshold(kernel: MlKemKernel) -> usize {
+    match kernel {
+        MlKemKernel::Avx512 => 5,
+        MlKemKernel::Portable => usize::MAX,
+    }
+}
+
 /// Below this many queued X25519 shares, aws-lc computes them one by one: the measured
 /// break-even of the IFMA kernel against aws-lc (`tlsterm speed --batch-sizes x25519`,
 /// docs/BENCHMARKS-engine.md). A pass costs the same for 1 to 8 shares: on an Intel Emerald
@@ -362,7 +388,7 @@ pub type PendingKeyShare =
 /// worker is set to; `None` when BoringSSL is to compute it (inline, or a share it
 /// will refuse).
 pub fn key_share(group: key_share::Group, peer: &[u8]) -> Option<PendingKeyShare> {
-    use key_share::{compute, encapsulate, hybrid, split_hybrid, Group, ServerShare};
+    use key_share::{compute, hybrid, split_hybrid, Group, ServerShare};
     let path = key_share_path();
     let ready = |share: Option<ServerShare>, path| -> Option<PendingKeyShare> {
         let done = share.map(|share| (share, path));
@@ -374,25 +400,26 @@ pub fn key_share(group: key_share::Group, peer: &[u8]) -> Option<PendingKeyShare
             ready(compute(group, peer).ok(), KeySharePath::AwsLc)
         }
         (KeySharePath::Batch, Group::X25519) => {
-            let pending = queue::try_enqueue_x25519(peer.try_into().ok()?)?;
+            let pending = queue::try_enqueue_share(peer.try_into().ok()?, None)?;
             Some(Box::pin(async move {
-                let (share, path) = pending.await?;
+                let (halves, path) = pending.await?;
                 let share = ServerShare {
                     group,
-                    public: share.public.to_vec(),
-                    secret: zeroize::Zeroizing::new(share.shared.to_vec()),
+                    public: halves.x25519.public.to_vec(),
+                    secret: zeroize::Zeroizing::new(halves.x25519.shared.to_vec()),
                 };
                 Some((share, path))
             }))
         }
         (KeySharePath::Batch, Group::X25519MlKem768) => {
-            // ML-KEM now, with aws-lc; the X25519 half joins the batch.
+            // Both halves join the batch: the ML-KEM kernel encapsulates when enough of
+            // them do, aws-lc otherwise.
             let (peer_mlkem, peer_x25519) = split_hybrid(peer).ok()?;
-            let mlkem = encapsulate(peer_mlkem).ok()?;
-            let pending = queue::try_enqueue_x25519(peer_x25519)?;
+            let pending = queue::try_enqueue_share(peer_x25519, Some(peer_mlkem))?;
             Some(Box::pin(async move {
-                let (x25519, path) = pending.await?;
-                Some((hybrid(mlkem, &x25519.public, &*x25519.shared), path))
+                let (halves, path) = pending.await?;
+                let x25519 = halves.x25519;
+                Some((hybrid(halves.mlkem?, &x25519.public, &*x25519.shared), path))
             }))
         }
     }

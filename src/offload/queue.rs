@@ -1,8 +1,9 @@
 //! The per-worker queue of engine operations and its flush policy.
 //!
 //! It holds three kinds of operation, each computed by its own kernel: RSA signatures,
-//! ECDSA P-256 signatures (where the IFMA kernel exists) and X25519 key shares (the
-//! server's share of a TLS 1.3 handshake, alone or as the X25519 half of X25519MLKEM768).
+//! ECDSA P-256 signatures (where the IFMA kernel exists) and key shares (the server's
+//! share of a TLS 1.3 handshake: X25519, or X25519MLKEM768, whose ML-KEM-768 half is
+//! encapsulated by the ML-KEM kernel when the batch holds enough of them).
 //! Each worker thread owns one queue (thread-local: a connection lives its whole life on
 //! one worker, so no locks). A driver task on the worker's runtime decides when to run
 //! the batch:
@@ -17,7 +18,8 @@
 //!
 //! Otherwise every kind runs. Batches smaller than a kind's small-batch threshold (its own
 //! setting: `small_batch_threshold`, `ecdsa_small_batch_threshold`,
-//! `x25519_small_batch_threshold`) are computed one by one: RSA signatures by aws-lc
+//! `x25519_small_batch_threshold`, and `mlkem_small_batch_threshold` for the ML-KEM
+//! halves of a batch of key shares) are computed one by one: RSA signatures by aws-lc
 //! where the kernel is IFMA (faster than a pass of one there), other signatures by
 //! BoringSSL, key shares by aws-lc.
 //!
@@ -31,6 +33,7 @@ use tokio::time::Instant;
 
 use tokio::sync::{oneshot, Notify};
 
+use super::key_share::Encapsulation;
 use super::metrics;
 use super::signer::FlushCause;
 use super::signer::{BatchOp, BatchSigner, EngineSigner, MetricsStats, QueueStats};
@@ -38,16 +41,25 @@ use super::{KeySharePath, OffloadError, OffloadSettings, PendingSignature, Schem
 use crate::config::EngineMode;
 use tlsterm_engine::X25519Share;
 
-/// An X25519 server share on its way, with who computed it (`None`: the client's share
-/// was refused; BoringSSL then judges the handshake itself).
-pub type PendingX25519 = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Option<(X25519Share, KeySharePath)>> + Send>,
+/// The halves of a server key share computed in the queue: X25519, and for an
+/// X25519MLKEM768 share its ML-KEM-768 encapsulation.
+pub struct ShareHalves {
+    pub x25519: X25519Share,
+    pub mlkem: Option<Encapsulation>,
+}
+
+/// A key share on its way from the queue, with who computed its X25519 half (`None`: the
+/// client's share was refused; BoringSSL then judges the handshake itself).
+pub type PendingShare = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Option<(ShareHalves, KeySharePath)>> + Send>,
 >;
 
 struct QueuedShare {
     peer: [u8; 32],
+    /// The client's ML-KEM-768 encapsulation key, for an X25519MLKEM768 share.
+    mlkem: Option<Vec<u8>>,
     queued_at: Instant,
-    reply: oneshot::Sender<Option<(X25519Share, KeySharePath)>>,
+    reply: oneshot::Sender<Option<(ShareHalves, KeySharePath)>>,
 }
 
 /// One kind of signature's queue and its batch sizes.
@@ -149,10 +161,11 @@ pub(super) fn try_enqueue(
     current()?.enqueue(key, scheme, message)
 }
 
-/// Queues the X25519 half of a key share if this worker batches them; `None` means:
-/// compute it another way.
-pub(super) fn try_enqueue_x25519(peer: [u8; 32]) -> Option<PendingX25519> {
-    current()?.enqueue_x25519(peer)
+/// Queues a key share (its X25519 half, and the client's ML-KEM-768 key of an
+/// X25519MLKEM768 share) if this worker batches them; `None` means: compute it another
+/// way.
+pub(super) fn try_enqueue_share(peer: [u8; 32], mlkem: Option<&[u8]>) -> Option<PendingShare> {
+    current()?.enqueue_share(peer, mlkem)
 }
 
 /// Computes one operation at once and counts it by its path: aws-lc where it is faster
@@ -258,8 +271,8 @@ impl WorkerQueue {
         }))
     }
 
-    /// Queues the X25519 half of a key share if this queue batches them.
-    fn enqueue_x25519(&self, peer: [u8; 32]) -> Option<PendingX25519> {
+    /// Queues a key share if this queue batches them.
+    fn enqueue_share(&self, peer: [u8; 32], mlkem: Option<&[u8]>) -> Option<PendingShare> {
         let settings = self.settings.get();
         if settings.key_shares != KeySharePath::Batch {
             return None;
@@ -269,6 +282,7 @@ impl WorkerQueue {
             let mut shares = self.shares.borrow_mut();
             shares.push(QueuedShare {
                 peer,
+                mlkem: mlkem.map(<[u8]>::to_vec),
                 queued_at: Instant::now(),
                 reply,
             });
@@ -338,26 +352,73 @@ impl WorkerQueue {
                 .x25519_single(&op.peer)
                 .map(|share| (share, KeySharePath::AwsLc))
         };
-        if batch.len() < settings.x25519_small_batch_threshold {
+        let x25519: Vec<_> = if batch.len() < settings.x25519_small_batch_threshold {
             self.stats.share_flush(FlushCause::Small, batch.len());
-            for op in batch {
-                let share = single(&op);
-                let _ = op.reply.send(share);
-            }
-            return;
-        }
-        self.stats.share_flush(cause, batch.len());
-        let peers: Vec<[u8; 32]> = batch.iter().map(|op| op.peer).collect();
-        let results = signer.x25519_batch(&peers);
-        for (op, result) in batch.into_iter().zip(results) {
+            batch.iter().map(single).collect()
+        } else {
+            self.stats.share_flush(cause, batch.len());
+            let peers: Vec<[u8; 32]> = batch.iter().map(|op| op.peer).collect();
+            let results = signer.x25519_batch(&peers);
             // A lane the engine refused (a client share of small order) is computed by
             // aws-lc, which refuses it too: BoringSSL then answers the client.
-            let share = match result {
-                Some(share) => Some((share, KeySharePath::Batch)),
-                None => single(&op),
-            };
+            (results.into_iter().zip(&batch))
+                .map(|(result, op)| match result {
+                    Some(share) => Some((share, KeySharePath::Batch)),
+                    None => single(op),
+                })
+                .collect()
+        };
+        let mlkem = self.encapsulate(&batch, signer, settings.mlkem_small_batch_threshold);
+        for ((op, x25519), mlkem) in batch.into_iter().zip(x25519).zip(mlkem) {
+            // A hybrid share whose ML-KEM half was refused is refused whole.
+            let share = x25519.and_then(|(x25519, path)| match mlkem {
+                None => Some((
+                    ShareHalves {
+                        x25519,
+                        mlkem: None,
+                    },
+                    path,
+                )),
+                Some(None) => None,
+                Some(Some(mlkem)) => Some((
+                    ShareHalves {
+                        x25519,
+                        mlkem: Some(mlkem),
+                    },
+                    path,
+                )),
+            });
             let _ = op.reply.send(share);
         }
+    }
+
+    /// The ML-KEM-768 halves of a flushed batch of key shares, one entry per share:
+    /// `None` for an X25519 share, `Some(None)` for a client key refused. In one
+    /// multi-buffer pass from `threshold` of them on; fewer, one by one by aws-lc.
+    fn encapsulate(
+        &self,
+        batch: &[QueuedShare],
+        signer: &dyn BatchSigner,
+        threshold: usize,
+    ) -> Vec<Option<Option<Encapsulation>>> {
+        let keys: Vec<&[u8]> = batch.iter().filter_map(|op| op.mlkem.as_deref()).collect();
+        let computed: Vec<Option<Encapsulation>> = if keys.is_empty() {
+            Vec::new()
+        } else if keys.len() >= threshold {
+            self.stats.encapsulations(true, keys.len());
+            // A key the engine refused is tried by aws-lc, which refuses it too.
+            (signer.mlkem_batch(&keys).into_iter().zip(&keys))
+                .map(|(result, key)| result.or_else(|| signer.mlkem_single(key)))
+                .collect()
+        } else {
+            self.stats.encapsulations(false, keys.len());
+            keys.iter().map(|key| signer.mlkem_single(key)).collect()
+        };
+        let mut computed = computed.into_iter();
+        batch
+            .iter()
+            .map(|op| op.mlkem.as_ref().map(|_| computed.next().flatten()))
+            .collect()
     }
 
     fn single(&self, op: &BatchOp<'_>, signer: &dyn BatchSigner) -> Result<Vec<u8>, OffloadError> {

@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use tlsterm_engine::{CurveKernel, X25519Share};
+use tlsterm_engine::{CurveKernel, MlKemKernel, X25519Share};
 use zeroize::Zeroizing;
 
-use super::key_share::{compute, Group};
+use super::key_share::{compute, encapsulate, Encapsulation, Group};
 use super::metrics;
 use super::{KeyKind, OffloadError, OffloadSettings, Scheme, SigningKey};
 
@@ -71,7 +71,9 @@ pub struct BatchOp<'a> {
 ///
 /// The same for X25519 key shares: `x25519_batch` gives one result per client share, in
 /// order, `None` for one it could not compute (then `x25519_single`, one at a time,
-/// computes it again); `None` from `x25519_single` refuses the client's share.
+/// computes it again); `None` from `x25519_single` refuses the client's share. And for
+/// the ML-KEM-768 encapsulations of X25519MLKEM768 shares: `mlkem_batch` and
+/// `mlkem_single`, one result per client key.
 pub trait BatchSigner {
     fn sign_batch(&self, batch: &[BatchOp<'_>]) -> Vec<Result<Vec<u8>, OffloadError>>;
     fn sign_inline(&self, op: &BatchOp<'_>) -> Result<Vec<u8>, OffloadError>;
@@ -82,6 +84,8 @@ pub trait BatchSigner {
     }
     fn x25519_batch(&self, peers: &[[u8; 32]]) -> Vec<Option<X25519Share>>;
     fn x25519_single(&self, peer: &[u8; 32]) -> Option<X25519Share>;
+    fn mlkem_batch(&self, keys: &[&[u8]]) -> Vec<Option<Encapsulation>>;
+    fn mlkem_single(&self, key: &[u8]) -> Option<Encapsulation>;
 }
 
 /// Receives what the queue did: every call is a fact, never a question.
@@ -101,6 +105,9 @@ pub trait QueueStats {
     fn engine_error(&self);
     /// A batch of `shares` X25519 key shares ran, for `cause` (`Small`: one by one).
     fn share_flush(&self, cause: FlushCause, shares: usize);
+    /// `count` ML-KEM-768 encapsulations of a flushed batch of key shares were computed,
+    /// in a multi-buffer batch (`batched`) or one by one by aws-lc.
+    fn encapsulations(&self, batched: bool, count: usize);
 }
 
 /// The signer of `serve`: the multi-buffer kernels for batches; for single signatures
@@ -112,6 +119,8 @@ pub struct EngineSigner {
     pub curve_kernel: CurveKernel,
     /// RSA signatures outside a batch by aws-lc instead of BoringSSL.
     pub rsa_singles_aws_lc: bool,
+    /// The kernel of ML-KEM-768 encapsulations.
+    pub mlkem_kernel: MlKemKernel,
 }
 
 impl EngineSigner {
@@ -121,6 +130,7 @@ impl EngineSigner {
             kernel: settings.kernel,
             curve_kernel: settings.curve_kernel,
             rsa_singles_aws_lc: settings.rsa_singles_aws_lc(),
+            mlkem_kernel: settings.mlkem_kernel,
         }
     }
 }
@@ -196,6 +206,17 @@ impl BatchSigner for EngineSigner {
             shared: Zeroizing::new(share.secret.as_slice().try_into().ok()?),
         })
     }
+
+    fn mlkem_batch(&self, keys: &[&[u8]]) -> Vec<Option<Encapsulation>> {
+        tlsterm_engine::mlkem768_encapsulate_batch(self.mlkem_kernel, keys)
+            .into_iter()
+            .map(|result| result.ok().map(Encapsulation::from))
+            .collect()
+    }
+
+    fn mlkem_single(&self, key: &[u8]) -> Option<Encapsulation> {
+        encapsulate(key).ok()
+    }
 }
 
 /// The queue's reports as Prometheus metrics.
@@ -222,5 +243,9 @@ impl QueueStats for MetricsStats {
     }
     fn share_flush(&self, cause: FlushCause, shares: usize) {
         metrics::record_share_flush(cause.label(), shares);
+    }
+    fn encapsulations(&self, batched: bool, count: usize) {
+        let path = if batched { "batch" } else { "aws-lc-rs" };
+        metrics::record_encapsulations(path, count);
     }
 }

@@ -1,14 +1,20 @@
 //! How `[engine]` settings become a worker's settings, on CPUs of every class: the
 //! kernels are given, not detected, so each case runs on any machine.
 
-use tlsterm_engine::{CurveKernel, Kernel};
+use tlsterm_engine::{CurveKernel, Kernel, MlKemKernel};
 
 use super::*;
 
 fn cpu(rsa: &[Kernel], curve: CurveKernel) -> CpuKernels {
+    // Every CPU with the IFMA curve kernel has AVX-512F, which the ML-KEM kernel needs.
+    let mlkem = match curve {
+        CurveKernel::Ifma => MlKemKernel::Avx512,
+        CurveKernel::Portable => MlKemKernel::Portable,
+    };
     CpuKernels {
         rsa: rsa.to_vec(),
         curve,
+        mlkem,
     }
 }
 
@@ -41,8 +47,12 @@ fn auto_takes_the_fastest_kernel_and_batches_key_shares_with_ifma() {
     assert!(settings.rsa_singles_aws_lc());
     assert_eq!(settings.key_shares, KeySharePath::Batch);
     assert_eq!(settings.x25519_small_batch_threshold, 3);
+    assert_eq!(settings.mlkem_kernel, MlKemKernel::Avx512);
+    assert_eq!(settings.mlkem_small_batch_threshold, 5);
     assert_eq!(settings.ecdsa, EngineMode::Batch);
     assert_eq!(settings.ecdsa_small_batch_threshold, 3);
+    let asked = OffloadSettings::choose(&config("mlkem_small_batch_threshold = 2"), &ifma());
+    assert_eq!(asked.mlkem_small_batch_threshold, 2);
 }
 
 #[test]
@@ -53,6 +63,7 @@ fn without_an_x25519_kernel_aws_lc_computes_key_shares() {
     // aws-lc's single RSA signature was measured faster only with IFMA.
     assert!(!settings.rsa_singles_aws_lc());
     assert_eq!(settings.key_shares, KeySharePath::AwsLc);
+    assert_eq!(settings.mlkem_small_batch_threshold, usize::MAX);
     // Asking for batches does not make a kernel appear.
     let asked = OffloadSettings::choose(&config("key_shares = \"batch\""), &avx2_only());
     assert_eq!(asked.key_shares, KeySharePath::AwsLc);
@@ -184,6 +195,7 @@ fn aws_lc_singles() -> signer::EngineSigner {
         kernel: Kernel::Portable,
         curve_kernel: CurveKernel::Portable,
         rsa_singles_aws_lc: true,
+        mlkem_kernel: MlKemKernel::Portable,
     }
 }
 

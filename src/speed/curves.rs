@@ -12,10 +12,10 @@ use boring::mlkem::{Algorithm as MlKem, MlKemPublicKey};
 use boring::nid::Nid;
 use boring::pkey::{Id, PKey, Private};
 
-use tlsterm_engine::{x25519_server_shares, X25519Kernel};
+use tlsterm_engine::{mlkem768_encapsulate_batch, x25519_server_shares, MlKemKernel, X25519Kernel};
 
 use super::{batch_size_table, measure, median, paired_ratio, progress, SpeedArgs, SpeedKernel};
-use crate::offload::key_share::{compute, encapsulate, hybrid, split_hybrid, Group};
+use crate::offload::key_share::{compute, encapsulate, hybrid, split_hybrid, Encapsulation, Group};
 use crate::offload::{HashAlg, Scheme, SigningKey};
 
 /// The algorithms of this table.
@@ -146,7 +146,8 @@ fn x25519_kernel(kernel: SpeedKernel) -> Option<X25519Kernel> {
 }
 
 /// `n` server shares for the same client share through `kernel`, as `serve` computes a
-/// batch of them: the X25519 part in the kernel, ML-KEM-768 one by one by aws-lc.
+/// full batch of them: the X25519 part in the kernel, ML-KEM-768 in the ML-KEM kernel
+/// where `serve` batches it (AVX-512), else one by one by aws-lc.
 fn engine_shares(kernel: X25519Kernel, group: Group, client: &Client, n: usize) {
     match group {
         Group::X25519 => {
@@ -157,9 +158,17 @@ fn engine_shares(kernel: X25519Kernel, group: Group, client: &Client, n: usize) 
         }
         Group::X25519MlKem768 => {
             let (mlkem, peer) = split_hybrid(&client.share).expect("a hybrid share");
-            let encapsulations: Vec<_> = (0..n)
-                .map(|_| encapsulate(mlkem).expect("ML-KEM"))
-                .collect();
+            let mlkem_kernel = MlKemKernel::detect();
+            let encapsulations: Vec<Encapsulation> = if mlkem_kernel == MlKemKernel::Avx512 {
+                mlkem768_encapsulate_batch(mlkem_kernel, &vec![mlkem; n])
+                    .into_iter()
+                    .map(|e| e.expect("ML-KEM").into())
+                    .collect()
+            } else {
+                (0..n)
+                    .map(|_| encapsulate(mlkem).expect("ML-KEM"))
+                    .collect()
+            };
             let shares = x25519_server_shares(kernel, &vec![peer; n]);
             for (encapsulation, share) in encapsulations.into_iter().zip(shares) {
                 let share = share.expect("engine key share");
@@ -329,9 +338,13 @@ fn print_table(rows: &[Row], kernels: &[X25519Kernel]) {
     }
     println!(
         "key shares: the server's half (key generation and agreement; for X25519MLKEM768 \
-         also ML-KEM-768 encapsulation, by aws-lc in every tlsterm column); ecdsap384: a \
-         SHA-384 signature; ratio: over BoringSSL; kernel columns: batches of {} (P-256 and \
-         P-384 have no kernel: aws-lc)",
+         also ML-KEM-768 encapsulation, {}); ecdsap384: a SHA-384 signature; ratio: over \
+         BoringSSL; kernel columns: batches of {} (P-256 and P-384 have no kernel: aws-lc)",
+        match MlKemKernel::detect() {
+            MlKemKernel::Avx512 =>
+                "by the ML-KEM kernel (AVX-512) in kernel columns, by aws-lc else",
+            MlKemKernel::Portable => "by aws-lc in every tlsterm column: no ML-KEM kernel here",
+        },
         tlsterm_engine::LANES
     );
 }

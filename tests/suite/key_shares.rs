@@ -75,6 +75,32 @@ fn go_clients_get_shares_computed_by_tlsterm_for_every_group() {
     go_clients_of_every_group(|e| e, "aws-lc-rs");
 }
 
+/// The ML-KEM-768 halves of X25519MLKEM768 shares encapsulated in the engine's batches
+/// (a batch of one when asked to): Go's client decapsulates each ciphertext, so a
+/// completed handshake is the proof that it is right, and `/metrics` counts them as the
+/// batch's.
+#[test]
+fn mlkem_halves_in_the_engine_decapsulate_in_go_clients() {
+    if x25519_path() != "batch" {
+        println!("mlkem_halves_in_the_engine_decapsulate_in_go_clients skipped: no batch path");
+        return;
+    }
+    let (_dir, server, port) = start(|e| {
+        e.set("x25519_small_batch_threshold", 1)
+            .set("mlkem_small_batch_threshold", 1)
+    });
+    let admin = admin_address(&server.config).unwrap();
+    for _ in 0..3 {
+        let got = go_connect(port, &[]);
+        assert_eq!(got["group"], "X25519MLKEM768", "{got}");
+        assert_eq!(got["status"], 200, "{got}");
+    }
+    wait_shares(admin, "X25519MLKEM768", "batch", 3);
+    let encapsulations = "tlsterm_engine_mlkem_encapsulations_total";
+    assert_eq!(metric(admin, encapsulations, "path=\"batch\""), 3.0);
+    assert_eq!(metric(admin, encapsulations, "path=\"aws-lc-rs\""), 0.0);
+}
+
 #[test]
 fn key_shares_aws_lc_rs_on_every_cpu() {
     go_clients_of_every_group(|e| e.set("key_shares", "aws-lc-rs"), "aws-lc-rs");

@@ -16,7 +16,7 @@ Which functions, for each of the kernels that use AVX-512:
 - P-256 IFMA: every function of `tlsterm_engine::p256::ifma` (the entry point, into which
   the whole kernel is inlined, and its wrapper);
 - ML-KEM AVX-512F: the lane-wise arithmetic of an encapsulation pass
-  (`tlsterm_engine::mlkem::arithmetic_avx2`: NTTs, products, noise and message added,
+  (`tlsterm_engine::mlkem::arithmetic_avx512`: NTTs, products, noise and message added,
   compression and packing) and the eight-state Keccak (`tlsterm_engine::keccak::avx512::*`);
   the public matrix's rejection sampling (`tlsterm_engine::mlkem::sample_ntt`) reads public
   bytes only and is kept out of line so that it is not in the checked set;
@@ -342,7 +342,7 @@ def main():
     zmm = {n for n in bodies if "tlsterm_engine::mul32::simd::Zmm as" in n}
     zmm |= {n for n, bs in bodies.items()
             if any(op.startswith("vpmuludq") and "%zmm" in a for b in bs for _, op, a in b)}
-    mlkem = {n for n in bodies if n.startswith("tlsterm_engine::mlkem::arithmetic_avx2")
+    mlkem = {n for n in bodies if n.startswith("tlsterm_engine::mlkem::arithmetic_avx512")
              or n.startswith("tlsterm_engine::keccak::avx512::")}
     zmm -= mlkem
     groups = (("IFMA", ifma), ("AVX-512F", zmm), ("X25519 IFMA", x25519), ("P-256 IFMA", p256),

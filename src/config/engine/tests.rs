@@ -17,6 +17,7 @@ fn a_zero_count_names_its_key_and_line() {
         "batch_size",
         "small_batch_threshold",
         "x25519_small_batch_threshold",
+        "mlkem_small_batch_threshold",
         "ecdsa_small_batch_threshold",
     ] {
         let err = parse(&format!("poll_delay = \"1ms\"\n{key} = 0")).unwrap_err();

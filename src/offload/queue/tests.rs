@@ -20,6 +20,9 @@ struct Seen {
     /// Key-share flushes (cause, shares) and how many shares each batch call held.
     share_flushes: Vec<(FlushCause, usize)>,
     share_batches: Vec<usize>,
+    /// Client keys per ML-KEM batch call, and the encapsulations counted (batched, count).
+    mlkem_batches: Vec<usize>,
+    encapsulations: Vec<(bool, usize)>,
 }
 
 type Shared = Rc<RefCell<Seen>>;
@@ -53,6 +56,24 @@ impl BatchSigner for FakeSigner {
     fn x25519_single(&self, peer: &[u8; 32]) -> Option<X25519Share> {
         (peer != &[0; 32]).then(|| fake_share(peer, b'S'))
     }
+    /// Ciphertext: `B` then the key; a key of zeros fails.
+    fn mlkem_batch(&self, keys: &[&[u8]]) -> Vec<Option<Encapsulation>> {
+        self.0.borrow_mut().mlkem_batches.push(keys.len());
+        keys.iter()
+            .map(|key| fake_encapsulation(key, b'B'))
+            .collect()
+    }
+    /// Ciphertext: `S` then the key; a key of zeros fails.
+    fn mlkem_single(&self, key: &[u8]) -> Option<Encapsulation> {
+        fake_encapsulation(key, b'S')
+    }
+}
+
+fn fake_encapsulation(key: &[u8], tag: u8) -> Option<Encapsulation> {
+    (key.iter().any(|&b| b != 0)).then(|| Encapsulation {
+        ciphertext: [&[tag], key].concat(),
+        secret: zeroize::Zeroizing::new(key.to_vec()),
+    })
 }
 
 fn fake_share(peer: &[u8; 32], tag: u8) -> X25519Share {
@@ -84,6 +105,9 @@ impl QueueStats for FakeStats {
     fn share_flush(&self, cause: FlushCause, shares: usize) {
         self.0.borrow_mut().share_flushes.push((cause, shares));
     }
+    fn encapsulations(&self, batched: bool, count: usize) {
+        self.0.borrow_mut().encapsulations.push((batched, count));
+    }
 }
 
 fn key() -> Arc<SigningKey> {
@@ -111,6 +135,8 @@ fn settings(batch_size: usize, small_batch_threshold: usize) -> OffloadSettings 
         key_shares: KeySharePath::Batch,
         curve_kernel: tlsterm_engine::CurveKernel::Ifma,
         x25519_small_batch_threshold: small_batch_threshold,
+        mlkem_kernel: tlsterm_engine::MlKemKernel::Portable,
+        mlkem_small_batch_threshold: small_batch_threshold,
         p384_aws_lc: true,
     }
 }
@@ -284,13 +310,81 @@ fn inline_mode_and_ecdsa_are_never_queued() {
     });
 }
 
-fn share(queue: &Rc<WorkerQueue>, tag: u8) -> PendingX25519 {
-    queue.enqueue_x25519([tag; 32]).expect("queued")
+fn share(queue: &Rc<WorkerQueue>, tag: u8) -> PendingShare {
+    queue.enqueue_share([tag; 32], None).expect("queued")
+}
+
+/// An X25519MLKEM768 share: its X25519 half tagged `tag`, its ML-KEM key `[key; 4]`.
+fn hybrid_share(queue: &Rc<WorkerQueue>, tag: u8, key: u8) -> PendingShare {
+    queue
+        .enqueue_share([tag; 32], Some(&[key; 4]))
+        .expect("queued")
 }
 
 /// The tag a fake share's public value carries: b'B' batch, b'S' single.
-async fn computed_by(pending: PendingX25519) -> Option<(u8, KeySharePath)> {
-    pending.await.map(|(share, path)| (share.public[0], path))
+async fn computed_by(pending: PendingShare) -> Option<(u8, KeySharePath)> {
+    let (halves, path) = pending.await?;
+    assert!(halves.mlkem.is_none(), "an X25519 share has no ML-KEM half");
+    Some((halves.x25519.public[0], path))
+}
+
+/// The tags of a hybrid share's halves: (X25519, ML-KEM).
+async fn halves_computed_by(pending: PendingShare) -> Option<(u8, u8)> {
+    let (halves, _) = pending.await?;
+    let mlkem = halves.mlkem.expect("an ML-KEM half");
+    Some((halves.x25519.public[0], mlkem.ciphertext[0]))
+}
+
+#[test]
+fn the_mlkem_halves_of_a_batch_run_in_one_pass_from_their_threshold() {
+    let mut at_two = settings(4, 1);
+    at_two.mlkem_small_batch_threshold = 2;
+    let seen = with_queue(at_two, |queue| async move {
+        let _busy = handshakes(&queue, 4);
+        let plain = share(&queue, 9);
+        let hybrids: Vec<_> = (1..=3).map(|i| hybrid_share(&queue, i, i)).collect();
+        for pending in hybrids {
+            assert_eq!(halves_computed_by(pending).await, Some((b'B', b'B')));
+        }
+        assert_eq!(computed_by(plain).await, Some((b'B', KeySharePath::Batch)));
+    });
+    assert_eq!(seen.share_batches, [4]);
+    assert_eq!(
+        seen.mlkem_batches,
+        [3],
+        "the X25519-only share has no ML-KEM lane"
+    );
+    assert_eq!(seen.encapsulations, [(true, 3)]);
+}
+
+#[test]
+fn too_few_mlkem_halves_are_encapsulated_one_by_one() {
+    let mut at_three = settings(4, 1);
+    at_three.mlkem_small_batch_threshold = 3;
+    let seen = with_queue(at_three, |queue| async move {
+        let _busy = handshakes(&queue, 3);
+        let plain = share(&queue, 9);
+        let hybrids = [hybrid_share(&queue, 1, 1), hybrid_share(&queue, 2, 2)];
+        for pending in hybrids {
+            assert_eq!(halves_computed_by(pending).await, Some((b'B', b'S')));
+        }
+        computed_by(plain).await.expect("computed");
+    });
+    assert!(seen.mlkem_batches.is_empty());
+    assert_eq!(seen.encapsulations, [(false, 2)]);
+}
+
+#[test]
+fn a_refused_mlkem_key_refuses_its_share_alone() {
+    let mut at_two = settings(4, 1);
+    at_two.mlkem_small_batch_threshold = 2;
+    with_queue(at_two, |queue| async move {
+        let _busy = handshakes(&queue, 2);
+        let bad = hybrid_share(&queue, 1, 0);
+        let good = hybrid_share(&queue, 2, 2);
+        assert_eq!(halves_computed_by(bad).await, None);
+        assert_eq!(halves_computed_by(good).await, Some((b'B', b'B')));
+    });
 }
 
 #[test]
@@ -358,7 +452,7 @@ fn key_shares_join_the_queue_only_when_batched() {
     let mut aws_lc = settings(4, 1);
     aws_lc.key_shares = KeySharePath::AwsLc;
     with_queue(aws_lc, |queue| async move {
-        assert!(queue.enqueue_x25519([1; 32]).is_none());
+        assert!(queue.enqueue_share([1; 32], None).is_none());
     });
 }
 

@@ -89,26 +89,20 @@ pub(crate) struct Sponge {
     pad: u8,
 }
 
+impl Sponge {
+    const fn new(rate: usize, pad: u8) -> Sponge {
+        Sponge { rate, pad }
+    }
+}
+
 /// SHA3-256 (ML-KEM's H).
-pub(crate) const SHA3_256: Sponge = Sponge {
-    rate: 136,
-    pad: 0x06,
-};
+pub(crate) const SHA3_256: Sponge = Sponge::new(136, 0x06);
 /// SHA3-512 (ML-KEM's G).
-pub(crate) const SHA3_512: Sponge = Sponge {
-    rate: 72,
-    pad: 0x06,
-};
+pub(crate) const SHA3_512: Sponge = Sponge::new(72, 0x06);
 /// SHAKE128 (ML-KEM's XOF, which expands the public matrix).
-pub(crate) const SHAKE128: Sponge = Sponge {
-    rate: 168,
-    pad: 0x1f,
-};
+pub(crate) const SHAKE128: Sponge = Sponge::new(168, 0x1f);
 /// SHAKE256 (ML-KEM's PRF, which expands the noise).
-pub(crate) const SHAKE256: Sponge = Sponge {
-    rate: 136,
-    pad: 0x1f,
-};
+pub(crate) const SHAKE256: Sponge = Sponge::new(136, 0x1f);
 
 /// The largest rate (SHAKE128's): the most bytes one squeezed block has.
 pub(crate) const MAX_RATE: usize = 168;
