@@ -193,6 +193,9 @@ fn main() {
             let mut out = [Default::default(); 10];
             planted_select_p256(&mut out, &[Default::default(); 65], 3);
             std::hint::black_box(out);
+            let mut words = [Default::default(); 25];
+            planted_permute_unless_zero(&mut words);
+            std::hint::black_box(words);
         }
         other => panic!("unknown mode {other}"),
     }

@@ -5,7 +5,8 @@
 #   CT_ALL_SIZES=1 crates/engine/ct/run.sh   # 2048, 3072 and 4096
 #
 # 1. Static check of the AVX-512 kernels, RSA IFMA, RSA AVX-512F, X25519
-#    IFMA and P-256 IFMA (ct/avx512_branches.py): no conditional branch and no address derived
+#    IFMA, P-256 IFMA and ML-KEM's AVX-512F arithmetic and Keccak
+#    (ct/avx512_branches.py): no conditional branch and no address derived
 #    from data in any function they are compiled into. Valgrind 3.19 cannot run
 #    AVX-512 (it hides it from CPUID and raises SIGILL on its instructions),
 #    hence this check for those kernels.
@@ -18,10 +19,11 @@
 #    multiplications, and server key shares with the all-zero refusal); then
 #    the portable P-256 signer with marked private scalars (key setup,
 #    signatures, the fault check) and nonce entropy, and the P-256 IFMA
-#    pass's nonce packing. The
+#    pass's nonce packing; then the portable ML-KEM-768 kernel, its random
+#    messages marked (encapsulations checked by aws-lc's decapsulation). The
 #    binary is the release build (same profile and flags as the shipped one;
 #    the feature only adds the client requests). Memcheck must report
-#    nothing. Four negative controls must be reported, or the check itself is
+#    nothing. Five negative controls must be reported, or the check itself is
 #    broken. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -36,7 +38,8 @@ cargo build --release --workspace --example ct_check \
     --features tlsterm-engine/ct-valgrind,tlsterm-engine/ct-planted
 cp target/release/examples/ct_check /tmp/ct_check_planted
 for planted in tlsterm_engine::ifma::planted_select tlsterm_engine::mul32::planted_mac_zmm \
-    tlsterm_engine::x25519::ifma::planted_cswap tlsterm_engine::p256::ifma::planted_select_p256; do
+    tlsterm_engine::x25519::ifma::planted_cswap tlsterm_engine::p256::ifma::planted_select_p256 \
+    tlsterm_engine::keccak::avx512::planted_permute_unless_zero; do
     python3 crates/engine/ct/avx512_branches.py --expect-fail /tmp/ct_check_planted "$planted"
 done
 cargo build --release --workspace --example ct_check --features tlsterm-engine/ct-valgrind
@@ -92,4 +95,4 @@ for mode in "${modes[@]}"; do
     fi
     echo "ct/run.sh: '$mode': no secret-dependent branch or address"
 done
-echo "ct/run.sh: OK (RSA ${kernels[*]}, X25519 and P-256 portable under memcheck, RSA IFMA, AVX-512F, X25519 IFMA and P-256 IFMA statically)"
+echo "ct/run.sh: OK (RSA ${kernels[*]}, X25519, P-256 and ML-KEM portable under memcheck, RSA IFMA, AVX-512F, X25519 IFMA, P-256 IFMA and ML-KEM AVX-512F statically)"

@@ -49,6 +49,8 @@ mod mul32;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use ifma::planted_select;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
+pub use keccak::planted_permute_unless_zero;
+#[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use mul32::planted_mac;
 #[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
 pub use p256::planted_select_p256;

@@ -18,6 +18,17 @@ pub(super) fn permute8(words: &mut [Lanes; 25]) {
     unsafe { permute8_avx512(words) }
 }
 
+/// The static check's own test (feature `ct-planted`): permutes only when the
+/// first state word is not zero, a branch on secret data that the check must
+/// refuse. Never called in earnest.
+#[cfg(feature = "ct-planted")]
+#[inline(never)]
+pub fn planted_permute_unless_zero(words: &mut [Lanes; 25]) {
+    if core::hint::black_box(words[0].0[0]) != 0 {
+        permute8(words);
+    }
+}
+
 #[target_feature(enable = "avx512f")]
 unsafe fn permute8_avx512(words: &mut [Lanes; 25]) {
     let mut a = [_mm512_setzero_si512(); 25];

@@ -12,6 +12,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(all(feature = "ct-planted", target_arch = "x86_64"))]
+pub use avx512::planted_permute_unless_zero;
 
 use crate::bn::{Lanes, LANES};
 use zeroize::{Zeroize, ZeroizeOnDrop};
