@@ -371,22 +371,13 @@ impl WorkerQueue {
         let mlkem = self.encapsulate(&batch, signer, settings.mlkem_small_batch_threshold);
         for ((op, x25519), mlkem) in batch.into_iter().zip(x25519).zip(mlkem) {
             // A hybrid share whose ML-KEM half was refused is refused whole.
-            let share = x25519.and_then(|(x25519, path)| match mlkem {
-                None => Some((
-                    ShareHalves {
-                        x25519,
-                        mlkem: None,
-                    },
-                    path,
-                )),
-                Some(None) => None,
-                Some(Some(mlkem)) => Some((
-                    ShareHalves {
-                        x25519,
-                        mlkem: Some(mlkem),
-                    },
-                    path,
-                )),
+            let share = x25519.and_then(|(x25519, path)| {
+                let mlkem = match mlkem {
+                    None => None,
+                    Some(None) => return None,
+                    Some(Some(encapsulation)) => Some(encapsulation),
+                };
+                Some((ShareHalves { x25519, mlkem }, path))
             });
             let _ = op.reply.send(share);
         }
