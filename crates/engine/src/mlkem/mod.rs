@@ -149,8 +149,9 @@ fn encapsulate_with(
             .collect();
     }
     thread_local! {
-        // One pass's polynomials (14 of 8 KiB), kept by the thread between batches
-        // rather than allocated, zeroed and moved each time.
+        // One pass's scratch (about 100 KiB: eleven polynomials of 8 KiB and the
+        // sampling lists), kept by the thread between batches rather than
+        // allocated, zeroed and moved each time.
         static SCRATCH: RefCell<Option<Box<Scratch>>> = const { RefCell::new(None) };
     }
     let mut out = Vec::with_capacity(keys.len());
