@@ -11,28 +11,17 @@
 
 #[path = "cpu_time.rs"]
 mod cpu_time;
+#[path = "mlkem_clients.rs"]
+mod mlkem_clients;
 
-use aws_lc_rs::kem::{DecapsulationKey, EncapsulationKey, ML_KEM_768};
+use aws_lc_rs::kem::{EncapsulationKey, ML_KEM_768};
 use cpu_time::per_op;
 use tlsterm_engine::*;
 
 fn main() {
     let secs = cpu_time::seconds_arg();
-    let clients: Vec<_> = (0..8)
-        .map(|_| DecapsulationKey::generate(&ML_KEM_768).unwrap())
-        .collect();
-    let keys: Vec<Vec<u8>> = clients
-        .iter()
-        .map(|dk| {
-            dk.encapsulation_key()
-                .unwrap()
-                .key_bytes()
-                .unwrap()
-                .as_ref()
-                .to_vec()
-        })
-        .collect();
-    let key_refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    let clients = mlkem_clients::clients(8);
+    let keys: Vec<&[u8]> = clients.iter().map(|(_, ek)| &ek[..]).collect();
 
     let aws = per_op(secs, 8, || {
         for key in &keys {
@@ -61,9 +50,9 @@ fn main() {
             println!("engine {:<15} skipped: this CPU lacks it", kernel.name());
             continue;
         }
-        for (dk, result) in clients
+        for ((dk, _), result) in clients
             .iter()
-            .zip(mlkem768_encapsulate_batch(kernel, &key_refs))
+            .zip(mlkem768_encapsulate_batch(kernel, &keys))
         {
             let e = result.unwrap();
             let secret = dk.decapsulate(e.ciphertext[..].into()).unwrap();
@@ -71,7 +60,7 @@ fn main() {
         }
         for batch in [1, 8] {
             let t = per_op(secs, batch, || {
-                std::hint::black_box(mlkem768_encapsulate_batch(kernel, &key_refs[..batch]));
+                std::hint::black_box(mlkem768_encapsulate_batch(kernel, &keys[..batch]));
             });
             println!(
                 "engine {:<9} batch {batch}  ML-KEM-768 encapsulation: {t:7.2} us  ({:.2}x aws-lc-rs)",

@@ -20,6 +20,9 @@
 //! `control-mlkem` (negative controls: must be reported, proving the marking
 //! works and reaches the engine's code).
 
+#[path = "../bench/mlkem_clients.rs"]
+mod mlkem_clients;
+
 use boring::rsa::Rsa;
 use tlsterm_engine::*;
 
@@ -254,25 +257,11 @@ fn x25519_mode(mode: &str) {
 /// statically). The messages are marked inside the engine; everything derived
 /// from them stays marked until the ciphertext is declassified there.
 fn mlkem_mode(mode: &str) {
-    use aws_lc_rs::kem::{DecapsulationKey, ML_KEM_768};
     let kernel = MlKemKernel::Portable;
     eprintln!("ct_check: mode {mode}, ML-KEM kernel {}", kernel.name());
-    let clients: Vec<_> = (0..3)
-        .map(|_| DecapsulationKey::generate(&ML_KEM_768).unwrap())
-        .collect();
-    let keys: Vec<Vec<u8>> = clients
-        .iter()
-        .map(|dk| {
-            dk.encapsulation_key()
-                .unwrap()
-                .key_bytes()
-                .unwrap()
-                .as_ref()
-                .to_vec()
-        })
-        .collect();
-    let key_refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-    let results = mlkem768_encapsulate_batch(kernel, &key_refs);
+    let clients = mlkem_clients::clients(3);
+    let keys: Vec<&[u8]> = clients.iter().map(|(_, ek)| &ek[..]).collect();
+    let results = mlkem768_encapsulate_batch(kernel, &keys);
     match mode {
         "control-mlkem" => {
             // A branch on a shared secret that was not declassified.
@@ -282,7 +271,7 @@ fn mlkem_mode(mode: &str) {
             }
         }
         "mlkem" => {
-            for (dk, result) in clients.iter().zip(&results) {
+            for ((dk, _), result) in clients.iter().zip(&results) {
                 let e = result.as_ref().unwrap();
                 ct::declassify(&e.secret[..]);
                 let secret = dk.decapsulate(e.ciphertext[..].into()).unwrap();

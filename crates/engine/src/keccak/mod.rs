@@ -143,9 +143,9 @@ pub(crate) struct State8 {
 }
 
 impl State8 {
-    /// Absorbs `messages[l]` into state `l` (all of one length, at most
-    /// `MAX_ABSORB` bytes), pads them and permutes: the first block of output
-    /// is then ready for [`State8::read`].
+    /// Absorbs `messages[l]` into state `l` (all of one length), pads them
+    /// and permutes: the first block of output is then ready for
+    /// [`State8::read`].
     ///
     /// # Panics
     ///

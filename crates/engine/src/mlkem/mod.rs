@@ -58,7 +58,7 @@ impl core::fmt::Debug for MlKemEncapsulation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MlKemKernel {
     /// The eight lanes' Keccak in zmm registers (AVX-512F), their arithmetic
-    /// compiled for AVX2.
+    /// compiled for AVX2 and AVX-512F.
     Avx512,
     /// Portable Rust: the same lanes, one Keccak state at a time.
     Portable,
@@ -226,25 +226,23 @@ fn encapsulate_pass(
     // the all-zero key (valid: t-hat = 0, rho = 0); their results are dropped.
     const ZERO_KEY: [u8; MLKEM768_ENCAPSULATION_KEY_LEN] = [0; MLKEM768_ENCAPSULATION_KEY_LEN];
     let mut valid = [false; LANES];
-    let mut lane_keys: [&[u8]; LANES] = core::array::from_fn(|l| {
+    let mut lane_keys = [&ZERO_KEY[..]; LANES];
+    for (l, (lane_key, valid)) in lane_keys.iter_mut().zip(valid.iter_mut()).enumerate() {
         let key = keys.get(l).copied();
-        key.filter(|k| k.len() == MLKEM768_ENCAPSULATION_KEY_LEN)
-            .unwrap_or(&ZERO_KEY[..])
-    });
-    for (l, key) in lane_keys.iter_mut().enumerate() {
-        let mut ok = keys
-            .get(l)
-            .is_some_and(|k| k.len() == MLKEM768_ENCAPSULATION_KEY_LEN);
+        let key = key.filter(|k| k.len() == MLKEM768_ENCAPSULATION_KEY_LEN);
+        let mut ok = key.is_some();
+        let key = key.unwrap_or(&ZERO_KEY[..]);
         for (i, t) in s.t.iter_mut().enumerate() {
             ok &= poly::decode12(t, l, &key[384 * i..384 * (i + 1)]);
         }
-        if !ok {
-            *key = &ZERO_KEY[..];
+        if ok {
+            *lane_key = key;
+        } else {
             for t in s.t.iter_mut() {
                 poly::decode12(t, l, &ZERO_KEY[..384]);
             }
         }
-        valid[l] = ok;
+        *valid = ok;
     }
 
     let permutation = kernel.permutation();
@@ -355,7 +353,7 @@ fn arithmetic_lanes(
         sample_noise(kernel, &mut s.noise, seeds, (K + i) as u8);
         poly::add(&mut s.acc, &s.noise);
         poly::reduce(&mut s.acc);
-        poly::compress::<10>(&mut s.acc);
+        poly::compress(&mut s.acc, poly::compress10);
         for (l, c) in ciphertexts.iter_mut().enumerate() {
             poly::pack10(&s.acc, l, &mut c[320 * i..320 * (i + 1)]);
         }
@@ -366,7 +364,7 @@ fn arithmetic_lanes(
     poly::add(&mut s.acc, &s.noise);
     poly::add_message(&mut s.acc, messages);
     poly::reduce(&mut s.acc);
-    poly::compress::<4>(&mut s.acc);
+    poly::compress(&mut s.acc, poly::compress4);
     for (l, c) in ciphertexts.iter_mut().enumerate() {
         poly::pack4(&s.acc, l, &mut c[U_BYTES..]);
     }
@@ -444,9 +442,7 @@ fn sample_ntt(
             }
             let mut n = *count;
             for c in block[..rate].chunks_exact(3) {
-                let (b0, b1, b2) = (i32::from(c[0]), i32::from(c[1]), i32::from(c[2]));
-                let d0 = b0 | ((b1 & 0x0f) << 8);
-                let d1 = (b1 >> 4) | (b2 << 4);
+                let [d0, d1] = poly::unpack12(c);
                 let (keep0, keep1) = (usize::from(d0 < Q), usize::from(d1 < Q));
                 list[n] = d0;
                 list[n + keep0] = d1;

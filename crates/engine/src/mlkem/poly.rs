@@ -192,15 +192,21 @@ pub(crate) fn multiply_accumulate(acc: &mut Poly8, a: &[Poly8], b: &[Poly8]) {
     reduce(acc);
 }
 
+/// The two 12-bit values in three bytes, little-endian (the layout of
+/// ByteDecode12, and of SampleNTT's candidates).
+#[inline(always)]
+pub(crate) fn unpack12(b: &[u8]) -> [i32; 2] {
+    let (b0, b1, b2) = (i32::from(b[0]), i32::from(b[1]), i32::from(b[2]));
+    [b0 | ((b1 & 0x0f) << 8), (b1 >> 4) | (b2 << 4)]
+}
+
 /// Lane `lane` of `p` from 384 bytes of 12-bit coefficients (ByteDecode12,
 /// FIPS 203 algorithm 6). `false` if a coefficient is q or more: the modulus
 /// check FIPS 203 asks of an encapsulation key (the key is public).
 pub(crate) fn decode12(p: &mut Poly8, lane: usize, bytes: &[u8]) -> bool {
     let mut valid = true;
     for (i, b) in bytes.chunks_exact(3).enumerate() {
-        let (b0, b1, b2) = (i32::from(b[0]), i32::from(b[1]), i32::from(b[2]));
-        let c0 = b0 | ((b1 & 0x0f) << 8);
-        let c1 = (b1 >> 4) | (b2 << 4);
+        let [c0, c1] = unpack12(b);
         valid &= c0 < Q && c1 < Q;
         p.0[2 * i][lane] = c0;
         p.0[2 * i + 1][lane] = c1;
@@ -262,16 +268,11 @@ pub(crate) fn compress4(x: i32) -> u32 {
     ((n * 20_159) >> 26) & 0xf
 }
 
-/// Compresses every coefficient (reduced) to `D` bits (10 or 4), in place.
+/// Compresses every coefficient (reduced) in place by `compress`
+/// ([`compress10`] or [`compress4`]).
 #[inline(always)]
-pub(crate) fn compress<const D: u32>(p: &mut Poly8) {
-    map(p, |x| {
-        if D == 10 {
-            compress10(x) as i32
-        } else {
-            compress4(x) as i32
-        }
-    });
+pub(crate) fn compress(p: &mut Poly8, compress: fn(i32) -> u32) {
+    map(p, |x| compress(x) as i32);
 }
 
 /// Lane `lane` of `p` (compressed to 10 bits), packed: 320 bytes.
@@ -294,7 +295,7 @@ pub(crate) fn pack4(p: &Poly8, lane: usize, out: &mut [u8]) {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     #[test]

@@ -2,28 +2,15 @@
 //! against each other, and keys that must be refused.
 
 use super::*;
-use aws_lc_rs::kem::{DecapsulationKey, ML_KEM_768};
+
+#[path = "../../bench/mlkem_clients.rs"]
+mod mlkem_clients;
+use mlkem_clients::clients as client_keys;
 
 fn kernels() -> Vec<MlKemKernel> {
     MlKemKernel::ALL
         .into_iter()
         .filter(|k| k.is_available())
-        .collect()
-}
-
-fn client_keys(n: usize) -> Vec<(DecapsulationKey<aws_lc_rs::kem::AlgorithmId>, Vec<u8>)> {
-    (0..n)
-        .map(|_| {
-            let dk = DecapsulationKey::generate(&ML_KEM_768).unwrap();
-            let ek = dk
-                .encapsulation_key()
-                .unwrap()
-                .key_bytes()
-                .unwrap()
-                .as_ref()
-                .to_vec();
-            (dk, ek)
-        })
         .collect()
 }
 
