@@ -335,10 +335,10 @@ fn key_share_path_for(asked: KeyShares, kernel: CurveKernel) -> KeySharePath {
 
 /// Below this many ML-KEM-768 encapsulations in a batch of key shares, aws-lc computes
 /// them one by one: the break-even of the AVX-512 kernel against aws-lc. A pass costs the
-/// same for 1 to 8: on an AMD EPYC Zen 4 core a pass took 70-74 µs and aws-lc 13.5-14.1 µs
-/// per encapsulation in a loop (the engine's `mlkem_speed` example), and aws-lc about 17 µs
-/// inside handshakes (perf of `serve`), so 5 in a pass break even against aws-lc in a
-/// loop and save a little against aws-lc in a handshake. The portable kernel is slower
+/// same for 1 to 8: on an AMD EPYC Zen 4 core a pass took about 70 µs and aws-lc 13.5 µs
+/// per encapsulation in a loop in the quiet runs (the engine's `mlkem_speed` example),
+/// and aws-lc about 19 µs inside handshakes (perf of `serve`), so 5 in a pass break even
+/// against aws-lc in a loop and save a little against aws-lc in a handshake. The portable kernel is slower
 /// than aws-lc at any size.
 fn mlkem_small_batch_threshold(kernel: MlKemKernel) -> usize {
     match kernel {
