@@ -66,6 +66,12 @@ SCENARIOS = [
     ("tls13-ecdsa-full-pq", "ecdsa", ["--mode", "full", "--group", "x25519mlkem768"] + T13,
      "/", "hs"),
     ("tls13-ecdsa-resume", "ecdsa", ["--mode", "resume", "--per-session", "4"] + T13, "/", "hs"),
+    # The other two rows with the hybrid too: an RSA certificate, and resumption (a PSK with
+    # a key share: the resumed handshake still computes one).
+    ("tls13-rsa-full-pq", "rsa", ["--mode", "full", "--group", "x25519mlkem768"] + T13,
+     "/", "hs"),
+    ("tls13-ecdsa-resume-pq", "ecdsa", ["--mode", "resume", "--per-session", "4",
+                                        "--group", "x25519mlkem768"] + T13, "/", "hs"),
     # An ECDSA P-384 certificate (X25519 key exchange, as its clients mostly use).
     ("tls13-ecdsa384-full", "ecdsa384", ["--mode", "full"] + T13, "/", "hs"),
     # ...and with a P-384 key exchange too (clients held to the NIST P-384 suite).

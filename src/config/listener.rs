@@ -54,7 +54,8 @@ pub struct ListenerConfig {
     pub address_spanned: Spanned<SocketAddr>,
     /// `host:port` of plaintext backends, tried round robin; "builtin" is the internal responder.
     pub backends: Spanned<Vec<String>>,
-    /// "tcp": relay bytes; "http": forward HTTP/1.1 requests over pooled connections.
+    /// "tcp": relay bytes; "http": forward HTTP/1.1 and HTTP/2 requests as HTTP/1.1 over
+    /// pooled connections.
     #[serde(default = "default_mode")]
     pub mode: Spanned<ListenerMode>,
     #[serde(default = "default_proxy_protocol")]
@@ -228,7 +229,7 @@ impl ListenerConfig {
     /// `mode = "http"`: what a forwarded request cannot carry. A PROXY header describes one
     /// client, but a pooled backend connection carries many clients' requests (the client's
     /// address and certificate go as headers instead); 0-RTT requests would need marking
-    /// request by request; HTTP/2 is not spoken on this path.
+    /// request by request; HTTP/1.1 and HTTP/2 are the protocols spoken to clients.
     fn check_mode(&self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
         if *self.mode.get_ref() != ListenerMode::Http {
             return Ok(());
@@ -243,8 +244,17 @@ impl ListenerConfig {
                 "does not accept 0-RTT data yet: remove `early_data`, or use mode = \"tcp\"",
             );
         }
-        if let Some(other) = self.alpn.iter().find(|p| p.as_str() != "http/1.1") {
-            return refuse(&format!("speaks HTTP/1.1 to clients, so `alpn` may offer only \"http/1.1\", not \"{other}\""));
+        let offered = self
+            .server_names
+            .iter()
+            .flat_map(|name| name.alpn.iter().flatten());
+        if let Some(other) = self
+            .alpn
+            .iter()
+            .chain(offered)
+            .find(|p| !matches!(p.as_str(), "h2" | "http/1.1"))
+        {
+            return refuse(&format!("speaks HTTP/1.1 and HTTP/2 to clients, so `alpn` may offer only \"h2\" and \"http/1.1\", not \"{other}\""));
         }
         Ok(())
     }

@@ -1,12 +1,12 @@
 //! The header fields of a request forwarded to a backend as HTTP/1.1, whether it came as
-//! HTTP/3 or as HTTP/1.1 over TLS: connection-specific fields dropped both ways (each hop's
+//! HTTP/3, HTTP/2 or HTTP/1.1 over TLS: connection-specific fields dropped both ways (each hop's
 //! framing is its own), and the client's own `Forwarded`/`X-Forwarded-*`, `Early-Data` and
 //! `X-Client-Cert-*` replaced by tlsterm's, so that a backend can trust them.
 
 use std::net::IpAddr;
 
-use hyper::header::{HeaderName, HeaderValue, CONNECTION};
-use hyper::HeaderMap;
+use hyper::header::{HeaderName, HeaderValue, CONNECTION, COOKIE, HOST};
+use hyper::{HeaderMap, Uri};
 
 use super::client_cert;
 
@@ -119,6 +119,41 @@ pub fn rewrite_request(
     add_forwarding(headers, client, client_cert, false);
 }
 
+/// The Cookie field of an HTTP/2 or HTTP/3 request, which those may send in pieces, as the
+/// one field HTTP/1.1 wants (RFC 9113, 8.2.3; RFC 9114, 4.2.1); `None` without a piece.
+pub fn joined_cookie(pieces: &[&[u8]]) -> Result<Option<HeaderValue>, &'static str> {
+    if pieces.is_empty() {
+        return Ok(None);
+    }
+    HeaderValue::from_bytes(&pieces.join(&b"; "[..]))
+        .map(Some)
+        .map_err(|_| "invalid cookie")
+}
+
+/// What an HTTP/2 request's head needs before it goes out as HTTP/1.1: its `:authority`
+/// (in `uri`) as the Host field, which must not disagree with a Host field beside it
+/// (RFC 9113, 8.3.1: the authority wins), and its Cookie pieces joined.
+pub fn http2_fields_as_http11(uri: &Uri, headers: &mut HeaderMap) -> Result<(), &'static str> {
+    if let Some(authority) = uri.authority() {
+        let host = HeaderValue::from_str(authority.as_str()).map_err(|_| "invalid :authority")?;
+        headers.insert(HOST, host);
+    }
+    if !headers.contains_key(HOST) {
+        return Err("no :authority or Host");
+    }
+    if headers.get_all(COOKIE).iter().nth(1).is_some() {
+        let pieces: Vec<&[u8]> = headers
+            .get_all(COOKIE)
+            .iter()
+            .map(HeaderValue::as_bytes)
+            .collect();
+        let cookie = joined_cookie(&pieces)?;
+        headers.remove(COOKIE);
+        headers.extend(cookie.map(|cookie| (COOKIE, cookie)));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +194,39 @@ mod tests {
                 ("x-forwarded-for", "192.0.2.7"),
                 ("x-forwarded-proto", "https"),
             ]
+        );
+    }
+
+    /// The fields of an HTTP/2 request's head, as `headers` lists them.
+    fn http2_head(uri: &str, fields: &[(&'static str, &'static str)]) -> (Uri, HeaderMap) {
+        let mut headers = HeaderMap::new();
+        for &(name, value) in fields {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        (uri.parse().unwrap(), headers)
+    }
+
+    #[test]
+    fn an_http2_request_gets_its_authority_as_host_and_one_cookie_field() {
+        let (uri, mut headers) = http2_head(
+            "https://a.test/x",
+            &[("host", "other.test"), ("cookie", "a=1"), ("cookie", "b=2")],
+        );
+        http2_fields_as_http11(&uri, &mut headers).unwrap();
+        assert_eq!(headers["host"], "a.test");
+        let cookies: Vec<_> = headers.get_all("cookie").iter().collect();
+        assert_eq!(cookies, ["a=1; b=2"]);
+
+        // A Host field alone stands; one cookie is left as it came.
+        let (uri, mut headers) = http2_head("/x", &[("host", "b.test"), ("cookie", "a=1")]);
+        http2_fields_as_http11(&uri, &mut headers).unwrap();
+        assert_eq!(headers["host"], "b.test");
+        assert_eq!(headers["cookie"], "a=1");
+
+        let (uri, mut headers) = http2_head("/x", &[("cookie", "a=1")]);
+        assert_eq!(
+            http2_fields_as_http11(&uri, &mut headers),
+            Err("no :authority or Host")
         );
     }
 

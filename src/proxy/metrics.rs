@@ -32,13 +32,17 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
         "relay_buffers",
         "Relay buffers allocated: held by connections with data in flight, or spare in a worker",
     ),
-    http_requests: metrics::counter_vec("http_requests_total", HTTP_REQUESTS_HELP, &["answer"]),
+    http_requests: metrics::counter_vec(
+        "http_requests_total",
+        HTTP_REQUESTS_HELP,
+        &["version", "answer"],
+    ),
     http_parked: metrics::counter("http_parked_total", HTTP_PARKED_HELP),
 });
 
-const HTTP_REQUESTS_HELP: &str = "HTTP/1.1 requests of mode = \"http\" listeners, by who \
-    answered: the backend, or tlsterm with 502 (no backend answered), 504 (too late) or 405 \
-    (CONNECT)";
+const HTTP_REQUESTS_HELP: &str = "Requests of mode = \"http\" listeners, by the client's HTTP \
+    version (1.1 or 2) and by who answered: the backend, or tlsterm with 502 (no backend \
+    answered), 504 (too late), 405 (CONNECT) or 400 (an HTTP/2 request without a host)";
 
 const HTTP_PARKED_HELP: &str = "Times a mode = \"http\" connection, quiet between requests, \
     gave up its HTTP buffers until the client sent more";
@@ -69,13 +73,17 @@ pub fn record_relayed(to_backend: u64, to_client: u64) {
     bytes.with_label_values(&["to_client"]).inc_by(to_client);
 }
 
-/// An HTTP/1.1 request forwarded (`"backend"`: the backend's response went back) or
-/// answered by tlsterm (`"502"`, `"504"`, `"405"`).
-pub fn record_http_request(answer: &str) {
+/// A request that came as HTTP `version` ("1.1" or "2") forwarded (`"backend"`: the
+/// backend's response went back) or answered by tlsterm (`"502"`, `"504"`, `"405"`,
+/// `"400"`).
+pub fn record_http_request(version: &str, answer: &str) {
     if !metrics::enabled() {
         return;
     }
-    METRICS.http_requests.with_label_values(&[answer]).inc();
+    METRICS
+        .http_requests
+        .with_label_values(&[version, answer])
+        .inc();
 }
 
 /// A `mode = "http"` connection parked: quiet between requests, it gave up hyper's buffers.

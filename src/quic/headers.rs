@@ -64,10 +64,7 @@ pub(super) fn request_head(
     if !headers.contains_key(HOST) {
         return Err(BadRequest("no :authority or Host"));
     }
-    if !cookies.is_empty() {
-        // HTTP/3 may split the Cookie field; HTTP/1.1 wants it whole (RFC 9114, 4.2.1).
-        let joined = cookies.join(&b"; "[..]);
-        let cookie = HeaderValue::from_bytes(&joined).map_err(|_| BadRequest("invalid cookie"))?;
+    if let Some(cookie) = forwarding::joined_cookie(&cookies).map_err(BadRequest)? {
         headers.insert(COOKIE, cookie);
     }
     forwarding::add_forwarding(&mut headers, client, client_cert, early);

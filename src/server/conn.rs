@@ -116,7 +116,8 @@ pub fn handle(
                 client_cert: client_cert::of(negotiated.client_cert.as_deref()),
                 idle_timeout: state.config.idle_timeout,
             };
-            let outcome = Box::pin(super::http::serve(tls, context, stop)).await;
+            let version = super::http::ClientHttp::of_alpn(negotiated.alpn.as_deref());
+            let outcome = Box::pin(super::http::serve(tls, context, version, stop)).await;
             return end.after_relay(&negotiated, outcome);
         }
 

@@ -1,9 +1,13 @@
-//! `mode = "http"`: an established connection's HTTP/1.1 requests, each forwarded to the
+//! `mode = "http"`: an established connection's HTTP requests, each forwarded to the
 //! backends over the worker's keep-alive connections (hyper on both sides), instead of a
 //! backend connection opened, relayed to and closed for every client connection. That
 //! connection is most of what a short-lived client connection costs a byte relay beside
 //! the handshake (its TCP handshake, the backend's accept, both closes); pooled, it is paid
 //! once per many clients.
+//!
+//! A client that chose HTTP/2 by ALPN (`h2`, where the listener offers it) has its streams'
+//! requests forwarded the same way, each on a pooled HTTP/1.1 backend connection while it
+//! is answered: the backend never learns HTTP/2.
 //!
 //! Bodies stream both ways (hyper's flow control; nothing is held whole). A backend
 //! connection goes back to the worker's pool once the response body has been read whole.
@@ -17,6 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_LENGTH};
+use hyper::service::Service;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -50,20 +55,48 @@ pub(super) struct HttpContext {
     pub idle_timeout: Duration,
 }
 
+/// The HTTP version the client speaks on a connection, as ALPN chose it (HTTP/1.1 without
+/// ALPN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ClientHttp {
+    Http1,
+    Http2,
+}
+
+impl ClientHttp {
+    pub fn of_alpn(alpn: Option<&[u8]>) -> ClientHttp {
+        if alpn == Some(b"h2") {
+            ClientHttp::Http2
+        } else {
+            ClientHttp::Http1
+        }
+    }
+
+    /// As the `version` label of the request counter.
+    fn label(self) -> &'static str {
+        match self {
+            ClientHttp::Http1 => "1.1",
+            ClientHttp::Http2 => "2",
+        }
+    }
+}
+
 /// Serves the connection's requests until the client closes it, sends what is not
-/// HTTP/1.1, or stalls: no byte either way for `idle_timeout` while no request waits on the
-/// backend (an idle keep-alive connection, a client that stopped reading its response or
-/// sending its request). Once `stop` turns true, until the request in progress, if any, is
-/// answered.
+/// HTTP (of the version ALPN chose), or stalls: no byte either way for `idle_timeout` while
+/// no request waits on the backend (an idle keep-alive connection, a client that stopped
+/// reading its response or sending its request). Once `stop` turns true, until the
+/// requests in progress, if any, are answered (HTTP/2: a GOAWAY tells the client first).
 ///
-/// hyper's connection holds two buffers of 8 KiB and its state, several times what the
-/// TLS connection costs: a connection on which nothing has moved for [`PARK_AFTER`]
+/// hyper's HTTP/1.1 connection holds two buffers of 8 KiB and its state, several times what
+/// the TLS connection costs: a connection on which nothing has moved for [`PARK_AFTER`]
 /// between requests gives them up (hyper's connection ends without closing the stream), and
-/// the client's next bytes start a new one.
+/// the client's next bytes start a new one. An HTTP/2 connection keeps hyper's for its
+/// life: its streams have no common point between requests to stop at.
 #[allow(clippy::manual_async_fn)]
 pub(super) fn serve<S>(
     stream: S,
     context: HttpContext,
+    version: ClientHttp,
     mut stop: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = RelayOutcome>
 where
@@ -81,35 +114,43 @@ where
     let context = Rc::new(context);
     let backends = BACKENDS.with(Rc::clone);
     async move {
-        let end = loop {
-            if stream.unread.is_empty() {
-                // Parked (or new): nothing of hyper's is held until the client sends more.
-                let read = tokio::select! {
-                    biased;
-                    Ok(_) = stop.wait_for(|stop| *stop) => {
-                        super::conn::close_notify(&mut stream).await;
-                        break RelayEnd::Closed;
-                    }
-                    read = stream.read_more() => read,
-                    () = activity.stalled(idle_timeout) => break RelayEnd::IdleTimeout,
-                };
-                match read {
-                    Ok(0) => break RelayEnd::Closed,
-                    Ok(_) => {}
-                    Err(_) => break RelayEnd::Error(Side::Client),
-                }
-            }
-            // Boxed: hyper's connection state is large, and a parked connection keeps none of it.
-            let round = Box::pin(serve_requests(
+        let end = if version == ClientHttp::Http2 {
+            // Boxed as the HTTP/1.1 rounds are: the connection task stays small.
+            Box::pin(serve_http2(
                 stream, &context, &backends, &activity, &mut stop,
             ))
-            .await;
-            match round {
-                Ok(parked) => {
-                    metrics::record_http_parked();
-                    stream = parked;
+            .await
+        } else {
+            loop {
+                if stream.unread.is_empty() {
+                    // Parked (or new): nothing of hyper's is held until the client sends more.
+                    let read = tokio::select! {
+                        biased;
+                        Ok(_) = stop.wait_for(|stop| *stop) => {
+                            super::conn::close_notify(&mut stream).await;
+                            break RelayEnd::Closed;
+                        }
+                        read = stream.read_more() => read,
+                        () = activity.stalled(idle_timeout) => break RelayEnd::IdleTimeout,
+                    };
+                    match read {
+                        Ok(0) => break RelayEnd::Closed,
+                        Ok(_) => {}
+                        Err(_) => break RelayEnd::Error(Side::Client),
+                    }
                 }
-                Err(end) => break end,
+                // Boxed: hyper's connection state is large, and a parked connection keeps none of it.
+                let round = Box::pin(serve_requests(
+                    stream, &context, &backends, &activity, &mut stop,
+                ))
+                .await;
+                match round {
+                    Ok(parked) => {
+                        metrics::record_http_parked();
+                        stream = parked;
+                    }
+                    Err(end) => break end,
+                }
             }
         };
         // The client's plaintext both ways, request and response heads included: what a relay
@@ -149,22 +190,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let idle_timeout = context.idle_timeout;
-    let (context, backends, on_request) = (context.clone(), backends.clone(), activity.clone());
-    let service = hyper::service::service_fn(move |request| {
-        on_request.requests.set(on_request.requests.get() + 1);
-        let in_service = Counted::start(on_request.clone(), |activity| &activity.in_service);
-        let answer = forward(
-            request,
-            context.clone(),
-            backends.clone(),
-            on_request.clone(),
-        );
-        Box::pin(async move {
-            let mut response = answer.await?;
-            response.body_mut().in_service = Some(in_service);
-            Ok::<_, hyper::Error>(response)
-        })
-    });
+    let service = forwarding_service(context, backends, activity, ClientHttp::Http1);
     let mut connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         // A request head sent byte by byte, slowly enough to pass as activity, still ends.
@@ -206,6 +232,98 @@ where
     }
 }
 
+/// Streams one client opens at once on an HTTP/2 connection (what HAProxy and nginx allow,
+/// about): each may hold a backend connection while it is answered.
+const HTTP2_MAX_STREAMS: u32 = 100;
+
+/// The header fields of one HTTP/2 request, at most (HPACK-decoded size): as much as an
+/// HTTP/1.1 request head may bring through hyper's buffer.
+const HTTP2_MAX_HEADER_LIST: u32 = 64 * 1024;
+
+/// What a stream's response may have waiting for the client's flow control, at most: with
+/// [`HTTP2_MAX_STREAMS`] open, 6.4 MiB a connection (hyper's own default is 400 KiB a
+/// stream). Past it the backend's response is read no further until the client takes it.
+const HTTP2_SEND_BUFFER: usize = 64 * 1024;
+
+/// Serves an HTTP/2 connection's streams until the client closes it (or stalls, as over
+/// HTTP/1.1); `stop` sends a GOAWAY and ends it once the streams already open are answered.
+async fn serve_http2<S>(
+    stream: Watched<S>,
+    context: &Rc<HttpContext>,
+    backends: &Rc<Backends<Incoming>>,
+    activity: &Rc<Activity>,
+    stop: &mut watch::Receiver<bool>,
+) -> RelayEnd
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let service = forwarding_service(context, backends, activity, ClientHttp::Http2);
+    let connection = hyper::server::conn::http2::Builder::new(OnThisWorker)
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(HTTP2_MAX_STREAMS)
+        .max_header_list_size(HTTP2_MAX_HEADER_LIST)
+        .max_send_buf_size(HTTP2_SEND_BUFFER)
+        .serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            biased;
+            Ok(_) = stop.wait_for(|stop| *stop), if !stopping => {
+                connection.as_mut().graceful_shutdown();
+                stopping = true;
+            }
+            served = connection.as_mut() => return end_of(served),
+            () = activity.stalled(context.idle_timeout) => return RelayEnd::IdleTimeout,
+        }
+    }
+}
+
+/// Runs the tasks hyper starts for an HTTP/2 connection's streams on the worker's own
+/// thread, beside the connection (they share its `Rc`s).
+#[derive(Clone, Copy)]
+struct OnThisWorker;
+
+impl<F> hyper::rt::Executor<F> for OnThisWorker
+where
+    F: std::future::Future + 'static,
+{
+    fn execute(&self, task: F) {
+        tokio::task::spawn_local(task);
+    }
+}
+
+/// A request's answer on its way.
+type Answer = Pin<Box<dyn std::future::Future<Output = Result<Response<Relayed>, hyper::Error>>>>;
+
+/// The service hyper calls for each request of a connection: the request forwarded, and
+/// counted in `activity` while it is read, waits on the backend and is answered.
+fn forwarding_service(
+    context: &Rc<HttpContext>,
+    backends: &Rc<Backends<Incoming>>,
+    activity: &Rc<Activity>,
+    version: ClientHttp,
+) -> impl Service<Request<Incoming>, Response = Response<Relayed>, Error = hyper::Error, Future = Answer>
+{
+    let (context, backends, on_request) = (context.clone(), backends.clone(), activity.clone());
+    hyper::service::service_fn(move |request| {
+        on_request.requests.set(on_request.requests.get() + 1);
+        let in_service = Counted::start(on_request.clone(), |activity| &activity.in_service);
+        let answer = forward(
+            request,
+            context.clone(),
+            backends.clone(),
+            on_request.clone(),
+            version,
+        );
+        Box::pin(async move {
+            let mut response = answer.await?;
+            response.body_mut().in_service = Some(in_service);
+            Ok::<_, hyper::Error>(response)
+        }) as Answer
+    })
+}
+
 fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
     match served {
         Ok(()) => RelayEnd::Closed,
@@ -219,19 +337,28 @@ fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
 
 /// One request: rewritten for the backend, sent on a pooled connection, its response
 /// streamed back; 502 when no backend answers, 504 when it answers too late, 405 for
-/// CONNECT.
+/// CONNECT, 400 for an HTTP/2 request HTTP/1.1 cannot carry.
 async fn forward(
     request: Request<Incoming>,
     context: Rc<HttpContext>,
     backends: Rc<Backends<Incoming>>,
     activity: Rc<Activity>,
+    version: ClientHttp,
 ) -> Result<Response<Relayed>, hyper::Error> {
+    let answered = |answer| metrics::record_http_request(version.label(), answer);
     let (mut parts, body) = request.into_parts();
     if parts.method == Method::CONNECT {
         // A tunnel through the backend is not a request to it (a backend that is itself a
         // forward proxy would open it to anywhere).
-        metrics::record_http_request("405");
+        answered("405");
         return Ok(simple_answer(StatusCode::METHOD_NOT_ALLOWED));
+    }
+    if version == ClientHttp::Http2 {
+        if let Err(why) = forwarding::http2_fields_as_http11(&parts.uri, &mut parts.headers) {
+            tracing::debug!(why, "HTTP/2 request refused");
+            answered("400");
+            return Ok(simple_answer(StatusCode::BAD_REQUEST));
+        }
     }
     forwarding::rewrite_request(&mut parts.headers, &context.client, &context.client_cert);
     // The backend gets the origin form (`/path?query`) even from a client that sent the
@@ -251,15 +378,15 @@ async fn forward(
         Ok(Ok(answer)) => answer,
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "HTTP request: no answer from the backend");
-            metrics::record_http_request("502");
+            answered("502");
             return Ok(simple_answer(StatusCode::BAD_GATEWAY));
         }
         Err(_) => {
-            metrics::record_http_request("504");
+            answered("504");
             return Ok(simple_answer(StatusCode::GATEWAY_TIMEOUT));
         }
     };
-    metrics::record_http_request("backend");
+    answered("backend");
     let (mut parts, body) = response.into_parts();
     forwarding::drop_connection_specific(&mut parts.headers);
     let give_back = GiveBack {

@@ -2,7 +2,8 @@
 //! process whose backend is a real HTTP/1.1 server in this test that echoes what it
 //! received. Requests and bodies both ways, the forwarding headers (the client's copies
 //! dropped), backend connections reused across client connections, 502 and 504 (also before
-//! a request body arrived whole), drain on SIGTERM, and the settings this mode refuses.
+//! a request body arrived whole), drain on SIGTERM, HTTP/2 clients (ALPN `h2`) forwarded as
+//! HTTP/1.1, and the settings this mode refuses.
 
 use crate::common;
 
@@ -370,7 +371,7 @@ fn settings_a_forwarded_request_cannot_carry_are_refused_with_their_line() {
             "X-Forwarded-For, not as a PROXY header",
         ),
         ("early_data = true", "0-RTT"),
-        ("alpn = [\"h2\", \"http/1.1\"]", "not \"h2\""),
+        ("alpn = [\"h2\", \"spdy/3\"]", "not \"spdy/3\""),
     ] {
         let listener = format!(
             "address = \"127.0.0.1:{}\"\nbackends = [\"127.0.0.1:1\"]\nmode = \"http\"\n{extra}",
@@ -424,4 +425,133 @@ async fn a_connection_quiet_between_requests_parks_and_answers_its_next_request(
         metric(admin, "tlsterm_http_requests_total", "answer=\"backend\""),
         3.0
     );
+}
+
+/// The listener of the HTTP/2 tests: `h2` offered first.
+const OFFER_H2: &str = "alpn = [\"h2\", \"http/1.1\"]";
+
+/// A client that chooses HTTP/2 by ALPN: its requests reach the backend as HTTP/1.1 (Host
+/// from `:authority`, the Cookie pieces joined, the forwarding fields tlsterm's, the client's
+/// copies dropped), bodies go both ways whole, and fifty requests sent at once on one
+/// connection are each answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_requests_reach_the_backend_as_http11_requests() {
+    let backend = echo_backend().await;
+    let (dir, server, port) = start_http(&backend.to_string(), OFFER_H2);
+    let upload = dir.path().join("upload");
+    std::fs::write(&upload, pattern(3_000_000)).unwrap();
+    let body_at = dir.path().join("answer");
+    let (get, post, parallel) = {
+        let (upload, body_at) = (upload.clone(), body_at.clone());
+        tokio::task::spawn_blocking(move || {
+            let get = curl(
+                port,
+                &[
+                    "--http2",
+                    "--include",
+                    "-H",
+                    "X-Forwarded-For: 6.6.6.6",
+                    "-H",
+                    "Cookie: a=1",
+                    "-H",
+                    "Cookie: b=2",
+                    "https://localhost/over-h2?x=1",
+                ],
+            );
+            let post = curl(
+                port,
+                &[
+                    "--http2",
+                    "--dump-header",
+                    "-",
+                    "--data-binary",
+                    &format!("@{}", upload.display()),
+                    "--output",
+                    &body_at.display().to_string(),
+                    "https://localhost/upload",
+                ],
+            );
+            // curl waits to multiplex these over one connection (no --parallel-immediate).
+            let parallel = curl(
+                port,
+                &[
+                    "--http2",
+                    "--parallel",
+                    "--parallel-max",
+                    "50",
+                    "--output",
+                    "/dev/null",
+                    "--write-out",
+                    "%{http_version} %{response_code} %{num_connects}\\n",
+                    "https://localhost/stream[1-50]",
+                ],
+            );
+            (get, post, parallel)
+        })
+        .await
+        .unwrap()
+    };
+    assert!(get.starts_with("HTTP/2 200"), "{get}");
+    assert_eq!(header(&get, "x-seen-version"), "HTTP/1.1");
+    assert_eq!(header(&get, "x-seen-method"), "GET");
+    assert_eq!(header(&get, "x-seen-path"), "/over-h2?x=1");
+    assert_eq!(header(&get, "x-seen-host"), "localhost");
+    assert_eq!(header(&get, "x-seen-cookie"), "a=1; b=2");
+    assert_eq!(header(&get, "x-seen-x-forwarded-for"), "127.0.0.1");
+    assert_eq!(header(&get, "x-seen-x-forwarded-proto"), "https");
+
+    assert!(post.contains("HTTP/2 200"), "{post}");
+    assert_eq!(header(&post, "x-seen-body-len"), "3000000");
+    let answer = std::fs::read(&body_at).unwrap();
+    assert_eq!(hex_sha256(&answer), hex_sha256(&pattern(3_000_000)));
+
+    let transfers: Vec<&str> = parallel.lines().collect();
+    assert_eq!(transfers.len(), 50, "{parallel}");
+    assert!(
+        transfers.iter().all(|t| t.starts_with("2 200 ")),
+        "{parallel}"
+    );
+    let connects: u32 = transfers
+        .iter()
+        .map(|t| t.rsplit(' ').next().unwrap().parse::<u32>().unwrap())
+        .sum();
+    assert_eq!(
+        connects, 1,
+        "the fifty requests shared one connection: {parallel}"
+    );
+
+    let admin = admin_address(&server.config).unwrap();
+    assert_eq!(
+        metric(admin, "tlsterm_handshakes_total", "kind=\"full\""),
+        3.0
+    );
+    assert_eq!(
+        metric(admin, "tlsterm_http_requests_total", "version=\"2\""),
+        52.0
+    );
+    assert_eq!(
+        metric(admin, "tlsterm_http_requests_total", "answer=\"backend\""),
+        52.0
+    );
+}
+
+/// SIGTERM on an HTTP/2 connection with a request in progress: that request is answered
+/// (a GOAWAY tells the client to send no more), and tlsterm then exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_the_http2_request_in_progress_then_exits() {
+    let (backend, seen) = echo_backend_watched().await;
+    let (_dir, mut server, port) = start_http(&backend.to_string(), OFFER_H2);
+    let in_flight = tokio::task::spawn_blocking(move || {
+        curl(port, &["--http2", "--include", "https://localhost/wait"])
+    });
+    wait_until("the backend holds the request", || seen.waiting() == 1);
+    server.signal("TERM");
+    server.log.wait_for("stopping", 0);
+    seen.release_waiting();
+    let answered = in_flight.await.unwrap();
+    assert!(answered.starts_with("HTTP/2 200"), "{answered}");
+    let status = eventually("tlsterm exits once drained", || {
+        server.child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}");
 }

@@ -96,6 +96,7 @@ async fn echo(
     let mut response = Response::builder()
         .header("x-seen-method", parts.method.as_str())
         .header("x-seen-path", parts.uri.to_string())
+        .header("x-seen-version", format!("{:?}", parts.version))
         .header("x-seen-body-len", body.len().to_string());
     for name in [
         "host",
@@ -107,6 +108,7 @@ async fn echo(
         "x-client-cert-san",
         "x-client-cert-sha256",
         "early-data",
+        "cookie",
     ] {
         response = response.header(format!("x-seen-{name}"), seen(name));
     }
