@@ -395,7 +395,7 @@ impl Drop for Direction {
 /// only from a read that returned data until the write of that data completes, so a
 /// worker (one thread, one connection polled at a time) needs few: the pool keeps a
 /// handful for the next bursts and frees the rest.
-mod spare {
+pub(crate) mod spare {
     use super::*;
 
     /// Spare buffers kept per worker thread, beyond which a buffer given back is freed.
@@ -416,7 +416,7 @@ mod spare {
     }
 
     /// A buffer of `size` bytes: a spare one, or a new one.
-    pub(super) fn take(size: usize) -> Box<[u8]> {
+    pub(crate) fn take(size: usize) -> Box<[u8]> {
         let spare = SPARE
             .try_with(|spare| {
                 let spare = &mut spare.borrow_mut().0;
@@ -433,7 +433,7 @@ mod spare {
     }
 
     /// Keeps `buf` for the next read, or frees it if the worker has enough spares.
-    pub(super) fn give_back(buf: Box<[u8]>) {
+    pub(crate) fn give_back(buf: Box<[u8]>) {
         let mut buf = Some(buf);
         // During the thread's exit the pool may be gone already: the buffer is freed.
         let _ = SPARE.try_with(|spare| {

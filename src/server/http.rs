@@ -35,7 +35,9 @@ use crate::proxy::pool::BackendPool;
 use crate::proxy::relay::{RelayEnd, RelayOutcome, Side};
 
 mod activity;
+mod gather;
 use activity::{Activity, Counted, Watched};
+use gather::Gathered;
 
 thread_local! {
     /// This worker's idle connections to every `mode = "http"` listener's backends.
@@ -247,6 +249,7 @@ const HTTP2_SEND_BUFFER: usize = 64 * 1024;
 
 /// Serves an HTTP/2 connection's streams until the client closes it (or stalls, as over
 /// HTTP/1.1); `stop` sends a GOAWAY and ends it once the streams already open are answered.
+/// hyper's writes between two flushes leave as one TLS record ([`Gathered`]).
 async fn serve_http2<S>(
     stream: Watched<S>,
     context: &Rc<HttpContext>,
@@ -263,7 +266,7 @@ where
         .max_concurrent_streams(HTTP2_MAX_STREAMS)
         .max_header_list_size(HTTP2_MAX_HEADER_LIST)
         .max_send_buf_size(HTTP2_SEND_BUFFER)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(TokioIo::new(Gathered::new(stream)), service);
     let mut connection = std::pin::pin!(connection);
     let mut stopping = false;
     loop {
