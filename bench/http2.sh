@@ -22,7 +22,10 @@ STREAMS=${STREAMS:-8}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TLSTERM=$ROOT/target/release/tlsterm
 HAPROXY=${HAPROXY_AWSLC:-/opt/haproxy-awslc/sbin/haproxy}
-command -v h2load >/dev/null || { echo "h2load is missing: apt-get install nghttp2-client" >&2; exit 2; }
+if ! command -v h2load >/dev/null; then
+    echo "installing h2load (nghttp2-client)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client >/dev/null
+fi
 WORK=$(mktemp -d)
 openssl ecparam -name prime256v1 -out "$WORK/p256.pem"
 openssl req -x509 -nodes -days 2 -newkey "ec:$WORK/p256.pem" -keyout "$WORK/key.pem" \
