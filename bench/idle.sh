@@ -20,7 +20,8 @@
 # CLIENT=BINARY: the tlsterm that runs the client and the backend (default: this tree's).
 # CERTS=DIR: DIR/cert.pem and DIR/key.pem instead of a new ECDSA P-256 certificate.
 # MODE=http: the listener forwards HTTP requests over pooled backend connections
-# (`mode = "http"`) instead of relaying bytes (the default, MODE=tcp).
+# (`mode = "http"`) instead of relaying bytes (the default, MODE=tcp). HTTP2=1 (with
+# MODE=http): the servers offer h2 and the client chooses it, one HTTP/2 request each.
 #
 # Each connection takes two descriptors of the server's (client and backend) and one of
 # the client's and of the backend's: `ulimit -n` bounds CONNECTIONS to about half of it.
@@ -62,7 +63,7 @@ defaults
     timeout server 300s
     ${MODE:+http-reuse always}
 frontend fe
-    bind 127.0.0.1:9728 ssl crt $WORK/both.pem alpn http/1.1
+    bind 127.0.0.1:9728 ssl crt $WORK/both.pem alpn ${HTTP2:+h2,}http/1.1
     default_backend be
 backend be
     server s1 127.0.0.1:9729
@@ -81,6 +82,7 @@ max_connections = 1000000
 address = "127.0.0.1:9728"
 backends = ["127.0.0.1:9729"]
 ${MODE:+mode = \"$MODE\"}
+${HTTP2:+alpn = [\"h2\", \"http/1.1\"]}
 max_connections = 1000000
 [[listener.certificate]]
 cert = "$WORK/cert.pem"
@@ -95,7 +97,7 @@ CONF
         grep -q "tlsterm serving" "$WORK/$name.log" || { cat "$WORK/$name.log" >&2; exit 1; }
     fi
     "$CLIENT" bench --mode idle --insecure --quiet --json --tls-version 1.3 \
-        -c "$CONNECTIONS" -d "${SECS}s" --timeout 60s --server-pid "$server" \
+        -c "$CONNECTIONS" -d "${SECS}s" --timeout 60s --server-pid "$server" ${HTTP2:+--alpn h2} \
         https://127.0.0.1:9728/ > "$WORK/$name.json"
     python3 - "$name" "$WORK/$name.json" <<'PY'
 import json, sys

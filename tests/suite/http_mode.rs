@@ -555,3 +555,74 @@ async fn sigterm_answers_the_http2_request_in_progress_then_exits() {
     });
     assert!(status.success(), "{status}");
 }
+
+/// A client that chooses HTTP/2 and then sends what is not HTTP/2 (an HTTP/1.1 request
+/// where the connection preface belongs) loses its own connection only: the next client's
+/// HTTP/2 request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_breaks_http2_loses_only_its_connection() {
+    let backend = echo_backend().await;
+    let (_dir, _server, port) = start_http(&backend.to_string(), OFFER_H2);
+    let mut broken = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &["h2"])
+        .await
+        .unwrap();
+    assert_eq!(broken.ssl().selected_alpn_protocol(), Some(&b"h2"[..]));
+    tokio::io::AsyncWriteExt::write_all(&mut broken, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Whatever the server says first (a GOAWAY), it then closes the connection.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        tokio::io::AsyncReadExt::read_to_end(&mut broken, &mut rest),
+    )
+    .await;
+    assert!(closed.is_ok(), "the broken connection was left open");
+    assert!(
+        !String::from_utf8_lossy(&rest).contains("HTTP/1.1"),
+        "no HTTP/1.1 answer on an HTTP/2 connection"
+    );
+    let answered = tokio::task::spawn_blocking(move || {
+        curl(port, &["--http2", "--include", "https://localhost/after"])
+    })
+    .await
+    .unwrap();
+    assert!(answered.starts_with("HTTP/2 200"), "{answered}");
+}
+
+/// `tlsterm bench --mode idle --alpn h2` holds HTTP/2 connections to a `mode = "http"`
+/// listener, each with one request answered over HTTP/2 (counted so by the server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_benchmark_holds_http2_connections() {
+    let backend = echo_backend().await;
+    let (_dir, server, port) = start_http(&backend.to_string(), OFFER_H2);
+    let pid = server.child.id().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        run(Command::new(TLSTERM)
+            .args(["bench", &format!("https://127.0.0.1:{port}/")])
+            .args(["--alpn", "h2", "--insecure", "--json", "--mode", "idle"])
+            .args([
+                "-c",
+                "20",
+                "--threads",
+                "2",
+                "-d",
+                "0s",
+                "--server-pid",
+                &pid,
+            ]))
+    })
+    .await
+    .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["open"].as_u64(), report["errors"].as_u64()),
+        (Some(20), Some(0)),
+        "{report}"
+    );
+    let admin = admin_address(&server.config).unwrap();
+    assert_eq!(
+        metric(admin, "tlsterm_http_requests_total", "version=\"2\""),
+        20.0
+    );
+}

@@ -6,7 +6,8 @@
 //! connection costs can be told from what the server pays once, whatever the number (code
 //! and allocator pools touched by its first connections, a pool of backend connections). With
 //! `--http3` the connections are QUIC connections with one HTTP/3 request each (keep
-//! `--duration` under the server's idle timeout, 30 s in tlsterm by default).
+//! `--duration` under the server's idle timeout, 30 s in tlsterm by default); with
+//! `--alpn h2` (and a server that chooses it), TLS connections with one HTTP/2 request each.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -130,6 +131,9 @@ pub fn run_idle(args: &BenchArgs) -> anyhow::Result<IdleReport> {
         addr,
         server_name,
         request: http::request(&path, &host_header, false),
+        uri: format!("https://{host_header}{path}")
+            .parse()
+            .context("the URL as an HTTP/2 request's")?,
         connector: TlsConnector::from(Arc::new(tls)),
         timeout: args.timeout,
         http3,
@@ -225,6 +229,8 @@ struct Target {
     addr: SocketAddr,
     server_name: ServerName<'static>,
     request: Vec<u8>,
+    /// The same request as HTTP/2 sends it, for a server that chooses `h2`.
+    uri: hyper::Uri,
     connector: TlsConnector,
     timeout: Duration,
     /// With `--http3`: the QUIC client's options and the request's header fields.
@@ -293,9 +299,7 @@ async fn open_some(
                         .await
                         .map(|conn| conn as Held)
                 }),
-                None => pending.spawn_local(async move {
-                    open_one(target).await.map(|conn| Box::new(conn) as Held)
-                }),
+                None => pending.spawn_local(async move { open_one(target).await }),
             };
             started += 1;
         }
@@ -311,8 +315,9 @@ async fn open_some(
     }
 }
 
-/// One connection: handshake, one keep-alive request, its whole response.
-async fn open_one(target: Arc<Target>) -> Result<TlsStream<TcpStream>, String> {
+/// One connection: handshake, one keep-alive request (HTTP/2 where the server chose it),
+/// its whole response.
+async fn open_one(target: Arc<Target>) -> Result<Held, String> {
     let work = async {
         let tcp = TcpStream::connect(target.addr)
             .await
@@ -323,6 +328,9 @@ async fn open_one(target: Arc<Target>) -> Result<TlsStream<TcpStream>, String> {
             .connect(target.server_name.clone(), tcp)
             .await
             .map_err(|e| format!("handshake: {e}"))?;
+        if conn.get_ref().1.alpn_protocol() == Some(b"h2") {
+            return open_http2(conn, &target.uri).await;
+        }
         conn.write_all(&target.request)
             .await
             .map_err(|e| format!("write: {}", e.kind()))?;
@@ -336,11 +344,50 @@ async fn open_one(target: Arc<Target>) -> Result<TlsStream<TcpStream>, String> {
         if response.close {
             return Err("the server closed the connection after its response".to_string());
         }
-        Ok(conn)
+        Ok(Box::new(conn) as Held)
     };
     tokio::time::timeout(target.timeout, work)
         .await
         .unwrap_or_else(|_| Err("timeout".to_string()))
+}
+
+/// An HTTP/2 connection (hyper's client) over `conn`: one request, its whole response; held
+/// with the task that drives the connection, which then has nothing to do.
+async fn open_http2(conn: TlsStream<TcpStream>, uri: &hyper::Uri) -> Result<Held, String> {
+    use http_body_util::{BodyExt, Empty};
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(OnThisThread)
+        .handshake(hyper_util::rt::TokioIo::new(conn))
+        .await
+        .map_err(|e| format!("HTTP/2: {e}"))?;
+    let driver = tokio::task::spawn_local(connection);
+    let request = hyper::Request::get(uri.clone())
+        .body(Empty::<bytes::Bytes>::new())
+        .expect("a GET of a parsed URI");
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("HTTP/2 request: {e}"))?;
+    let status = response.status();
+    response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("HTTP/2 response body: {e}"))?;
+    if !status.is_success() {
+        return Err(format!("http status {}", status.as_u16()));
+    }
+    Ok(Box::new((sender, driver)))
+}
+
+/// Runs hyper's HTTP/2 tasks on the opening thread's runtime (the connection is not `Send`
+/// there).
+#[derive(Clone, Copy)]
+struct OnThisThread;
+
+impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for OnThisThread {
+    fn execute(&self, task: F) {
+        tokio::task::spawn_local(task);
+    }
 }
 
 /// One QUIC connection: handshake, one HTTP/3 request, its whole response.

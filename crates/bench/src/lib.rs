@@ -85,7 +85,8 @@ pub struct BenchArgs {
     /// handshakes whose ECH the server accepted; a rejection is an error.
     #[arg(long)]
     pub ech_config: Option<String>,
-    /// ALPN protocols to offer, comma-separated (requests are always HTTP/1.1).
+    /// ALPN protocols to offer, comma-separated (requests are HTTP/1.1, but for idle mode,
+    /// whose request goes over HTTP/2 where the server chose `h2`).
     #[arg(long, value_delimiter = ',')]
     pub alpn: Vec<String>,
     /// Server name to send (default: the URL's host, if it is a name).
