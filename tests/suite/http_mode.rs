@@ -40,67 +40,91 @@ fn header<'a>(response: &'a str, name: &str) -> &'a str {
         .unwrap_or_default()
 }
 
+/// curl's GET of `/hello?x=1` with forged forwarding fields and a cookie in two fields, and
+/// its POST of a 3 MB body (the answer saved in `dir`), each on a connection of its own over
+/// `protocol` (curl's `--http1.1` or `--http2`); what curl printed of each.
+async fn get_and_post(
+    port: u16,
+    dir: &std::path::Path,
+    protocol: &'static str,
+) -> (String, String) {
+    let upload = dir.join("upload");
+    std::fs::write(&upload, pattern(3_000_000)).unwrap();
+    let body_at = dir.join("answer");
+    tokio::task::spawn_blocking(move || {
+        let get = curl(
+            port,
+            &[
+                protocol,
+                "--include",
+                "-H",
+                "X-Forwarded-For: 6.6.6.6",
+                "-H",
+                "Forwarded: for=6.6.6.6",
+                "-H",
+                "X-Client-Cert-Subject: CN=mallory",
+                "-H",
+                "X-Custom: kept",
+                "-H",
+                "Cookie: a=1",
+                "-H",
+                "Cookie: b=2",
+                "https://localhost/hello?x=1",
+            ],
+        );
+        let post = curl(
+            port,
+            &[
+                protocol,
+                "--dump-header",
+                "-",
+                "--data-binary",
+                &format!("@{}", upload.display()),
+                "--output",
+                &body_at.display().to_string(),
+                "https://localhost/upload",
+            ],
+        );
+        (get, post)
+    })
+    .await
+    .unwrap()
+}
+
+/// The GET of [`get_and_post`] reached the backend as HTTP/1.1 with tlsterm's forwarding
+/// fields once, the client's forged copies gone.
+fn assert_forwarded_get(get: &str) {
+    assert_eq!(header(get, "x-seen-version"), "HTTP/1.1");
+    assert_eq!(header(get, "x-seen-method"), "GET");
+    assert_eq!(header(get, "x-seen-path"), "/hello?x=1");
+    assert_eq!(header(get, "x-seen-host"), "localhost");
+    assert_eq!(header(get, "x-seen-x-forwarded-for"), "127.0.0.1");
+    assert_eq!(header(get, "x-seen-x-forwarded-proto"), "https");
+    assert_eq!(header(get, "x-seen-forwarded"), "");
+    assert_eq!(header(get, "x-seen-x-client-cert-subject"), "");
+    assert_eq!(header(get, "x-seen-x-custom"), "kept");
+}
+
+/// The POST of [`get_and_post`]: the backend saw the whole body, and it came back whole.
+fn assert_echoed_upload(post: &str, dir: &std::path::Path) {
+    assert_eq!(header(post, "x-seen-method"), "POST");
+    assert_eq!(header(post, "x-seen-body-len"), "3000000");
+    let answer = std::fs::read(dir.join("answer")).unwrap();
+    assert_eq!(answer.len(), 3_000_000, "the body comes back whole");
+    assert_eq!(hex_sha256(&answer), hex_sha256(&pattern(3_000_000)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_reach_the_backend_with_forwarding_headers_over_reused_connections() {
     let (backend, accepted) = echo_backend_watched().await;
     let (dir, server, port) = start_http(&backend.to_string(), "");
-    let upload = dir.path().join("upload");
-    std::fs::write(&upload, pattern(3_000_000)).unwrap();
-    let body_at = dir.path().join("answer");
-    let (get, post) = {
-        let (upload, body_at) = (upload.clone(), body_at.clone());
-        tokio::task::spawn_blocking(move || {
-            let get = curl(
-                port,
-                &[
-                    "--include",
-                    "-H",
-                    "X-Forwarded-For: 6.6.6.6",
-                    "-H",
-                    "Forwarded: for=6.6.6.6",
-                    "-H",
-                    "X-Client-Cert-Subject: CN=mallory",
-                    "-H",
-                    "X-Custom: kept",
-                    "https://localhost/hello?x=1",
-                ],
-            );
-            let post = curl(
-                port,
-                &[
-                    "--dump-header",
-                    "-",
-                    "--data-binary",
-                    &format!("@{}", upload.display()),
-                    "--output",
-                    &body_at.display().to_string(),
-                    "https://localhost/upload",
-                ],
-            );
-            (get, post)
-        })
-        .await
-        .unwrap()
-    };
+    let (get, post) = get_and_post(port, dir.path(), "--http1.1").await;
     assert!(get.starts_with("HTTP/1.1 200"), "{get}");
-    assert_eq!(header(&get, "x-seen-method"), "GET");
-    assert_eq!(header(&get, "x-seen-path"), "/hello?x=1");
-    assert_eq!(header(&get, "x-seen-host"), "localhost");
-    // tlsterm's own, once; the client's copies are gone.
-    assert_eq!(header(&get, "x-seen-x-forwarded-for"), "127.0.0.1");
-    assert_eq!(header(&get, "x-seen-x-forwarded-proto"), "https");
-    assert_eq!(header(&get, "x-seen-forwarded"), "");
-    assert_eq!(header(&get, "x-seen-x-client-cert-subject"), "");
-    assert_eq!(header(&get, "x-seen-x-custom"), "kept");
-
+    assert_forwarded_get(&get);
     // curl asks before sending a large body (`Expect: 100-continue`): hyper says go on.
     assert!(post.starts_with("HTTP/1.1 100 Continue"), "{post}");
     assert!(post.contains("HTTP/1.1 200"), "{post}");
-    assert_eq!(header(&post, "x-seen-method"), "POST");
-    assert_eq!(header(&post, "x-seen-body-len"), "3000000");
-    let answer = std::fs::read(&body_at).unwrap();
-    assert_eq!(answer.len(), 3_000_000, "the body comes back whole");
-    assert_eq!(hex_sha256(&answer), hex_sha256(&pattern(3_000_000)));
+    assert_echoed_upload(&post, dir.path());
 
     // Six more client connections, one after another, each with one request: a byte relay
     // would open a backend connection for each; here at most one per worker is opened
@@ -438,73 +462,32 @@ const OFFER_H2: &str = "alpn = [\"h2\", \"http/1.1\"]";
 async fn http2_requests_reach_the_backend_as_http11_requests() {
     let backend = echo_backend().await;
     let (dir, server, port) = start_http(&backend.to_string(), OFFER_H2);
-    let upload = dir.path().join("upload");
-    std::fs::write(&upload, pattern(3_000_000)).unwrap();
-    let body_at = dir.path().join("answer");
-    let (get, post, parallel) = {
-        let (upload, body_at) = (upload.clone(), body_at.clone());
-        tokio::task::spawn_blocking(move || {
-            let get = curl(
-                port,
-                &[
-                    "--http2",
-                    "--include",
-                    "-H",
-                    "X-Forwarded-For: 6.6.6.6",
-                    "-H",
-                    "Cookie: a=1",
-                    "-H",
-                    "Cookie: b=2",
-                    "https://localhost/over-h2?x=1",
-                ],
-            );
-            let post = curl(
-                port,
-                &[
-                    "--http2",
-                    "--dump-header",
-                    "-",
-                    "--data-binary",
-                    &format!("@{}", upload.display()),
-                    "--output",
-                    &body_at.display().to_string(),
-                    "https://localhost/upload",
-                ],
-            );
-            // curl waits to multiplex these over one connection (no --parallel-immediate).
-            let parallel = curl(
-                port,
-                &[
-                    "--http2",
-                    "--parallel",
-                    "--parallel-max",
-                    "50",
-                    "--output",
-                    "/dev/null",
-                    "--write-out",
-                    "%{http_version} %{response_code} %{num_connects}\\n",
-                    "https://localhost/stream[1-50]",
-                ],
-            );
-            (get, post, parallel)
-        })
-        .await
-        .unwrap()
-    };
+    let (get, post) = get_and_post(port, dir.path(), "--http2").await;
     assert!(get.starts_with("HTTP/2 200"), "{get}");
-    assert_eq!(header(&get, "x-seen-version"), "HTTP/1.1");
-    assert_eq!(header(&get, "x-seen-method"), "GET");
-    assert_eq!(header(&get, "x-seen-path"), "/over-h2?x=1");
-    assert_eq!(header(&get, "x-seen-host"), "localhost");
+    assert_forwarded_get(&get);
     assert_eq!(header(&get, "x-seen-cookie"), "a=1; b=2");
-    assert_eq!(header(&get, "x-seen-x-forwarded-for"), "127.0.0.1");
-    assert_eq!(header(&get, "x-seen-x-forwarded-proto"), "https");
-
     assert!(post.contains("HTTP/2 200"), "{post}");
-    assert_eq!(header(&post, "x-seen-body-len"), "3000000");
-    let answer = std::fs::read(&body_at).unwrap();
-    assert_eq!(hex_sha256(&answer), hex_sha256(&pattern(3_000_000)));
+    assert_echoed_upload(&post, dir.path());
 
+    // curl waits to multiplex these over one connection (no --parallel-immediate).
+    let parallel = tokio::task::spawn_blocking(move || {
+        curl(
+            port,
+            &[
+                "--http2",
+                "--parallel",
+                "--parallel-max",
+                "50",
+                "--output",
+                "/dev/null",
+                "--write-out",
+                "%{http_version} %{response_code} %{num_connects}\\n",
+                "https://localhost/stream[1-50]",
+            ],
+        )
+    })
+    .await
+    .unwrap();
     let transfers: Vec<&str> = parallel.lines().collect();
     assert_eq!(transfers.len(), 50, "{parallel}");
     assert!(
