@@ -147,7 +147,7 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
             22,
         ),
         ("tlsterm_bytes_total", "bytes", 22),
-        ("tlsterm_http_requests_total", "http requests", 22),
+        ("tlsterm_http_requests_total", "http requests", 32),
         ("tlsterm_http_parked_total", "http parked", 22),
         ("tlsterm_quic_connections_total", "quic conns", 22),
         ("tlsterm_quic_handshakes_total", "quic handshake", 22),

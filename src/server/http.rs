@@ -106,9 +106,8 @@ where
 {
     // Made before the block, which then holds each once: an `async fn` keeps its arguments
     // and what is made of them side by side, for as long as the connection lives.
-    let idle_timeout = context.idle_timeout;
     let activity = Rc::new(Activity::new());
-    let mut stream = Watched {
+    let stream = Watched {
         inner: stream,
         unread: Bytes::new(),
         activity: activity.clone(),
@@ -116,43 +115,16 @@ where
     let context = Rc::new(context);
     let backends = BACKENDS.with(Rc::clone);
     async move {
-        let end = if version == ClientHttp::Http2 {
+        let end = match version {
             // Boxed as the HTTP/1.1 rounds are: the connection task stays small.
-            Box::pin(serve_http2(
-                stream, &context, &backends, &activity, &mut stop,
-            ))
-            .await
-        } else {
-            loop {
-                if stream.unread.is_empty() {
-                    // Parked (or new): nothing of hyper's is held until the client sends more.
-                    let read = tokio::select! {
-                        biased;
-                        Ok(_) = stop.wait_for(|stop| *stop) => {
-                            super::conn::close_notify(&mut stream).await;
-                            break RelayEnd::Closed;
-                        }
-                        read = stream.read_more() => read,
-                        () = activity.stalled(idle_timeout) => break RelayEnd::IdleTimeout,
-                    };
-                    match read {
-                        Ok(0) => break RelayEnd::Closed,
-                        Ok(_) => {}
-                        Err(_) => break RelayEnd::Error(Side::Client),
-                    }
-                }
-                // Boxed: hyper's connection state is large, and a parked connection keeps none of it.
-                let round = Box::pin(serve_requests(
+            ClientHttp::Http2 => {
+                Box::pin(serve_http2(
                     stream, &context, &backends, &activity, &mut stop,
                 ))
-                .await;
-                match round {
-                    Ok(parked) => {
-                        metrics::record_http_parked();
-                        stream = parked;
-                    }
-                    Err(end) => break end,
-                }
+                .await
+            }
+            ClientHttp::Http1 => {
+                serve_http1(stream, &context, &backends, &activity, &mut stop).await
             }
         };
         // The client's plaintext both ways, request and response heads included: what a relay
@@ -161,6 +133,48 @@ where
             to_backend: activity.from_client.get(),
             to_client: activity.to_client.get(),
             end,
+        }
+    }
+}
+
+/// Serves HTTP/1.1 requests with one hyper connection after another, parked in between
+/// (holding nothing of hyper's) while the client sends nothing; how the connection ended.
+async fn serve_http1<S>(
+    mut stream: Watched<S>,
+    context: &Rc<HttpContext>,
+    backends: &Rc<Backends<Incoming>>,
+    activity: &Rc<Activity>,
+    stop: &mut watch::Receiver<bool>,
+) -> RelayEnd
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    loop {
+        if stream.unread.is_empty() {
+            // Parked (or new): nothing of hyper's is held until the client sends more.
+            let read = tokio::select! {
+                biased;
+                Ok(_) = stop.wait_for(|stop| *stop) => {
+                    super::conn::close_notify(&mut stream).await;
+                    return RelayEnd::Closed;
+                }
+                read = stream.read_more() => read,
+                () = activity.stalled(context.idle_timeout) => return RelayEnd::IdleTimeout,
+            };
+            match read {
+                Ok(0) => return RelayEnd::Closed,
+                Ok(_) => {}
+                Err(_) => return RelayEnd::Error(Side::Client),
+            }
+        }
+        // Boxed: hyper's connection state is large, and a parked connection keeps none of it.
+        let round = Box::pin(serve_requests(stream, context, backends, activity, stop)).await;
+        match round {
+            Ok(parked) => {
+                metrics::record_http_parked();
+                stream = parked;
+            }
+            Err(end) => return end,
         }
     }
 }
