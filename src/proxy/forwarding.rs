@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 
-use hyper::header::{HeaderName, HeaderValue, CONNECTION, COOKIE, HOST};
+use hyper::header::{HeaderName, HeaderValue, CONNECTION, COOKIE, HOST, UPGRADE};
 use hyper::{HeaderMap, Uri};
 
 use super::client_cert;
@@ -119,6 +119,25 @@ pub fn rewrite_request(
     add_forwarding(headers, client, client_cert, false);
 }
 
+/// The protocol an HTTP/1.1 message asks to switch to (`Upgrade`, with `upgrade` among its
+/// `Connection` options, RFC 9110, 7.8), e.g. `websocket`; `None` for any other message.
+pub fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
+    let asked = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|list| list.split(','))
+        .any(|option| option.trim().eq_ignore_ascii_case("upgrade"));
+    asked.then(|| headers.get(UPGRADE).cloned()).flatten()
+}
+
+/// Sets the fields that carry a switch to `protocol` over one hop (after the hop's own
+/// fields were dropped).
+pub fn keep_upgrade(headers: &mut HeaderMap, protocol: HeaderValue) {
+    headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(UPGRADE, protocol);
+}
+
 /// The Cookie field of an HTTP/2 or HTTP/3 request, which those may send in pieces, as the
 /// one field HTTP/1.1 wants (RFC 9113, 8.2.3; RFC 9114, 4.2.1); `None` without a piece.
 pub fn joined_cookie(pieces: &[&[u8]]) -> Result<Option<HeaderValue>, &'static str> {
@@ -228,6 +247,24 @@ mod tests {
             http2_fields_as_http11(&uri, &mut headers),
             Err("no :authority or Host")
         );
+    }
+
+    #[test]
+    fn an_upgrade_needs_the_connection_option_and_the_protocol() {
+        let headers = |fields: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for &(name, value) in fields {
+                map.append(name, HeaderValue::from_static(value));
+            }
+            map
+        };
+        let asked = headers(&[
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "websocket"),
+        ]);
+        assert_eq!(upgrade_of(&asked).unwrap(), "websocket");
+        assert_eq!(upgrade_of(&headers(&[("upgrade", "websocket")])), None);
+        assert_eq!(upgrade_of(&headers(&[("connection", "upgrade")])), None);
     }
 
     #[test]

@@ -177,7 +177,8 @@ where
         .await
         .map_err(BackendError::Http)?;
     tokio::task::spawn_local(async move {
-        if let Err(err) = connection.await {
+        // With upgrades: a 101 answer hands the connection over (`hyper::upgrade::on`).
+        if let Err(err) = connection.with_upgrades().await {
             tracing::debug!(error = %err, "backend connection ended with an error");
         }
     });

@@ -115,6 +115,8 @@ pub fn handle(
                 client: ClientAddress::new(client.ip()),
                 client_cert: client_cert::of(negotiated.client_cert.as_deref()),
                 idle_timeout: state.config.idle_timeout,
+                buffer_size: state.config.buffer_size,
+                switched: Default::default(),
             };
             let version = super::http::ClientHttp::of_alpn(negotiated.alpn.as_deref());
             let outcome = Box::pin(super::http::serve(tls, context, version, stop)).await;

@@ -11,7 +11,11 @@
 //!
 //! Bodies stream both ways (hyper's flow control; nothing is held whole). A backend
 //! connection goes back to the worker's pool once the response body has been read whole.
+//! An HTTP/1.1 request that asks to switch protocols (WebSocket) is forwarded with its
+//! `Upgrade`; once the backend answers 101, the client's connection and that backend
+//! connection are relayed byte for byte, as `mode = "tcp"` relays them.
 
+use std::cell::RefCell;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -22,6 +26,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_LENGTH};
 use hyper::service::Service;
+use hyper::upgrade::OnUpgrade;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -32,7 +37,7 @@ use crate::proxy::forwarding::{self, ClientAddress};
 use crate::proxy::http_backend::{Backends, Borrowed};
 use crate::proxy::metrics;
 use crate::proxy::pool::BackendPool;
-use crate::proxy::relay::{RelayEnd, RelayOutcome, Side};
+use crate::proxy::relay::{self, RelayEnd, RelayOutcome, Side};
 
 mod activity;
 mod gather;
@@ -55,6 +60,11 @@ pub(super) struct HttpContext {
     /// the backend) closes the connection; no response head from the backend for this long
     /// answers 504.
     pub idle_timeout: Duration,
+    /// What a direction of a switched connection (WebSocket) may have in flight.
+    pub buffer_size: usize,
+    /// The backend's side of a connection that a 101 answer switched to another protocol,
+    /// until the client's side is taken back from hyper.
+    pub switched: RefCell<Option<OnUpgrade>>,
 }
 
 /// The HTTP version the client speaks on a connection, as ALPN chose it (HTTP/1.1 without
@@ -170,13 +180,34 @@ where
         // Boxed: hyper's connection state is large, and a parked connection keeps none of it.
         let round = Box::pin(serve_requests(stream, context, backends, activity, stop)).await;
         match round {
-            Ok(parked) => {
+            Round::Parked(parked) => {
                 metrics::record_http_parked();
                 stream = parked;
             }
-            Err(end) => return end,
+            Round::Switched(mut stream, backend) => {
+                // From here on bytes, as a `mode = "tcp"` connection relays them.
+                let Ok(backend) = backend.await else {
+                    return RelayEnd::Error(Side::Backend);
+                };
+                let mut backend = TokioIo::new(backend);
+                let (buffer, idle) = (context.buffer_size, context.idle_timeout);
+                return relay::relay(&mut stream, &mut backend, buffer, idle)
+                    .await
+                    .end;
+            }
+            Round::Ended(end) => return end,
         }
     }
+}
+
+/// How one hyper HTTP/1.1 connection over the client's stream ended.
+enum Round<S> {
+    /// Nothing moved for [`PARK_AFTER`] between requests: the stream goes on without it.
+    Parked(Watched<S>),
+    /// A 101 answer switched the connection to another protocol (WebSocket): the client's
+    /// stream, and the backend's once hyper hands it over.
+    Switched(Watched<S>, OnUpgrade),
+    Ended(RelayEnd),
 }
 
 /// How long nothing moves between requests before a connection gives up hyper's buffers.
@@ -193,15 +224,16 @@ enum Finish {
     Stop,
 }
 
-/// Serves requests with one hyper connection until it ends: `Ok` with the stream (and the
-/// bytes hyper read but did not use) when it was parked, else how the connection ended.
+/// Serves requests with one hyper connection until it ends: with the stream (and the bytes
+/// hyper read but did not use) when it was parked or switched, else how the connection
+/// ended.
 async fn serve_requests<S>(
     stream: Watched<S>,
     context: &Rc<HttpContext>,
     backends: &Rc<Backends<Incoming>>,
     activity: &Rc<Activity>,
     stop: &mut watch::Receiver<bool>,
-) -> Result<Watched<S>, RelayEnd>
+) -> Round<S>
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
@@ -222,7 +254,7 @@ where
             Ok(_) = stop.wait_for(|stop| *stop), if finish.is_none() => Finish::Stop,
             served = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => break served,
             () = activity.quiet_between_requests(PARK_AFTER, requests), if finish.is_none() => Finish::Park,
-            () = activity.stalled(idle_timeout) => return Err(RelayEnd::IdleTimeout),
+            () = activity.stalled(idle_timeout) => return Round::Ended(RelayEnd::IdleTimeout),
         };
         // Idle, hyper's connection ends at once; with a request in progress (only when
         // stopping), once it is answered, with `Connection: close`.
@@ -230,7 +262,7 @@ where
         finish = Some(why);
     };
     if let Err(err) = served {
-        return Err(end_of(Err(err)));
+        return Round::Ended(end_of(Err(err)));
     }
     let parts = connection.into_parts();
     let mut stream = parts.io.into_inner();
@@ -239,12 +271,15 @@ where
             .concat()
             .into();
     }
+    if let Some(backend) = context.switched.borrow_mut().take() {
+        return Round::Switched(stream, backend);
+    }
     if finish == Some(Finish::Park) {
-        Ok(stream)
+        Round::Parked(stream)
     } else {
         // The client closed, or asked for the close, or the process drains.
         super::conn::close_notify(&mut stream).await;
-        Err(RelayEnd::Closed)
+        Round::Ended(RelayEnd::Closed)
     }
 }
 
@@ -377,7 +412,16 @@ async fn forward(
             return Ok(simple_answer(StatusCode::BAD_REQUEST));
         }
     }
+    // HTTP/1.1's switch to another protocol (WebSocket) is asked of the backend too; HTTP/2
+    // has no such switch.
+    let upgrade = match version {
+        ClientHttp::Http1 => forwarding::upgrade_of(&parts.headers),
+        ClientHttp::Http2 => None,
+    };
     forwarding::rewrite_request(&mut parts.headers, &context.client, &context.client_cert);
+    if let Some(protocol) = &upgrade {
+        forwarding::keep_upgrade(&mut parts.headers, protocol.clone());
+    }
     // The backend gets the origin form (`/path?query`) even from a client that sent the
     // absolute form, and HTTP/1.1 framing of hyper's choosing.
     if let Some(origin) = parts.uri.path_and_query() {
@@ -404,6 +448,11 @@ async fn forward(
         }
     };
     answered("backend");
+    if upgrade.is_some() && response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        // The backend connection is the switched connection's now, never the pool's.
+        drop(connection);
+        return Ok(switched(response, &context));
+    }
     let (mut parts, body) = response.into_parts();
     forwarding::drop_connection_specific(&mut parts.headers);
     let give_back = GiveBack {
@@ -422,6 +471,19 @@ async fn forward(
         }
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// The backend's 101 answer, on its way to the client: the backend's side of the connection
+/// is kept for when hyper has written it and hands the client's side back.
+fn switched(mut response: Response<Incoming>, context: &HttpContext) -> Response<Relayed> {
+    *context.switched.borrow_mut() = Some(hyper::upgrade::on(&mut response));
+    let protocol = forwarding::upgrade_of(response.headers());
+    let (mut parts, _) = response.into_parts();
+    forwarding::drop_connection_specific(&mut parts.headers);
+    if let Some(protocol) = protocol {
+        forwarding::keep_upgrade(&mut parts.headers, protocol);
+    }
+    Response::from_parts(parts, Relayed::empty())
 }
 
 /// A response tlsterm makes itself: a status and no body.

@@ -609,3 +609,115 @@ async fn the_idle_benchmark_holds_http2_connections() {
         20.0
     );
 }
+
+/// A backend that switches a request asking for WebSocket to a byte echo: it answers 101
+/// (saying whether tlsterm's `X-Forwarded-For` came with the request), then sends back each
+/// chunk it reads upper-cased, until the other side closes.
+async fn switching_backend() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_lowercase();
+                if !(head.contains("\r\nupgrade: websocket")
+                    && head.contains("connection: upgrade"))
+                {
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                    return;
+                }
+                let forwarded = head.contains("\r\nx-forwarded-for: 127.0.0.1");
+                let answer = format!(
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                     Connection: Upgrade\r\nX-Seen-Forwarded: {forwarded}\r\n\r\n"
+                );
+                stream.write_all(answer.as_bytes()).await.unwrap();
+                let mut chunk = [0u8; 1024];
+                loop {
+                    let n = match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if stream
+                        .write_all(&chunk[..n].to_ascii_uppercase())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// Reads from `stream` until what was read ends with `end`; all that was read.
+async fn read_until(stream: &mut TlsClient, end: &[u8]) -> String {
+    let mut read = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !read.ends_with(end) {
+        let n = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            tokio::io::AsyncReadExt::read(stream, &mut chunk),
+        )
+        .await
+        .expect("the answer came")
+        .unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&read));
+        read.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&read).into_owned()
+}
+
+/// A WebSocket handshake (HTTP/1.1 `Upgrade`) reaches the backend with the forwarding
+/// fields; its 101 answer switches the client's connection to the backend's, both ways,
+/// the bytes sent right behind the request included, until the client closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_upgrade_switches_the_connection_to_the_backend() {
+    use tokio::io::AsyncWriteExt;
+    let backend = switching_backend().await;
+    let (_dir, _server, port) = start_http(&backend.to_string(), "");
+    let mut client = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &[])
+        .await
+        .unwrap();
+    client
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\n\
+              Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\nfirst",
+        )
+        .await
+        .unwrap();
+    let answer = read_until(&mut client, b"FIRST").await;
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    let answer = answer.to_lowercase();
+    assert!(answer.contains("\r\nupgrade: websocket\r\n"), "{answer}");
+    assert!(answer.contains("\r\nconnection: upgrade\r\n"), "{answer}");
+    assert!(
+        answer.contains("\r\nx-seen-forwarded: true\r\n"),
+        "{answer}"
+    );
+    client.write_all(b"second").await.unwrap();
+    assert_eq!(read_until(&mut client, b"SECOND").await, "SECOND");
+    // The client's close reaches the backend, whose close ends the connection.
+    client.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        tokio::io::AsyncReadExt::read_to_end(&mut client, &mut rest),
+    )
+    .await;
+    assert!(ended.is_ok(), "the switched connection stayed open");
+}
