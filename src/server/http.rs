@@ -67,6 +67,15 @@ pub(super) struct HttpContext {
     pub switched: RefCell<Option<OnUpgrade>>,
 }
 
+/// What a connection's requests are served with.
+struct Served {
+    context: Rc<HttpContext>,
+    /// The worker's backend connections.
+    backends: Rc<Backends<Incoming>>,
+    /// What moves on the connection, and when.
+    activity: Rc<Activity>,
+}
+
 /// The HTTP version the client speaks on a connection, as ALPN chose it (HTTP/1.1 without
 /// ALPN).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,26 +131,22 @@ where
         unread: Bytes::new(),
         activity: activity.clone(),
     };
-    let context = Rc::new(context);
-    let backends = BACKENDS.with(Rc::clone);
+    let served = Served {
+        context: Rc::new(context),
+        backends: BACKENDS.with(Rc::clone),
+        activity,
+    };
     async move {
         let end = match version {
             // Boxed as the HTTP/1.1 rounds are: the connection task stays small.
-            ClientHttp::Http2 => {
-                Box::pin(serve_http2(
-                    stream, &context, &backends, &activity, &mut stop,
-                ))
-                .await
-            }
-            ClientHttp::Http1 => {
-                serve_http1(stream, &context, &backends, &activity, &mut stop).await
-            }
+            ClientHttp::Http2 => Box::pin(serve_http2(stream, &served, &mut stop)).await,
+            ClientHttp::Http1 => serve_http1(stream, &served, &mut stop).await,
         };
         // The client's plaintext both ways, request and response heads included: what a relay
         // of the same exchange would have counted.
         RelayOutcome {
-            to_backend: activity.from_client.get(),
-            to_client: activity.to_client.get(),
+            to_backend: served.activity.from_client.get(),
+            to_client: served.activity.to_client.get(),
             end,
         }
     }
@@ -151,14 +156,15 @@ where
 /// (holding nothing of hyper's) while the client sends nothing; how the connection ended.
 async fn serve_http1<S>(
     mut stream: Watched<S>,
-    context: &Rc<HttpContext>,
-    backends: &Rc<Backends<Incoming>>,
-    activity: &Rc<Activity>,
+    served: &Served,
     stop: &mut watch::Receiver<bool>,
 ) -> RelayEnd
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
+    let Served {
+        context, activity, ..
+    } = served;
     loop {
         if stream.unread.is_empty() {
             // Parked (or new): nothing of hyper's is held until the client sends more.
@@ -178,7 +184,7 @@ where
             }
         }
         // Boxed: hyper's connection state is large, and a parked connection keeps none of it.
-        let round = Box::pin(serve_requests(stream, context, backends, activity, stop)).await;
+        let round = Box::pin(serve_requests(stream, served, stop)).await;
         match round {
             Round::Parked(parked) => {
                 metrics::record_http_parked();
@@ -229,16 +235,17 @@ enum Finish {
 /// ended.
 async fn serve_requests<S>(
     stream: Watched<S>,
-    context: &Rc<HttpContext>,
-    backends: &Rc<Backends<Incoming>>,
-    activity: &Rc<Activity>,
+    served: &Served,
     stop: &mut watch::Receiver<bool>,
 ) -> Round<S>
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
+    let Served {
+        context, activity, ..
+    } = served;
     let idle_timeout = context.idle_timeout;
-    let service = forwarding_service(context, backends, activity, ClientHttp::Http1);
+    let service = forwarding_service(served, ClientHttp::Http1);
     let mut connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         // A request head sent byte by byte, slowly enough to pass as activity, still ends.
@@ -301,15 +308,16 @@ const HTTP2_SEND_BUFFER: usize = 64 * 1024;
 /// hyper's writes between two flushes leave as one TLS record ([`Gathered`]).
 async fn serve_http2<S>(
     stream: Watched<S>,
-    context: &Rc<HttpContext>,
-    backends: &Rc<Backends<Incoming>>,
-    activity: &Rc<Activity>,
+    served: &Served,
     stop: &mut watch::Receiver<bool>,
 ) -> RelayEnd
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let service = forwarding_service(context, backends, activity, ClientHttp::Http2);
+    let Served {
+        context, activity, ..
+    } = served;
+    let service = forwarding_service(served, ClientHttp::Http2);
     let connection = hyper::server::conn::http2::Builder::new(OnThisWorker)
         .timer(TokioTimer::new())
         .max_concurrent_streams(HTTP2_MAX_STREAMS)
@@ -351,13 +359,15 @@ type Answer = Pin<Box<dyn std::future::Future<Output = Result<Response<Relayed>,
 /// The service hyper calls for each request of a connection: the request forwarded, and
 /// counted in `activity` while it is read, waits on the backend and is answered.
 fn forwarding_service(
-    context: &Rc<HttpContext>,
-    backends: &Rc<Backends<Incoming>>,
-    activity: &Rc<Activity>,
+    served: &Served,
     version: ClientHttp,
 ) -> impl Service<Request<Incoming>, Response = Response<Relayed>, Error = hyper::Error, Future = Answer>
 {
-    let (context, backends, on_request) = (context.clone(), backends.clone(), activity.clone());
+    let (context, backends, on_request) = (
+        served.context.clone(),
+        served.backends.clone(),
+        served.activity.clone(),
+    );
     hyper::service::service_fn(move |request| {
         on_request.requests.set(on_request.requests.get() + 1);
         let in_service = Counted::start(on_request.clone(), |activity| &activity.in_service);
