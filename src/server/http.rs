@@ -253,13 +253,13 @@ where
         .serve_connection(TokioIo::new(stream), service);
     let mut finish = None;
     let requests = activity.requests.get();
-    let served = loop {
+    let ended = loop {
         let why = tokio::select! {
             // The stop first: a response written in the same wake-up as the stop was seen
             // then says `Connection: close`.
             biased;
             Ok(_) = stop.wait_for(|stop| *stop), if finish.is_none() => Finish::Stop,
-            served = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => break served,
+            ended = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => break ended,
             () = activity.quiet_between_requests(PARK_AFTER, requests), if finish.is_none() => Finish::Park,
             () = activity.stalled(idle_timeout) => return Round::Ended(RelayEnd::IdleTimeout),
         };
@@ -268,7 +268,7 @@ where
         Pin::new(&mut connection).graceful_shutdown();
         finish = Some(why);
     };
-    if let Err(err) = served {
+    if let Err(err) = ended {
         return Round::Ended(end_of(Err(err)));
     }
     let parts = connection.into_parts();
@@ -333,7 +333,7 @@ where
                 connection.as_mut().graceful_shutdown();
                 stopping = true;
             }
-            served = connection.as_mut() => return end_of(served),
+            ended = connection.as_mut() => return end_of(ended),
             () = activity.stalled(context.idle_timeout) => return RelayEnd::IdleTimeout,
         }
     }
