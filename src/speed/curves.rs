@@ -15,8 +15,9 @@ use boring::pkey::{Id, PKey, Private};
 use tlsterm_engine::{mlkem768_encapsulate_batch, x25519_server_shares, MlKemKernel, X25519Kernel};
 
 use super::{batch_size_table, measure, median, paired_ratio, progress, SpeedArgs, SpeedKernel};
+use crate::config::EngineConfig;
 use crate::offload::key_share::{compute, encapsulate, hybrid, split_hybrid, Encapsulation, Group};
-use crate::offload::{HashAlg, Scheme, SigningKey};
+use crate::offload::{HashAlg, OffloadSettings, Scheme, SigningKey};
 
 /// The algorithms of this table.
 pub(super) const NAMES: [&str; 5] = [
@@ -145,10 +146,23 @@ fn x25519_kernel(kernel: SpeedKernel) -> Option<X25519Kernel> {
     }
 }
 
+/// The ML-KEM kernel in which `serve`, with its default settings on this CPU, encapsulates
+/// the ML-KEM halves of a full batch of key shares; `None`: aws-lc, one by one.
+fn batched_mlkem() -> Option<MlKemKernel> {
+    let settings = OffloadSettings::from_config(&EngineConfig::default());
+    (settings.mlkem_small_batch_threshold <= tlsterm_engine::LANES).then_some(settings.mlkem_kernel)
+}
+
 /// `n` server shares for the same client share through `kernel`, as `serve` computes a
-/// full batch of them: the X25519 part in the kernel, ML-KEM-768 in the ML-KEM kernel
-/// where `serve` batches it (AVX-512), else one by one by aws-lc.
-fn engine_shares(kernel: X25519Kernel, group: Group, client: &Client, n: usize) {
+/// full batch of them: the X25519 part in the kernel, ML-KEM-768 in `mlkem` (see
+/// [`batched_mlkem`]), or one by one by aws-lc.
+fn engine_shares(
+    kernel: X25519Kernel,
+    mlkem_kernel: Option<MlKemKernel>,
+    group: Group,
+    client: &Client,
+    n: usize,
+) {
     match group {
         Group::X25519 => {
             let peer: [u8; 32] = client.share.as_slice().try_into().expect("32 bytes");
@@ -158,16 +172,14 @@ fn engine_shares(kernel: X25519Kernel, group: Group, client: &Client, n: usize) 
         }
         Group::X25519MlKem768 => {
             let (mlkem, peer) = split_hybrid(&client.share).expect("a hybrid share");
-            let mlkem_kernel = MlKemKernel::detect();
-            let encapsulations: Vec<Encapsulation> = if mlkem_kernel == MlKemKernel::Avx512 {
-                mlkem768_encapsulate_batch(mlkem_kernel, &vec![mlkem; n])
+            let encapsulations: Vec<Encapsulation> = match mlkem_kernel {
+                Some(mlkem_kernel) => mlkem768_encapsulate_batch(mlkem_kernel, &vec![mlkem; n])
                     .into_iter()
                     .map(|e| e.expect("ML-KEM").into())
-                    .collect()
-            } else {
-                (0..n)
+                    .collect(),
+                None => (0..n)
                     .map(|_| encapsulate(mlkem).expect("ML-KEM"))
-                    .collect()
+                    .collect(),
             };
             let shares = x25519_server_shares(kernel, &vec![peer; n]);
             for (encapsulation, share) in encapsulations.into_iter().zip(shares) {
@@ -232,6 +244,7 @@ fn share_row(
 ) -> anyhow::Result<Row> {
     let lanes = tlsterm_engine::LANES;
     let client = Client::new(group)?;
+    let mlkem_kernel = batched_mlkem();
     let mut row = Row {
         name,
         boringssl: Vec::new(),
@@ -260,7 +273,7 @@ fn share_row(
             ));
             runs.push(
                 measure(args.seconds, args.elapsed, lanes, || {
-                    engine_shares(kernel, group, &client, lanes)
+                    engine_shares(kernel, mlkem_kernel, group, &client, lanes)
                 })
                 .0,
             );
@@ -340,10 +353,9 @@ fn print_table(rows: &[Row], kernels: &[X25519Kernel]) {
         "key shares: the server's half (key generation and agreement; for X25519MLKEM768 \
          also ML-KEM-768 encapsulation, {}); ecdsap384: a SHA-384 signature; ratio: over \
          BoringSSL; kernel columns: batches of {} (P-256 and P-384 have no kernel: aws-lc)",
-        match MlKemKernel::detect() {
-            MlKemKernel::Avx512 =>
-                "by the ML-KEM kernel (AVX-512) in kernel columns, by aws-lc else",
-            MlKemKernel::Portable => "by aws-lc in every tlsterm column: no ML-KEM kernel here",
+        match batched_mlkem() {
+            Some(_) => "by the ML-KEM kernel (AVX-512) in kernel columns, by aws-lc else",
+            None => "by aws-lc in every tlsterm column: no ML-KEM kernel here",
         },
         tlsterm_engine::LANES
     );
@@ -375,7 +387,7 @@ fn batch_sizes(args: &SpeedArgs, names: &[&str], kernels: &[X25519Kernel]) -> an
             &format!("x25519, kernel {}", kernel.name()),
             "aws-lc-rs",
             single,
-            |n| engine_shares(kernel, Group::X25519, &client, n),
+            |n| engine_shares(kernel, None, Group::X25519, &client, n),
         );
     }
     Ok(())
