@@ -128,8 +128,9 @@ pub struct ListenerConfig {
     /// TLS 1.3 0-RTT: resumed clients may send up to 14,336 bytes (BoringSSL's fixed
     /// max_early_data_size) before the handshake completes. Off by default: early data can
     /// be replayed by an attacker; tlsterm refuses a ClientHello it has seen (see
-    /// `[session] early_data_replay_entries`) and marks such connections to the backend
-    /// (PROXY v2 TLV 0xE3).
+    /// `[session] early_data_replay_entries`) and marks what may be a replay to the backend:
+    /// the connection with `mode = "tcp"` (PROXY v2 TLV 0xE3), each request forwarded before
+    /// the handshake is confirmed with `mode = "http"` and over QUIC (`Early-Data: 1`).
     #[serde(default = "default_off")]
     pub early_data: Spanned<bool>,
     /// Of a connection's early data, how many bytes reach the backend before the handshake
@@ -228,8 +229,8 @@ impl ListenerConfig {
 
     /// `mode = "http"`: what a forwarded request cannot carry. A PROXY header describes one
     /// client, but a pooled backend connection carries many clients' requests (the client's
-    /// address and certificate go as headers instead); 0-RTT requests would need marking
-    /// request by request; HTTP/1.1 and HTTP/2 are the protocols spoken to clients.
+    /// address and certificate go as headers instead); HTTP/1.1 and HTTP/2 are the
+    /// protocols spoken to clients.
     fn check_mode(&self, map: &SourceMap<'_>) -> Result<(), ConfigError> {
         if *self.mode.get_ref() != ListenerMode::Http {
             return Ok(());
@@ -238,11 +239,6 @@ impl ListenerConfig {
             |what: &str| Err(map.error(&self.mode, format!("key `mode`: \"http\" {what}")));
         if self.proxy_protocol != ProxyProtocol::None {
             return refuse("sends the client's address as X-Forwarded-For, not as a PROXY header (one backend connection carries many clients' requests): remove `proxy_protocol`, or use mode = \"tcp\"");
-        }
-        if *self.early_data.get_ref() {
-            return refuse(
-                "does not accept 0-RTT data yet: remove `early_data`, or use mode = \"tcp\"",
-            );
         }
         let offered = self
             .server_names

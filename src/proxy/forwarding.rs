@@ -1,7 +1,10 @@
 //! The header fields of a request forwarded to a backend as HTTP/1.1, whether it came as
 //! HTTP/3, HTTP/2 or HTTP/1.1 over TLS: connection-specific fields dropped both ways (each hop's
-//! framing is its own), and the client's own `Forwarded`/`X-Forwarded-*`, `Early-Data` and
-//! `X-Client-Cert-*` replaced by tlsterm's, so that a backend can trust them.
+//! framing is its own), and the client's own `Forwarded`/`X-Forwarded-*` and
+//! `X-Client-Cert-*` replaced by tlsterm's, so that a backend can trust them. `Early-Data`
+//! is the exception: it only ever makes a backend more careful, and a client that sends it
+//! is an intermediary that forwarded the request in early data itself (RFC 8470 forbids
+//! removing it), so it stays, as one `Early-Data: 1`.
 
 use std::net::IpAddr;
 
@@ -20,7 +23,8 @@ pub const CONNECTION_SPECIFIC: [&str; 6] = [
     "te",
 ];
 
-/// Fields tlsterm sets toward the backend.
+/// Fields tlsterm sets toward the backend. A client's `Early-Data` is dropped as sent and
+/// set again as `1` (RFC 8470: several or invalid copies mean `1`).
 const FORWARDING: [&str; 4] = [
     "forwarded",
     "x-forwarded-for",
@@ -55,6 +59,12 @@ impl ClientAddress {
     }
 }
 
+/// Whether a field of the client's request says an earlier hop forwarded it in early data;
+/// the request then goes on with `Early-Data: 1` (see [`add_forwarding`]).
+pub fn marks_early_data(name: &HeaderName) -> bool {
+    *name == EARLY_DATA
+}
+
 /// A field of the client's request that never reaches the backend as the client sent it.
 pub fn dropped_from_request(name: &HeaderName) -> bool {
     let name = name.as_str();
@@ -83,8 +93,9 @@ pub fn drop_connection_specific(headers: &mut HeaderMap) {
 }
 
 /// Adds what the backend is told about the client: its address, that it came over TLS,
-/// whether the request came in 0-RTT data (`Early-Data: 1`, RFC 8470: an attacker may have
-/// replayed it, and the backend may answer 425 Too Early), and its verified certificate.
+/// whether the request may be a replay (`Early-Data: 1`, RFC 8470: forwarded before the
+/// client's handshake was confirmed, or marked so by the client; the backend may answer 425
+/// Too Early, which goes back to the client as it is), and its verified certificate.
 pub fn add_forwarding(
     headers: &mut HeaderMap,
     client: &ClientAddress,
@@ -101,12 +112,16 @@ pub fn add_forwarding(
     }
 }
 
-/// The client's own forwarding fields and the connection's, replaced by tlsterm's.
+/// The client's own forwarding fields and the connection's, replaced by tlsterm's; `early`:
+/// the request is forwarded before the client's handshake was confirmed.
 pub fn rewrite_request(
     headers: &mut HeaderMap,
     client: &ClientAddress,
     client_cert: &[(HeaderName, HeaderValue)],
+    early: bool,
 ) {
+    // Looked for before the connection's fields go: `Connection` may not name it away.
+    let early = early || headers.contains_key(&EARLY_DATA);
     drop_connection_specific(headers);
     let theirs: Vec<HeaderName> = headers
         .keys()
@@ -116,7 +131,7 @@ pub fn rewrite_request(
     for name in theirs {
         headers.remove(name);
     }
-    add_forwarding(headers, client, client_cert, false);
+    add_forwarding(headers, client, client_cert, early);
 }
 
 /// The protocol an HTTP/1.1 message asks to switch to (`Upgrade`, with `upgrade` among its
@@ -177,20 +192,11 @@ pub fn http2_fields_as_http11(uri: &Uri, headers: &mut HeaderMap) -> Result<(), 
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_request_loses_the_clients_forwarding_and_connection_fields() {
+    /// `fields` rewritten for the backend (`early`: forwarded before the handshake was
+    /// confirmed), sorted.
+    fn rewritten(fields: &[(&'static str, &'static str)], early: bool) -> Vec<(String, String)> {
         let mut headers = HeaderMap::new();
-        for (name, value) in [
-            ("host", "a.test"),
-            ("connection", "keep-alive, x-hop"),
-            ("x-hop", "1"),
-            ("x-forwarded-for", "10.9.9.9"),
-            ("forwarded", "for=10.9.9.9"),
-            ("x-client-cert-subject", "CN=mallory"),
-            ("early-data", "1"),
-            ("te", "trailers"),
-            ("x-custom", "kept"),
-        ] {
+        for &(name, value) in fields {
             headers.append(name, HeaderValue::from_static(value));
         }
         let cert = [(
@@ -198,22 +204,62 @@ mod tests {
             HeaderValue::from_static("CN=alice"),
         )];
         let client = ClientAddress::new("192.0.2.7".parse().unwrap());
-        rewrite_request(&mut headers, &client, &cert);
-        let mut fields: Vec<(&str, &str)> = headers
+        rewrite_request(&mut headers, &client, &cert, early);
+        let mut fields: Vec<(String, String)> = headers
             .iter()
-            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
             .collect();
         fields.sort();
-        assert_eq!(
-            fields,
-            [
-                ("host", "a.test"),
-                ("x-client-cert-subject", "CN=alice"),
-                ("x-custom", "kept"),
-                ("x-forwarded-for", "192.0.2.7"),
-                ("x-forwarded-proto", "https"),
-            ]
-        );
+        fields
+    }
+
+    /// `pairs` as owned strings, to compare with [`rewritten`].
+    fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        let owned = pairs.iter().map(|(n, v)| (n.to_string(), v.to_string()));
+        owned.collect()
+    }
+
+    #[test]
+    fn a_request_loses_the_clients_forwarding_and_connection_fields() {
+        let sent = [
+            ("host", "a.test"),
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "1"),
+            ("x-forwarded-for", "10.9.9.9"),
+            ("forwarded", "for=10.9.9.9"),
+            ("x-client-cert-subject", "CN=mallory"),
+            ("te", "trailers"),
+            ("x-custom", "kept"),
+        ];
+        let expected = [
+            ("host", "a.test"),
+            ("x-client-cert-subject", "CN=alice"),
+            ("x-custom", "kept"),
+            ("x-forwarded-for", "192.0.2.7"),
+            ("x-forwarded-proto", "https"),
+        ];
+        assert_eq!(rewritten(&sent, false), owned(&expected));
+    }
+
+    #[test]
+    fn early_data_is_marked_once_whoever_says_so() {
+        let host = ("host", "a.test");
+        let early_data = |fields: &[(&'static str, &'static str)], early| {
+            let fields = rewritten(fields, early);
+            let marks = fields.into_iter().filter(|(name, _)| name == "early-data");
+            marks.map(|(_, value)| value).collect::<Vec<_>>()
+        };
+        assert!(early_data(&[host], false).is_empty());
+        assert_eq!(early_data(&[host], true), ["1"]);
+        // The client's mark stays, as one `1` however it came, even named by `Connection`.
+        for sent in [
+            &[host, ("early-data", "1")][..],
+            &[host, ("early-data", "0"), ("early-data", "1")],
+            &[host, ("connection", "early-data"), ("early-data", "1")],
+        ] {
+            assert_eq!(early_data(sent, false), ["1"], "{sent:?}");
+            assert_eq!(early_data(sent, true), ["1"], "{sent:?}");
+        }
     }
 
     /// The fields of an HTTP/2 request's head, as `headers` lists them.

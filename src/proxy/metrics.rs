@@ -15,6 +15,7 @@ struct ProxyMetrics {
     relay_buffers: IntGauge,
     http_requests: IntCounterVec,
     http_parked: IntCounter,
+    http_early_requests: IntCounterVec,
 }
 
 static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
@@ -38,11 +39,20 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
         &["version", "answer"],
     ),
     http_parked: metrics::counter("http_parked_total", HTTP_PARKED_HELP),
+    http_early_requests: metrics::counter_vec(
+        "http_early_data_requests_total",
+        HTTP_EARLY_REQUESTS_HELP,
+        &["version"],
+    ),
 });
 
 const HTTP_REQUESTS_HELP: &str = "Requests of mode = \"http\" listeners, by the client's HTTP \
     version (1.1 or 2) and by who answered: the backend, or tlsterm with 502 (no backend \
     answered), 504 (too late), 405 (CONNECT) or 400 (an HTTP/2 request without a host)";
+
+const HTTP_EARLY_REQUESTS_HELP: &str = "Requests of mode = \"http\" listeners forwarded \
+    before the client's handshake was confirmed (sent in 0-RTT data, so possibly replayed; \
+    the backend gets them with Early-Data: 1), by the client's HTTP version";
 
 const HTTP_PARKED_HELP: &str = "Times a mode = \"http\" connection, quiet between requests, \
     gave up its HTTP buffers until the client sent more";
@@ -83,6 +93,17 @@ pub fn record_http_request(version: &str, answer: &str) {
     METRICS
         .http_requests
         .with_label_values(&[version, answer])
+        .inc();
+}
+
+/// A `mode = "http"` request forwarded before its connection's handshake was confirmed.
+pub fn record_http_early_request(version: &str) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS
+        .http_early_requests
+        .with_label_values(&[version])
         .inc();
 }
 

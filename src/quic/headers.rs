@@ -1,7 +1,7 @@
 //! HTTP/3 header fields to an HTTP/1.1 request and back: pseudo-headers to the request
 //! line and Host, connection-specific fields dropped (HTTP/3 has none, HTTP/1.1 framing is
-//! hyper's), the client's own `Forwarded`/`X-Forwarded-*`, `Early-Data` and
-//! `X-Client-Cert-*` replaced by tlsterm's.
+//! hyper's), the client's own `Forwarded`/`X-Forwarded-*` and `X-Client-Cert-*` replaced
+//! by tlsterm's, a client's `Early-Data` kept as one `Early-Data: 1`.
 
 use hyper::header::{HeaderName, HeaderValue, COOKIE, HOST};
 use hyper::{HeaderMap, Method, Request, Uri};
@@ -27,6 +27,7 @@ pub(super) fn request_head(
     let (mut method, mut path, mut authority) = (None, None, None);
     let mut headers = HeaderMap::new();
     let mut cookies: Vec<&[u8]> = Vec::new();
+    let mut early = early;
     for field in fields {
         let (name, value) = (field.name(), field.value());
         match name {
@@ -39,6 +40,7 @@ pub(super) fn request_head(
             _ => {
                 let name =
                     HeaderName::from_bytes(name).map_err(|_| BadRequest("invalid field name"))?;
+                early |= forwarding::marks_early_data(&name);
                 if forwarding::dropped_from_request(&name) {
                     continue;
                 }
@@ -181,24 +183,32 @@ mod tests {
     }
 
     #[test]
-    fn a_request_from_early_data_says_so_and_only_tlsterm_can() {
-        let get = fields(&[
-            (":method", "GET"),
-            (":authority", "example.com"),
-            (":path", "/"),
-            ("early-data", "0"),
-        ]);
-        let client = ClientAddress::new("192.0.2.7".parse().unwrap());
-        let head = |early| {
-            request_head(&get, &client, &[], early)
-                .unwrap()
-                .body(())
-                .unwrap()
+    fn a_request_from_early_data_says_so_as_does_one_a_client_marked() {
+        let request = |early_data: &[&'static str]| {
+            let mut pairs = vec![
+                (":method", "GET"),
+                (":authority", "example.com"),
+                (":path", "/"),
+            ];
+            pairs.extend(early_data.iter().map(|value| ("early-data", *value)));
+            fields(&pairs)
         };
-        let early = head(true);
-        let values: Vec<_> = early.headers().get_all("early-data").iter().collect();
-        assert_eq!(values, ["1"]);
-        assert!(head(false).headers().get("early-data").is_none());
+        let client = ClientAddress::new("192.0.2.7".parse().unwrap());
+        let early_data = |fields: &[Header], early| {
+            let head = request_head(fields, &client, &[], early).unwrap();
+            let head = head.body(()).unwrap();
+            let values = head.headers().get_all("early-data").iter();
+            values
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(early_data(&request(&[]), true), ["1"]);
+        assert!(early_data(&request(&[]), false).is_empty());
+        // Any copy the client sent, even invalid or several, is one `Early-Data: 1`.
+        for sent in [&["1"][..], &["0"], &["1", "yes"]] {
+            assert_eq!(early_data(&request(sent), false), ["1"], "{sent:?}");
+            assert_eq!(early_data(&request(sent), true), ["1"], "{sent:?}");
+        }
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! One client connection: TLS handshake, then backend connection, PROXY header and relay,
 //! or (`mode = "http"`) its requests forwarded over pooled backend connections.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio_boring::{HandshakeError, SslStream, SslStreamBuilder};
 
 use super::read_ahead::ReadAhead;
@@ -21,7 +23,7 @@ use crate::proxy::client_cert;
 use crate::proxy::forwarding::ClientAddress;
 use crate::proxy::pool::BackendStream;
 use crate::proxy::proxy_protocol;
-use crate::proxy::relay::{self, RelayEnd};
+use crate::proxy::relay::{self, RelayEnd, RelayOutcome};
 use crate::tls::early_data::EarlyDataGate;
 use crate::tls::Negotiated;
 
@@ -110,16 +112,7 @@ pub fn handle(
         };
 
         if *state.config.mode.get_ref() == ListenerMode::Http {
-            let context = super::http::HttpContext {
-                pool: state.pool_for(negotiated.sni.as_deref()).clone(),
-                client: ClientAddress::new(client.ip()),
-                client_cert: client_cert::of(negotiated.client_cert.as_deref()),
-                idle_timeout: state.config.idle_timeout,
-                buffer_size: state.config.buffer_size,
-                switched: Default::default(),
-            };
-            let version = super::http::ClientHttp::of_alpn(negotiated.alpn.as_deref());
-            let outcome = Box::pin(super::http::serve(tls, context, version, stop)).await;
+            let outcome = serve_http(tls, &negotiated, state, client, started, stop).await;
             return end.after_relay(&negotiated, outcome);
         }
 
@@ -130,16 +123,59 @@ pub fn handle(
         // How much a direction may have in flight, and how long nothing may move.
         let (buffer, idle) = (state.config.buffer_size, state.config.idle_timeout);
         let outcome = if negotiated.early_data {
-            let max_early_data = *state.config.max_early_data.get_ref();
-            let confirm_by =
-                tokio::time::Instant::from_std(started) + state.config.handshake_timeout;
-            let mut gated = EarlyDataGate::new(&mut tls, max_early_data, confirm_by);
-            Box::pin(relay::relay(&mut gated, &mut backend, buffer, idle)).await
+            let mut gated = early_data_gate(tls, state, started);
+            // The gate goes into the boxed relay: this future, which every connection keeps,
+            // holds none of it.
+            Box::pin(async move { relay::relay(&mut gated, &mut backend, buffer, idle).await })
+                .await
         } else {
             Box::pin(relay::relay(&mut tls, &mut backend, buffer, idle)).await
         };
         end.after_relay(&negotiated, outcome);
     }
+}
+
+/// `mode = "http"`: the connection's requests, each forwarded over the worker's backend
+/// connections. Boxed, which also makes one type of the two streams it may read (the
+/// connection itself, or its early-data gate): the connection's future, which every
+/// connection keeps, holds neither.
+fn serve_http(
+    tls: SslStream<ReadAhead<TcpStream>>,
+    negotiated: &Negotiated,
+    state: &ListenerState,
+    client: SocketAddr,
+    started: Instant,
+    stop: watch::Receiver<bool>,
+) -> Pin<Box<dyn Future<Output = RelayOutcome>>> {
+    let mut context = super::http::HttpContext {
+        pool: state.pool_for(negotiated.sni.as_deref()).clone(),
+        client: ClientAddress::new(client.ip()),
+        client_cert: client_cert::of(negotiated.client_cert.as_deref()),
+        idle_timeout: state.config.idle_timeout,
+        buffer_size: state.config.buffer_size,
+        switched: Default::default(),
+        early_data: None,
+    };
+    let version = super::http::ClientHttp::of_alpn(negotiated.alpn.as_deref());
+    if negotiated.early_data {
+        let gated = early_data_gate(tls, state, started);
+        context.early_data = Some(gated.confirmation());
+        Box::pin(super::http::serve(gated, context, version, stop))
+    } else {
+        Box::pin(super::http::serve(tls, context, version, stop))
+    }
+}
+
+/// A connection that accepted early data, read through the gate that bounds what of it
+/// passes before the client's Finished (`max_early_data`; until then it could be a replay),
+/// and that cuts a client who never sends its Finished within `handshake_timeout`.
+fn early_data_gate<S>(
+    tls: SslStream<S>,
+    state: &ListenerState,
+    started: Instant,
+) -> EarlyDataGate<S> {
+    let confirm_by = tokio::time::Instant::from_std(started) + state.config.handshake_timeout;
+    EarlyDataGate::new(tls, *state.config.max_early_data.get_ref(), confirm_by)
 }
 
 /// A connection whose handshake succeeded.

@@ -38,6 +38,7 @@ use crate::proxy::http_backend::{Backends, Borrowed};
 use crate::proxy::metrics;
 use crate::proxy::pool::BackendPool;
 use crate::proxy::relay::{self, RelayEnd, RelayOutcome, Side};
+use crate::tls::early_data::Confirmation;
 
 mod activity;
 mod gather;
@@ -65,6 +66,9 @@ pub(super) struct HttpContext {
     /// The backend's side of a connection that a 101 answer switched to another protocol,
     /// until the client's side is taken back from hyper.
     pub switched: RefCell<Option<OnUpgrade>>,
+    /// For a connection that accepted 0-RTT data: whether its handshake is confirmed yet.
+    /// A request forwarded before then could be a replay, and says so (`Early-Data: 1`).
+    pub early_data: Option<Confirmation>,
 }
 
 /// What a connection's requests are served with.
@@ -428,7 +432,16 @@ async fn forward(
         ClientHttp::Http1 => forwarding::upgrade_of(&parts.headers),
         ClientHttp::Http2 => None,
     };
-    forwarding::rewrite_request(&mut parts.headers, &context.client, &context.client_cert);
+    let early = context.early_data.as_ref().is_some_and(|c| !c.confirmed());
+    if early {
+        metrics::record_http_early_request(version.label());
+    }
+    forwarding::rewrite_request(
+        &mut parts.headers,
+        &context.client,
+        &context.client_cert,
+        early,
+    );
     if let Some(protocol) = &upgrade {
         forwarding::keep_upgrade(&mut parts.headers, protocol.clone());
     }

@@ -7,12 +7,16 @@
 //! `max_early_data` bytes pass at once, the rest is held until the handshake completes and
 //! dropped if it never does. BoringSSL itself accepts at most 14,336 bytes of early data,
 //! so the held bytes are bounded too. Every connection that accepted early data goes
-//! through the gate, which also lets it end with a close_notify (see `poll_shutdown`).
+//! through the gate, which also lets it end with a close_notify (see `poll_shutdown`), and
+//! tells whoever reads through it whether the handshake is confirmed yet (see
+//! [`Confirmation`]): HTTP requests forwarded before it are marked as early data.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use boring::ssl::{ClientHello, ExtensionType, SslRef};
@@ -29,9 +33,23 @@ fn confirmed(ssl: &SslRef) -> bool {
     crate::sys::handshake_confirmed(ssl)
 }
 
+/// Whether a connection's handshake is confirmed, as its [`EarlyDataGate`] last saw it.
+/// BoringSSL reads the client's Finished only within a read, and every read of the
+/// connection goes through the gate, so what the gate saw is the connection's state:
+/// what was read before it turned true came as early data.
+#[derive(Clone, Default)]
+pub struct Confirmation(Rc<Cell<bool>>);
+
+impl Confirmation {
+    pub fn confirmed(&self) -> bool {
+        self.0.get()
+    }
+}
+
 /// The client side of a relay for a connection that accepted early data.
-pub struct EarlyDataGate<'a, S> {
-    stream: &'a mut SslStream<S>,
+pub struct EarlyDataGate<S> {
+    stream: SslStream<S>,
+    confirmation: Confirmation,
     /// Early-data bytes that may still pass before the handshake is confirmed.
     allowance: usize,
     /// Bytes read but not passed on yet, in order; delivered once confirmed.
@@ -42,15 +60,28 @@ pub struct EarlyDataGate<'a, S> {
     confirm_by: Pin<Box<Sleep>>,
 }
 
-impl<'a, S> EarlyDataGate<'a, S> {
-    pub fn new(stream: &'a mut SslStream<S>, max_early_data: usize, confirm_by: Instant) -> Self {
+impl<S> EarlyDataGate<S> {
+    pub fn new(stream: SslStream<S>, max_early_data: usize, confirm_by: Instant) -> Self {
         EarlyDataGate {
             stream,
+            confirmation: Confirmation::default(),
             allowance: max_early_data,
             held: Vec::new(),
             delivered: 0,
             confirm_by: Box::pin(tokio::time::sleep_until(confirm_by)),
         }
+    }
+
+    /// What tells whether the handshake is confirmed, for as long as the connection lives.
+    pub fn confirmation(&self) -> Confirmation {
+        self.confirmation.clone()
+    }
+
+    /// Whether the handshake is confirmed now; what [`Confirmation`] says follows.
+    fn confirmed(&self) -> bool {
+        let confirmed = confirmed(self.stream.ssl());
+        self.confirmation.0.set(confirmed);
+        confirmed
     }
 
     /// An error once the deadline for the client's Finished has passed (the timer wakes
@@ -66,7 +97,7 @@ impl<'a, S> EarlyDataGate<'a, S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataGate<'_, S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataGate<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -77,7 +108,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataGate<'_, S> {
             return Poll::Ready(Ok(()));
         }
         loop {
-            if confirmed(this.stream.ssl()) {
+            if this.confirmed() {
                 if this.delivered < this.held.len() {
                     let rest = &this.held[this.delivered..];
                     let n = rest.len().min(buf.remaining());
@@ -86,20 +117,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataGate<'_, S> {
                     return Poll::Ready(Ok(()));
                 }
                 this.held = Vec::new();
-                return Pin::new(&mut *this.stream).poll_read(cx, buf);
+                return Pin::new(&mut this.stream).poll_read(cx, buf);
             }
             this.check_deadline(cx)?;
             // Never more than the caller can take, so what is allowed need not be held.
             let mut scratch = [0u8; 4096];
             let room = buf.remaining().min(scratch.len());
             let mut chunk = ReadBuf::new(&mut scratch[..room]);
-            if Pin::new(&mut *this.stream)
+            if Pin::new(&mut this.stream)
                 .poll_read(cx, &mut chunk)?
                 .is_pending()
             {
                 // The read may have completed the handshake and then found no more data:
                 // what is held can go now, not when the client next sends something.
-                if confirmed(this.stream.ssl()) && !this.held.is_empty() {
+                if this.confirmed() && !this.held.is_empty() {
                     continue;
                 }
                 return Poll::Pending;
@@ -108,13 +139,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataGate<'_, S> {
             if got.is_empty() {
                 // The read may have confirmed the handshake and then met the end of the
                 // stream: what is held goes first. Unconfirmed, it goes nowhere.
-                if confirmed(this.stream.ssl()) && !this.held.is_empty() {
+                if this.confirmed() && !this.held.is_empty() {
                     continue;
                 }
                 return Poll::Ready(Ok(()));
             }
             // A read that completed the handshake returns data sent after it (1-RTT).
-            let early = !confirmed(this.stream.ssl());
+            let early = !this.confirmed();
             let pass = match (early, this.held.is_empty()) {
                 (true, true) => got.len().min(this.allowance),
                 (false, true) => got.len(),
@@ -132,17 +163,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataGate<'_, S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for EarlyDataGate<'_, S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for EarlyDataGate<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.get_mut().stream).poll_write(cx, data)
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, data)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.get_mut().stream).poll_flush(cx)
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
     }
 
     /// BoringSSL sends no close_notify before the handshake is complete, and a backend
@@ -150,13 +181,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for EarlyDataGate<'_, S> {
     /// on until it is (keeping any data for `poll_read`), then close cleanly.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        while !confirmed(this.stream.ssl()) {
+        while !this.confirmed() {
             this.check_deadline(cx)?;
             let mut scratch = [0u8; 4096];
             let mut chunk = ReadBuf::new(&mut scratch);
-            let polled = Pin::new(&mut *this.stream).poll_read(cx, &mut chunk)?;
+            let polled = Pin::new(&mut this.stream).poll_read(cx, &mut chunk)?;
             this.held.extend_from_slice(chunk.filled());
-            if confirmed(this.stream.ssl()) {
+            if this.confirmed() {
                 break;
             }
             match polled {
@@ -166,7 +197,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for EarlyDataGate<'_, S> {
                 Poll::Ready(()) => {}
             }
         }
-        Pin::new(&mut *this.stream).poll_shutdown(cx)
+        Pin::new(&mut this.stream).poll_shutdown(cx)
     }
 }
 

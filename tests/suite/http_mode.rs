@@ -3,7 +3,7 @@
 //! received. Requests and bodies both ways, the forwarding headers (the client's copies
 //! dropped), backend connections reused across client connections, 502 and 504 (also before
 //! a request body arrived whole), drain on SIGTERM, HTTP/2 clients (ALPN `h2`) forwarded as
-//! HTTP/1.1, and the settings this mode refuses.
+//! HTTP/1.1, requests in 0-RTT data marked as such, and the settings this mode refuses.
 
 use crate::common;
 
@@ -394,7 +394,6 @@ fn settings_a_forwarded_request_cannot_carry_are_refused_with_their_line() {
             "proxy_protocol = \"v2\"",
             "X-Forwarded-For, not as a PROXY header",
         ),
-        ("early_data = true", "0-RTT"),
         ("alpn = [\"h2\", \"spdy/3\"]", "not \"spdy/3\""),
     ] {
         let listener = format!(
@@ -407,6 +406,46 @@ fn settings_a_forwarded_request_cannot_carry_are_refused_with_their_line() {
         assert!(refused.contains("tlsterm.toml:7:"), "{refused}");
         assert!(refused.contains(says), "{refused}");
     }
+}
+
+/// With `early_data = true`, a request sent in 0-RTT data reaches the backend with
+/// `Early-Data: 1` (it could be a replay), one sent on the same connection after the
+/// handshake does not, and one that a client marked itself keeps its mark (an earlier hop
+/// forwarded it in early data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_sent_in_early_data_reach_the_backend_marked() {
+    let (backend, echo) = echo_backend_watched().await;
+    let (dir, server, port) = start_http(&backend.to_string(), "early_data = true");
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let (session, early) = (file("session.pem"), file("early.txt"));
+    std::fs::write(&early, "GET /early HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let marked =
+        "GET /marked HTTP/1.1\r\nHost: localhost\r\nEarly-Data: 1\r\nConnection: close\r\n\r\n";
+    let after = "GET /after HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    let (first, resumed) = tokio::task::spawn_blocking(move || {
+        let full = ["-tls1_3", "-ign_eof", "-sess_out", &session];
+        let first = s_client(port, &full, marked);
+        let resumed = [
+            "-tls1_3",
+            "-ign_eof",
+            "-sess_in",
+            &session,
+            "-early_data",
+            &early,
+        ];
+        (first, s_client(port, &resumed, after))
+    })
+    .await
+    .unwrap();
+    assert!(first.contains("x-seen-early-data: 1"), "{first}");
+    assert!(resumed.contains("Early data was accepted"), "{resumed}");
+    assert!(resumed.contains("x-seen-path: /after"), "{resumed}");
+    assert_eq!(echo.received("/marked"), ["1"]);
+    assert_eq!(echo.received("/early"), ["1"]);
+    assert_eq!(echo.received("/after"), [""]);
+    let admin = admin_address(&server.config).unwrap();
+    let early_requests = "tlsterm_http_early_data_requests_total";
+    assert_eq!(metric(admin, early_requests, "version=\"1.1\""), 1.0);
 }
 
 /// A connection on which nothing moves for a second after an answer gives up hyper's
