@@ -150,6 +150,11 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         ("tlsterm_http_requests_total", "http requests", 32),
         ("tlsterm_http_parked_total", "http parked", 22),
         ("tlsterm_http_early_data_requests_total", "http 0-rtt", 22),
+        (
+            "tlsterm_backend_connection_waits_total",
+            "backend waits",
+            22,
+        ),
         ("tlsterm_quic_connections_total", "quic conns", 22),
         ("tlsterm_quic_handshakes_total", "quic handshake", 22),
         ("tlsterm_quic_streams_total", "quic requests", 22),

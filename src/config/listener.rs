@@ -98,6 +98,12 @@ pub struct ListenerConfig {
     /// this long is closed.
     #[serde(default = "default_backend_keepalive", with = "humantime_serde")]
     pub backend_keepalive: Duration,
+    /// With `mode = "http"` and over HTTP/3: the most connections a worker has open to the
+    /// listener's backends (to a `server_name`'s own backends, to those) at once, busy or
+    /// idle; a request that finds all of them busy waits for one (up to `idle_timeout`, then
+    /// 504). None by default.
+    #[serde(default)]
+    pub backend_max_connections: Option<std::num::NonZeroUsize>,
     /// Per worker; when reached the worker stops accepting until a connection closes.
     #[serde(
         default = "default_max_connections",

@@ -3,7 +3,9 @@
 //! TLS (`mode = "http"`). A connection is borrowed for one request and its response, and
 //! given back once the response body has been read whole; one unused for its pool's
 //! `keepalive` is closed, so that a burst of requests does not leave the worker holding
-//! as many connections (and the backend as many) long after it.
+//! as many connections (and the backend as many) long after it. A pool may cap what a worker
+//! opens to it (`backend_max_connections`): a request that finds every connection busy at
+//! the cap waits for one to be given back or to close.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -13,6 +15,7 @@ use hyper::body::{Body, Incoming};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::pool::BackendPool;
@@ -54,6 +57,59 @@ struct Waiting<B> {
     since: Instant,
 }
 
+/// A pool's connections open in this worker, busy or idle, and the wake-up of the requests
+/// waiting for one at the pool's cap.
+#[derive(Default)]
+struct Slots {
+    open: Cell<usize>,
+    freed: Notify,
+}
+
+thread_local! {
+    /// This worker's [`Slots`], by pool: shared by the worker's HTTP/3 and `mode = "http"`
+    /// connections, so that the cap counts both. Each pool is held while it has an entry,
+    /// so that its address is never another's.
+    static SLOTS: RefCell<Vec<(Arc<BackendPool>, Rc<Slots>)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Slots {
+    /// This worker's count for `pool`. Entries of pools with no connection left that no
+    /// one else holds (reloaded away) go.
+    fn of(pool: &Arc<BackendPool>) -> Rc<Slots> {
+        SLOTS.with(|slots| {
+            let mut slots = slots.borrow_mut();
+            slots.retain(|(kept, slots)| {
+                Arc::ptr_eq(kept, pool) || slots.open.get() > 0 || Arc::strong_count(kept) > 1
+            });
+            if let Some((_, slots)) = slots.iter().find(|(kept, _)| Arc::ptr_eq(kept, pool)) {
+                return slots.clone();
+            }
+            let made = Rc::new(Slots::default());
+            slots.push((pool.clone(), made.clone()));
+            made
+        })
+    }
+
+    /// A place for one more connection, unless the pool's cap is reached.
+    fn take(self: &Rc<Self>, cap: Option<usize>) -> Option<Slot> {
+        if cap.is_some_and(|cap| self.open.get() >= cap) {
+            return None;
+        }
+        self.open.set(self.open.get() + 1);
+        Some(Slot(self.clone()))
+    }
+}
+
+/// One open connection's place under its pool's cap, given up when the connection closes.
+struct Slot(Rc<Slots>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.set(self.0.open.get() - 1);
+        self.0.freed.notify_waiters();
+    }
+}
+
 impl<B> Default for Backends<B> {
     fn default() -> Self {
         Backends {
@@ -78,16 +134,31 @@ where
 {
     /// Sends `request` on an idle connection of `pool`, or a new one; an idle connection
     /// the backend closed meanwhile is discarded and the request sent on another (hyper
-    /// hands a request back that it did not start to send).
+    /// hands a request back that it did not start to send). At the pool's cap with every
+    /// connection busy, waits for one to be given back or to close (the caller bounds the
+    /// wait).
     pub async fn send(
         &self,
         pool: &Arc<BackendPool>,
         mut request: Request<B>,
     ) -> Result<(Response<Incoming>, Borrowed<B>), BackendError> {
+        let slots = Slots::of(pool);
+        let mut waited = false;
         loop {
             let (mut sender, fresh) = match self.take_idle(pool) {
                 Some(sender) => (sender, false),
-                None => (connect(pool).await?, true),
+                None => match slots.take(pool.max_connections()) {
+                    Some(slot) => (connect(pool, slot).await?, true),
+                    None => {
+                        if !std::mem::replace(&mut waited, true) {
+                            super::metrics::record_backend_wait();
+                        }
+                        // Registered at its first poll, right here: nothing runs between
+                        // the count above and it, so no wake-up is missed.
+                        slots.freed.notified().await;
+                        continue;
+                    }
+                },
             };
             match sender.try_send_request(request).await {
                 Ok(response) => return Ok((response, sender)),
@@ -121,6 +192,10 @@ where
                 sender,
                 since: Instant::now(),
             });
+            // A request waiting at the pool's cap takes it.
+            if pool.max_connections().is_some() {
+                Slots::of(pool).freed.notify_waiters();
+            }
         }
         if !self.sweeping.replace(true) {
             tokio::task::spawn_local(Rc::clone(self).sweep());
@@ -166,7 +241,10 @@ where
     }
 }
 
-async fn connect<B>(pool: &Arc<BackendPool>) -> Result<Borrowed<B>, BackendError>
+/// A new connection to one of `pool`'s backends, in the place `slot` under its cap, which
+/// it keeps until it closes (or is switched to another protocol: a relayed WebSocket no
+/// longer counts).
+async fn connect<B>(pool: &Arc<BackendPool>, slot: Slot) -> Result<Borrowed<B>, BackendError>
 where
     B: Body + 'static,
     B::Data: Send,
@@ -177,6 +255,7 @@ where
         .await
         .map_err(BackendError::Http)?;
     tokio::task::spawn_local(async move {
+        let _slot = slot;
         // With upgrades: a 101 answer hands the connection over (`hyper::upgrade::on`).
         if let Err(err) = connection.with_upgrades().await {
             tracing::debug!(error = %err, "backend connection ended with an error");
@@ -278,6 +357,55 @@ mod tests {
                 request(&backends, &pool).await;
                 assert_eq!(next(&mut events).await, Seen::Accepted);
                 assert_eq!(next(&mut events).await, Seen::Closed);
+            })
+            .await;
+    }
+
+    /// At a pool's cap, a request waits for the busy connection: it takes it when it is
+    /// given back, or opens its own once it closes.
+    #[tokio::test(flavor = "current_thread")]
+    async fn at_the_cap_a_request_waits_for_a_connection_to_be_free() {
+        tokio::task::LocalSet::new()
+            .run_until(async {
+                let (pool, mut events) = backend().await;
+                let pool = Arc::into_inner(pool).unwrap();
+                let pool = Arc::new(pool.with_max_connections(Some(1)));
+                let backends = Rc::new(Backends::default());
+                let get = || {
+                    Request::get("/")
+                        .header("host", "b.test")
+                        .body(Empty::new())
+                };
+                for give_back in [true, false] {
+                    let (response, busy) = backends.send(&pool, get().unwrap()).await.unwrap();
+                    response.into_body().collect().await.unwrap();
+                    let (second, second_backends) = (pool.clone(), backends.clone());
+                    let waiting = tokio::task::spawn_local(async move {
+                        request(&second_backends, &second).await;
+                    });
+                    for _ in 0..10 {
+                        tokio::task::yield_now().await;
+                    }
+                    assert!(!waiting.is_finished(), "the second request waits");
+                    match give_back {
+                        true => backends.give_back(&pool, busy),
+                        false => drop(busy),
+                    }
+                    waiting.await.unwrap();
+                    // One connection for both when given back; a second once the first closed.
+                    assert_eq!(next(&mut events).await, Seen::Accepted);
+                    if !give_back {
+                        // The close and the new connection, in the order the backend's
+                        // tasks happen to run.
+                        let seen = [next(&mut events).await, next(&mut events).await];
+                        assert!(seen.contains(&Seen::Closed), "{seen:?}");
+                        assert!(seen.contains(&Seen::Accepted), "{seen:?}");
+                    }
+                    assert!(events.try_recv().is_err());
+                    // The connection left idle closes: the next round starts at none.
+                    drop(backends.take_idle(&pool));
+                    assert_eq!(next(&mut events).await, Seen::Closed);
+                }
             })
             .await;
     }

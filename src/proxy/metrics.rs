@@ -16,6 +16,7 @@ struct ProxyMetrics {
     http_requests: IntCounterVec,
     http_parked: IntCounter,
     http_early_requests: IntCounterVec,
+    backend_waits: IntCounter,
 }
 
 static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
@@ -39,6 +40,11 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
         &["version", "answer"],
     ),
     http_parked: metrics::counter("http_parked_total", HTTP_PARKED_HELP),
+    backend_waits: metrics::counter(
+        "backend_connection_waits_total",
+        "Requests (mode = \"http\", HTTP/3) that waited for a backend connection: every one a \
+         worker may open to the backends (backend_max_connections) was busy",
+    ),
     http_early_requests: metrics::counter_vec(
         "http_early_data_requests_total",
         HTTP_EARLY_REQUESTS_HELP,
@@ -105,6 +111,14 @@ pub fn record_http_early_request(version: &str) {
         .http_early_requests
         .with_label_values(&[version])
         .inc();
+}
+
+/// A request found every connection it may use busy and waits for one.
+pub(super) fn record_backend_wait() {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.backend_waits.inc();
 }
 
 /// A `mode = "http"` connection parked: quiet between requests, it gave up hyper's buffers.

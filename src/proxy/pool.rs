@@ -145,6 +145,8 @@ pub struct BackendPool {
     retry_after: Duration,
     /// How long a worker keeps a pooled (keep-alive) connection to these backends unused.
     keepalive: Duration,
+    /// The most pooled connections a worker has open to these backends at once.
+    max_connections: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -183,6 +185,7 @@ impl BackendPool {
             connect_timeout,
             retry_after,
             keepalive: crate::config::DEFAULT_BACKEND_KEEPALIVE,
+            max_connections: None,
         }
     }
 
@@ -195,6 +198,20 @@ impl BackendPool {
     /// How long a worker keeps a pooled connection to these backends unused.
     pub fn keepalive(&self) -> Duration {
         self.keepalive
+    }
+
+    /// Caps the pooled connections a worker opens to these backends (busy or idle);
+    /// `None`: no cap.
+    pub fn with_max_connections(self, max_connections: Option<usize>) -> Self {
+        BackendPool {
+            max_connections,
+            ..self
+        }
+    }
+
+    /// The most pooled connections a worker may have open to these backends at once.
+    pub fn max_connections(&self) -> Option<usize> {
+        self.max_connections
     }
 
     /// Connects to the next healthy backend, trying the others in turn if it fails, and

@@ -247,7 +247,8 @@ pub fn build_states(
                         listener.connect_timeout,
                         listener.backend_retry,
                     )
-                    .with_keepalive(listener.backend_keepalive),
+                    .with_keepalive(listener.backend_keepalive)
+                    .with_max_connections(listener.backend_max_connections.map(|n| n.get())),
                 ))
             };
             let listener_pool = pool(listener.backends.get_ref())?;

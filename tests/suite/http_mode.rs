@@ -557,6 +557,46 @@ async fn http2_requests_reach_the_backend_as_http11_requests() {
     );
 }
 
+/// With `backend_max_connections = 2`, five requests sent at once on one HTTP/2 connection
+/// (one worker) share two backend connections: three wait, and each takes a connection
+/// as an answer frees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_backend_max_connections_wait_for_a_free_connection() {
+    let (backend, seen) = echo_backend_watched().await;
+    let extra = format!("{OFFER_H2}\nbackend_max_connections = 2");
+    let (_dir, server, port) = start_http(&backend.to_string(), &extra);
+    let parallel = tokio::task::spawn_blocking(move || {
+        let each = "%{http_version} %{response_code}\\n";
+        let args = [
+            "--http2",
+            "--parallel",
+            "--output",
+            "/dev/null",
+            "--write-out",
+            each,
+        ];
+        curl(
+            port,
+            &[&args[..], &["https://localhost/wait?[1-5]"]].concat(),
+        )
+    });
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(admin, "tlsterm_backend_connection_waits_total 3");
+    // Two at a time reach the backend, on the same two connections throughout.
+    for held in [2, 4, 5] {
+        wait_until("the backend holds the requests", || seen.waiting() == held);
+        assert_eq!(seen.accepted(), 2);
+        seen.release_waiting();
+    }
+    let answers = parallel.await.unwrap();
+    assert_eq!(
+        answers.lines().filter(|a| *a == "2 200").count(),
+        5,
+        "{answers}"
+    );
+    assert_eq!(seen.accepted(), 2);
+}
+
 /// SIGTERM on an HTTP/2 connection with a request in progress: that request is answered
 /// (a GOAWAY tells the client to send no more), and tlsterm then exits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
