@@ -12,7 +12,8 @@
 //! Bodies stream both ways (hyper's flow control; nothing is held whole). A backend
 //! connection goes back to the worker's pool once the response body has been read whole.
 //! An HTTP/1.1 request that asks to switch protocols (WebSocket) is forwarded with its
-//! `Upgrade`; once the backend answers 101, the client's connection and that backend
+//! `Upgrade` (an HTTP/2 client's WebSocket stream is asked the same way: `websocket.rs`);
+//! once the backend answers 101, the client's connection and that backend
 //! connection are relayed byte for byte, as `mode = "tcp"` relays them.
 
 use std::cell::RefCell;
@@ -42,6 +43,7 @@ use crate::tls::early_data::Confirmation;
 
 mod activity;
 mod gather;
+mod websocket;
 use activity::{Activity, Counted, Watched};
 use gather::Gathered;
 
@@ -327,6 +329,8 @@ where
         .max_concurrent_streams(HTTP2_MAX_STREAMS)
         .max_header_list_size(HTTP2_MAX_HEADER_LIST)
         .max_send_buf_size(HTTP2_SEND_BUFFER)
+        // WebSocket over a stream (RFC 8441): browsers use it where it is offered.
+        .enable_connect_protocol()
         .serve_connection(TokioIo::new(Gathered::new(stream)), service);
     let mut connection = std::pin::pin!(connection);
     let mut stopping = false;
@@ -405,15 +409,19 @@ fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
 /// streamed back; 502 when no backend answers, 504 when it answers too late, 405 for
 /// CONNECT, 400 for an HTTP/2 request HTTP/1.1 cannot carry.
 async fn forward(
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
     context: Rc<HttpContext>,
     backends: Rc<Backends<Incoming>>,
     activity: Rc<Activity>,
     version: ClientHttp,
 ) -> Result<Response<Relayed>, hyper::Error> {
     let answered = |answer| metrics::record_http_request(version.label(), answer);
+    // HTTP/2's WebSocket (extended CONNECT): the client's side of its stream, once hyper
+    // hands it over.
+    let websocket_client = (version == ClientHttp::Http2 && websocket::asks_websocket(&request))
+        .then(|| hyper::upgrade::on(&mut request));
     let (mut parts, body) = request.into_parts();
-    if parts.method == Method::CONNECT {
+    if parts.method == Method::CONNECT && websocket_client.is_none() {
         // A tunnel through the backend is not a request to it (a backend that is itself a
         // forward proxy would open it to anywhere).
         answered("405");
@@ -445,6 +453,9 @@ async fn forward(
     if let Some(protocol) = &upgrade {
         forwarding::keep_upgrade(&mut parts.headers, protocol.clone());
     }
+    // ...asks the backend as HTTP/1.1 does.
+    let websocket =
+        websocket_client.map(|client| (websocket::as_upgrade_request(&mut parts), client));
     // The backend gets the origin form (`/path?query`) even from a client that sent the
     // absolute form, and HTTP/1.1 framing of hyper's choosing.
     if let Some(origin) = parts.uri.path_and_query() {
@@ -471,10 +482,22 @@ async fn forward(
         }
     };
     answered("backend");
-    if upgrade.is_some() && response.status() == StatusCode::SWITCHING_PROTOCOLS {
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         // The backend connection is the switched connection's now, never the pool's.
-        drop(connection);
-        return Ok(switched(response, &context));
+        if upgrade.is_some() {
+            drop(connection);
+            return Ok(switched(response, &context));
+        }
+        if let Some((key, client)) = websocket {
+            drop(connection);
+            if !key.accepted_by(response.headers()) {
+                tracing::debug!("WebSocket over HTTP/2: the backend's accept does not match");
+                return Ok(simple_answer(StatusCode::BAD_GATEWAY));
+            }
+            let (buffer, idle) = (context.buffer_size, context.idle_timeout);
+            let head = websocket::opened(response, client, buffer, idle);
+            return Ok(Response::from_parts(head, Relayed::empty()));
+        }
     }
     let (mut parts, body) = response.into_parts();
     forwarding::drop_connection_specific(&mut parts.headers);

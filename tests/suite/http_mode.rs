@@ -707,7 +707,8 @@ async fn switching_backend() -> std::net::SocketAddr {
                     }
                     head.push(byte[0]);
                 }
-                let head = String::from_utf8_lossy(&head).to_lowercase();
+                let raw = String::from_utf8_lossy(&head).to_string();
+                let head = raw.to_lowercase();
                 if !(head.contains("\r\nupgrade: websocket")
                     && head.contains("connection: upgrade"))
                 {
@@ -717,9 +718,22 @@ async fn switching_backend() -> std::net::SocketAddr {
                     return;
                 }
                 let forwarded = head.contains("\r\nx-forwarded-for: 127.0.0.1");
+                // RFC 6455's answer to the key, as a WebSocket server makes it.
+                let key = raw.lines().find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("sec-websocket-key")
+                        .then(|| value.trim())
+                });
+                let accept = key.map_or(String::new(), |key| {
+                    let guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+                    boring::base64::encode_block(&boring::sha::sha1(
+                        format!("{key}{guid}").as_bytes(),
+                    ))
+                });
                 let answer = format!(
                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
-                     Connection: Upgrade\r\nX-Seen-Forwarded: {forwarded}\r\n\r\n"
+                     Connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\
+                     X-Seen-Forwarded: {forwarded}\r\n\r\n"
                 );
                 stream.write_all(answer.as_bytes()).await.unwrap();
                 let mut chunk = [0u8; 1024];
@@ -743,7 +757,7 @@ async fn switching_backend() -> std::net::SocketAddr {
 }
 
 /// Reads from `stream` until what was read ends with `end`; all that was read.
-async fn read_until(stream: &mut TlsClient, end: &[u8]) -> String {
+async fn read_until(stream: &mut (impl tokio::io::AsyncRead + Unpin), end: &[u8]) -> String {
     let mut read = Vec::new();
     let mut chunk = [0u8; 1024];
     while !read.ends_with(end) {
@@ -799,4 +813,57 @@ async fn a_websocket_upgrade_switches_the_connection_to_the_backend() {
     )
     .await;
     assert!(ended.is_ok(), "the switched connection stayed open");
+}
+
+/// An HTTP/2 client opens a WebSocket on one stream (RFC 8441's extended CONNECT, which
+/// tlsterm offers): the backend is asked with HTTP/1.1's `Upgrade: websocket` and a key
+/// of tlsterm's, its 101 (with the matching accept) reaches the client as 200, and bytes
+/// then go both ways while other streams of the connection are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_opens_a_websocket_on_a_stream() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::io::AsyncWriteExt;
+    let backend = switching_backend().await;
+    let (_dir, _server, port) = start_http(&backend.to_string(), OFFER_H2);
+    let tls = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &["h2"])
+        .await
+        .unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = |method: hyper::Method| {
+        hyper::Request::builder()
+            .method(method)
+            .uri("https://localhost/chat")
+            .header("sec-websocket-version", "13")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+    // A plain request first, which the backend refuses (no Upgrade): it also brings the
+    // server's settings, which must offer extended CONNECT before the client may use it.
+    let plain = sender
+        .send_request(request(hyper::Method::GET))
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 400);
+    let mut connect = request(hyper::Method::CONNECT);
+    let websocket = hyper::ext::Protocol::from_static("websocket");
+    connect.extensions_mut().insert(websocket);
+    let mut opened = sender.send_request(connect).await.unwrap();
+    assert_eq!(opened.status(), 200, "{opened:?}");
+    assert_eq!(opened.headers()["x-seen-forwarded"], "true");
+    assert!(opened.headers().get("sec-websocket-accept").is_none());
+    let mut stream = TokioIo::new(hyper::upgrade::on(&mut opened).await.unwrap());
+    stream.write_all(b"hello").await.unwrap();
+    assert_eq!(read_until(&mut stream, b"HELLO").await, "HELLO");
+    // The connection serves other streams beside the WebSocket.
+    let again = sender
+        .send_request(request(hyper::Method::GET))
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 400);
+    stream.write_all(b"bye").await.unwrap();
+    assert_eq!(read_until(&mut stream, b"BYE").await, "BYE");
 }
