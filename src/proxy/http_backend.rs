@@ -96,6 +96,7 @@ impl Slots {
             return None;
         }
         self.open.set(self.open.get() + 1);
+        super::metrics::record_pooled_connection(1);
         Some(Slot(self.clone()))
     }
 }
@@ -106,6 +107,7 @@ struct Slot(Rc<Slots>);
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.open.set(self.0.open.get() - 1);
+        super::metrics::record_pooled_connection(-1);
         self.0.freed.notify_waiters();
     }
 }

@@ -17,9 +17,11 @@ struct ProxyMetrics {
     http_parked: IntCounter,
     http_early_requests: IntCounterVec,
     backend_waits: IntCounter,
+    pooled_connections: IntGauge,
 }
 
-static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
+static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| {
+    ProxyMetrics {
     connect_failures: metrics::counter(
         "backend_connect_failures_total",
         "Backend connection attempts that failed",
@@ -40,6 +42,10 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
         &["version", "answer"],
     ),
     http_parked: metrics::counter("http_parked_total", HTTP_PARKED_HELP),
+    pooled_connections: metrics::gauge(
+        "backend_pooled_connections",
+        "Connections open from the workers' pools to backends (mode = \"http\", HTTP/3), busy or idle",
+    ),
     backend_waits: metrics::counter(
         "backend_connection_waits_total",
         "Requests (mode = \"http\", HTTP/3) that waited for a backend connection: every one a \
@@ -50,6 +56,7 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
         HTTP_EARLY_REQUESTS_HELP,
         &["version"],
     ),
+}
 });
 
 const HTTP_REQUESTS_HELP: &str = "Requests of mode = \"http\" listeners, by the client's HTTP \
@@ -111,6 +118,14 @@ pub fn record_http_early_request(version: &str) {
         .http_early_requests
         .with_label_values(&[version])
         .inc();
+}
+
+/// A pooled backend connection opened (`+1`) or closed (`-1`).
+pub(super) fn record_pooled_connection(change: i64) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS.pooled_connections.add(change);
 }
 
 /// A request found every connection it may use busy and waits for one.

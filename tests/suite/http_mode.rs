@@ -582,6 +582,7 @@ async fn requests_beyond_backend_max_connections_wait_for_a_free_connection() {
     });
     let admin = admin_address(&server.config).unwrap();
     wait_for_metric(admin, "tlsterm_backend_connection_waits_total 3");
+    wait_for_metric(admin, "tlsterm_backend_pooled_connections 2");
     // Two at a time reach the backend, on the same two connections throughout.
     for held in [2, 4, 5] {
         wait_until("the backend holds the requests", || seen.waiting() == held);
