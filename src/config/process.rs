@@ -19,6 +19,11 @@ pub struct LogConfig {
     /// One line per closed connection (client, SNI, ALPN, version, cipher, bytes, reason).
     #[serde(default)]
     pub connections: bool,
+    /// One line per request of a `mode = "http"` listener, once its answer's head is on its
+    /// way (client, HTTP version, method, host, path without its query, status, who
+    /// answered, time to that head, whether it came in early data).
+    #[serde(default)]
+    pub requests: bool,
 }
 
 impl Default for LogConfig {
@@ -26,6 +31,7 @@ impl Default for LogConfig {
         Self {
             level: default_log_level(),
             connections: false,
+            requests: false,
         }
     }
 }

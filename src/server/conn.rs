@@ -91,7 +91,7 @@ pub fn handle(
     stream: TcpStream,
     client: SocketAddr,
     state: Arc<ListenerState>,
-    log_connections: bool,
+    log: Logging,
     stop: tokio::sync::watch::Receiver<bool>,
     permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
 ) -> impl std::future::Future<Output = ()> {
@@ -106,13 +106,15 @@ pub fn handle(
             negotiated,
             end,
             local,
-        }) = Box::pin(handshake(stream, client, state, log_connections, started)).await
+        }) = Box::pin(handshake(stream, client, state, log.connections, started)).await
         else {
             return;
         };
 
         if *state.config.mode.get_ref() == ListenerMode::Http {
-            let outcome = serve_http(tls, &negotiated, state, client, started, stop).await;
+            let log_requests = log.requests;
+            let serving = serve_http(tls, &negotiated, state, client, started, log_requests, stop);
+            let outcome = serving.await;
             return end.after_relay(&negotiated, outcome);
         }
 
@@ -135,16 +137,25 @@ pub fn handle(
     }
 }
 
+/// What is logged of a connection: a line when it closes, a line per request (`mode =
+/// "http"`).
+#[derive(Clone, Copy)]
+pub struct Logging {
+    pub connections: bool,
+    pub requests: bool,
+}
+
 /// `mode = "http"`: the connection's requests, each forwarded over the worker's backend
-/// connections. Boxed, which also makes one type of the two streams it may read (the
-/// connection itself, or its early-data gate): the connection's future, which every
-/// connection keeps, holds neither.
+/// connections (`log_requests`: a log line each). Boxed, which also makes one type of the
+/// two streams it may read (the connection itself, or its early-data gate): the
+/// connection's future, which every connection keeps, holds neither.
 fn serve_http(
     tls: SslStream<ReadAhead<TcpStream>>,
     negotiated: &Negotiated,
     state: &ListenerState,
     client: SocketAddr,
     started: Instant,
+    log_requests: bool,
     stop: watch::Receiver<bool>,
 ) -> Pin<Box<dyn Future<Output = RelayOutcome>>> {
     let mut context = super::http::HttpContext {
@@ -155,6 +166,7 @@ fn serve_http(
         buffer_size: state.config.buffer_size,
         switched: Default::default(),
         early_data: None,
+        log_requests,
     };
     let version = super::http::ClientHttp::of_alpn(negotiated.alpn.as_deref());
     if negotiated.early_data {
@@ -442,7 +454,11 @@ mod tests {
         );
         let (_stop_tx, stop) = watch::channel(false);
         let client = stream.local_addr().unwrap();
-        let connection = handle(stream, client, state, false, stop, permits);
+        let log = Logging {
+            connections: false,
+            requests: false,
+        };
+        let connection = handle(stream, client, state, log, stop, permits);
         let size = std::mem::size_of_val(&connection);
         assert!(
             size <= 512,

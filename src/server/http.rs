@@ -43,9 +43,11 @@ use crate::tls::early_data::Confirmation;
 
 mod activity;
 mod gather;
+mod request_log;
 mod websocket;
 use activity::{Activity, Counted, Watched};
 use gather::Gathered;
+use request_log::RequestLine;
 
 thread_local! {
     /// This worker's idle connections to every `mode = "http"` listener's backends.
@@ -71,6 +73,8 @@ pub(super) struct HttpContext {
     /// For a connection that accepted 0-RTT data: whether its handshake is confirmed yet.
     /// A request forwarded before then could be a replay, and says so (`Early-Data: 1`).
     pub early_data: Option<Confirmation>,
+    /// One log line per request (`[log] requests`).
+    pub log_requests: bool,
 }
 
 /// What a connection's requests are served with.
@@ -415,7 +419,15 @@ async fn forward(
     activity: Rc<Activity>,
     version: ClientHttp,
 ) -> Result<Response<Relayed>, hyper::Error> {
-    let answered = |answer| metrics::record_http_request(version.label(), answer);
+    let logged = context
+        .log_requests
+        .then(|| RequestLine::of(&request, &context, version));
+    let answered = |answer: &str, status: StatusCode| {
+        metrics::record_http_request(version.label(), answer);
+        if let Some(line) = &logged {
+            line.log(context.client.ip(), answer, status);
+        }
+    };
     // HTTP/2's WebSocket (extended CONNECT): the client's side of its stream, once hyper
     // hands it over.
     let websocket_client = (version == ClientHttp::Http2 && websocket::asks_websocket(&request))
@@ -424,13 +436,13 @@ async fn forward(
     if parts.method == Method::CONNECT && websocket_client.is_none() {
         // A tunnel through the backend is not a request to it (a backend that is itself a
         // forward proxy would open it to anywhere).
-        answered("405");
+        answered("405", StatusCode::METHOD_NOT_ALLOWED);
         return Ok(simple_answer(StatusCode::METHOD_NOT_ALLOWED));
     }
     if version == ClientHttp::Http2 {
         if let Err(why) = forwarding::http2_fields_as_http11(&parts.uri, &mut parts.headers) {
             tracing::debug!(why, "HTTP/2 request refused");
-            answered("400");
+            answered("400", StatusCode::BAD_REQUEST);
             return Ok(simple_answer(StatusCode::BAD_REQUEST));
         }
     }
@@ -473,15 +485,15 @@ async fn forward(
         Ok(Ok(answer)) => answer,
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "HTTP request: no answer from the backend");
-            answered("502");
+            answered("502", StatusCode::BAD_GATEWAY);
             return Ok(simple_answer(StatusCode::BAD_GATEWAY));
         }
         Err(_) => {
-            answered("504");
+            answered("504", StatusCode::GATEWAY_TIMEOUT);
             return Ok(simple_answer(StatusCode::GATEWAY_TIMEOUT));
         }
     };
-    answered("backend");
+    answered("backend", response.status());
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         // The backend connection is the switched connection's now, never the pool's.
         if upgrade.is_some() {

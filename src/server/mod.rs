@@ -42,6 +42,7 @@ pub use state::{build_states, ListenerState};
 /// What the workers share.
 pub struct ProcessWide {
     pub log_connections: std::sync::atomic::AtomicBool,
+    pub log_requests: std::sync::atomic::AtomicBool,
     /// `max_connections` for the whole process (fixed at start).
     pub connection_limit: Arc<tokio::sync::Semaphore>,
 }

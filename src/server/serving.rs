@@ -176,6 +176,9 @@ impl Serving {
         self.shared
             .log_connections
             .store(new.log.connections, std::sync::atomic::Ordering::Relaxed);
+        self.shared
+            .log_requests
+            .store(new.log.requests, std::sync::atomic::Ordering::Relaxed);
         let offload = OffloadSettings::from_config(&new.engine);
         offload.publish();
         let _ = self.settings.send(offload);

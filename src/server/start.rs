@@ -74,6 +74,7 @@ pub fn bind(source: ConfigSource) -> anyhow::Result<Bound> {
     let listeners: Vec<Arc<Listener>> = states.into_iter().map(Listener::new).collect();
     let shared = Arc::new(ProcessWide {
         log_connections: config.log.connections.into(),
+        log_requests: config.log.requests.into(),
         connection_limit: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
     });
     crate::metrics::set_enabled(config.admin.enabled);

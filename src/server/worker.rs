@@ -263,7 +263,10 @@ fn start(
     stop: watch::Receiver<bool>,
 ) {
     let state = listener.state.load_full();
-    let log = shared.log_connections.load(Ordering::Relaxed);
+    let log = conn::Logging {
+        connections: shared.log_connections.load(Ordering::Relaxed),
+        requests: shared.log_requests.load(Ordering::Relaxed),
+    };
     let connection = conn::handle(stream, client, state, log, stop, permits);
     tokio::task::spawn_local(connection);
 }

@@ -259,6 +259,54 @@ async fn an_unreachable_backend_is_answered_502_and_a_silent_one_504() {
     assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
 }
 
+/// With `[log] requests`, each request gets a line once its answer's head is on its way:
+/// who asked for what (the path without its query, which may carry credentials), the
+/// status and who answered it; an unreachable backend's 502 is tlsterm's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_is_logged_without_its_query() {
+    let backend = echo_backend().await;
+    let (_refusing, refused) = refusing_address();
+    let dir = tempfile::tempdir().unwrap();
+    let (port, dead_port) = (free_port(), free_port());
+    let listener = |port: u16, backend: &str| {
+        format!("address = \"127.0.0.1:{port}\"\nbackends = [\"{backend}\"]\nmode = \"http\"")
+    };
+    let listeners = [
+        listener(port, &backend.to_string()),
+        listener(dead_port, &refused),
+    ];
+    let config = write_config(dir.path(), "[log]\nrequests = true", &listeners);
+    let server = Server::start(&config);
+    tokio::task::spawn_blocking(move || {
+        curl(port, &["https://localhost/hello?token=s3cr3t"]);
+        curl(dead_port, &["--http1.1", "https://localhost/gone"]);
+    })
+    .await
+    .unwrap();
+    let ok = server.log.wait_for("path=/hello", 0);
+    for field in [
+        "client=127.0.0.1",
+        "version=1.1",
+        "method=GET",
+        "host=localhost",
+        "status=200",
+        "answered_by=backend",
+        "early_data=false",
+    ] {
+        assert!(ok.contains(field), "{field} in {ok}");
+    }
+    let failed = server.log.wait_for("path=/gone", 0);
+    assert!(
+        failed.contains("status=502") && failed.contains("answered_by=502"),
+        "{failed}"
+    );
+    assert!(
+        !server.log.text().contains("s3cr3t"),
+        "{}",
+        server.log.text()
+    );
+}
+
 /// A request answered before the client sent its whole body (here 502: no backend to send
 /// it to) leaves the connection in the middle of that body, where no next request can be
 /// found: the answer arrives whole and the connection closes at once, not after
