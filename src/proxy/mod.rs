@@ -9,3 +9,4 @@ pub mod metrics;
 pub mod pool;
 pub mod proxy_protocol;
 pub mod relay;
+pub mod request_log;

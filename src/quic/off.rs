@@ -27,6 +27,7 @@ impl QuicService {
         _sessions: &Sessions,
         _session_config: &SessionConfig,
         _pools: Vec<Arc<BackendPool>>,
+        _log_requests: bool,
     ) -> anyhow::Result<QuicService> {
         anyhow::bail!(NO_HTTP3)
     }

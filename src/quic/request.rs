@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use quiche::h3::Header;
+use quiche::h3::{Header, NameValue};
 use tokio::sync::{mpsc, watch, Notify};
 
 use super::headers::{request_head, ResponseFields};
@@ -17,6 +17,7 @@ use super::service::QuicService;
 use crate::proxy::client_cert::CertFields;
 use crate::proxy::forwarding::ClientAddress;
 use crate::proxy::pool::BackendPool;
+use crate::proxy::request_log::RequestLine;
 
 /// What the request's task tells the connection's task.
 pub(super) enum Reply {
@@ -80,10 +81,20 @@ pub(super) async fn forward(
         }
     }
     let early = context.early.is_some();
+    let logged = context
+        .service
+        .log_requests
+        .then(|| request_line(&fields, early));
+    let answered = |answer: &str, status: u16| {
+        if let Some(line) = &logged {
+            line.log(context.client.ip(), answer, status);
+        }
+    };
     let head = match request_head(&fields, &context.client, &context.client_cert, early) {
         Ok(head) => head,
         Err(bad) => {
             tracing::debug!(reason = bad.0, "HTTP/3 request refused");
+            answered("400", 400);
             send(simple_answer(400)).await;
             return;
         }
@@ -100,16 +111,19 @@ pub(super) async fn forward(
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "HTTP/3 request: no answer from the backend");
             metrics::record_backend_error(502);
+            answered("502", 502);
             send(simple_answer(502)).await;
             return;
         }
         Err(_) => {
             metrics::record_backend_error(504);
+            answered("504", 504);
             send(simple_answer(504)).await;
             return;
         }
     };
     let (parts, mut body) = response.into_parts();
+    answered("backend", parts.status.as_u16());
     let fin = hyper::body::Body::is_end_stream(&body);
     let fields = ResponseFields::new(Some(parts.status.as_u16()), parts.headers);
     if !send(Reply::Head { fields, fin }).await || fin {
@@ -144,6 +158,22 @@ pub(super) async fn forward(
         }
     }
     context.backends.give_back(&pool, connection);
+}
+
+/// What the log line of a request with these fields says of it (`[log] requests`).
+fn request_line(fields: &[Header], early: bool) -> RequestLine {
+    let field = |wanted: &[u8]| {
+        let value = fields
+            .iter()
+            .find(|f| f.name() == wanted)
+            .map(|f| f.value());
+        String::from_utf8_lossy(value.unwrap_or(b"-")).into_owned()
+    };
+    let host = match field(b":authority") {
+        authority if authority != "-" => authority,
+        _ => field(b"host"),
+    };
+    RequestLine::new("3", &field(b":method"), &host, &field(b":path"), early)
 }
 
 /// A response tlsterm makes itself: a status and no body.

@@ -26,6 +26,8 @@ pub struct QuicService {
     retry_threshold: usize,
     /// Requests carry the verified client certificate as `X-Client-Cert-*` headers.
     pub(super) client_cert_headers: bool,
+    /// A log line per request (`[log] requests`).
+    pub(super) log_requests: bool,
 }
 
 impl QuicService {
@@ -35,6 +37,7 @@ impl QuicService {
         sessions: &Sessions,
         session_config: &SessionConfig,
         pools: Vec<Arc<BackendPool>>,
+        log_requests: bool,
     ) -> anyhow::Result<QuicService> {
         let (config, tls) = super::tls::build(listener, certs, sessions, session_config)?;
         Ok(QuicService {
@@ -46,6 +49,7 @@ impl QuicService {
             retry: listener.quic_retry,
             retry_threshold: *listener.quic_retry_threshold.get_ref(),
             client_cert_headers: listener.quic_client_cert_headers,
+            log_requests,
         })
     }
 

@@ -39,15 +39,14 @@ use crate::proxy::http_backend::{Backends, Borrowed};
 use crate::proxy::metrics;
 use crate::proxy::pool::BackendPool;
 use crate::proxy::relay::{self, RelayEnd, RelayOutcome, Side};
+use crate::proxy::request_log::RequestLine;
 use crate::tls::early_data::Confirmation;
 
 mod activity;
 mod gather;
-mod request_log;
 mod websocket;
 use activity::{Activity, Counted, Watched};
 use gather::Gathered;
-use request_log::RequestLine;
 
 thread_local! {
     /// This worker's idle connections to every `mode = "http"` listener's backends.
@@ -421,11 +420,11 @@ async fn forward(
 ) -> Result<Response<Relayed>, hyper::Error> {
     let logged = context
         .log_requests
-        .then(|| RequestLine::of(&request, &context, version));
+        .then(|| request_line(&request, &context, version));
     let answered = |answer: &str, status: StatusCode| {
         metrics::record_http_request(version.label(), answer);
         if let Some(line) = &logged {
-            line.log(context.client.ip(), answer, status);
+            line.log(context.client.ip(), answer, status.as_u16());
         }
     };
     // HTTP/2's WebSocket (extended CONNECT): the client's side of its stream, once hyper
@@ -529,6 +528,23 @@ async fn forward(
         }
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// What the log line of `request` says of it (`[log] requests`).
+fn request_line<B>(
+    request: &Request<B>,
+    context: &HttpContext,
+    version: ClientHttp,
+) -> RequestLine {
+    let host = request
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()))
+        .unwrap_or("-");
+    let early = context.early_data.as_ref().is_some_and(|c| !c.confirmed());
+    let (method, path) = (request.method().as_str(), request.uri().path());
+    RequestLine::new(version.label(), method, host, path, early)
 }
 
 /// The backend's 101 answer, on its way to the client: the backend's side of the connection

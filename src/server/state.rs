@@ -286,9 +286,17 @@ fn build_quic(
     }
     let mut certs = file_certificates.to_vec();
     certs.extend(acme_certificates(acme, listener));
-    let service =
-        crate::quic::QuicService::build(listener, certs, sessions, &config.session, pools.to_vec())
-            .with_context(|| format!("listener {}: QUIC", listener.address()))?;
+    let log_requests = config.log.requests;
+    let pools = pools.to_vec();
+    let service = crate::quic::QuicService::build(
+        listener,
+        certs,
+        sessions,
+        &config.session,
+        pools,
+        log_requests,
+    )
+    .with_context(|| format!("listener {}: QUIC", listener.address()))?;
     Ok(Some(Arc::new(service)))
 }
 

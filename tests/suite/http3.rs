@@ -59,7 +59,8 @@ fn text<'a>(answer: &'a serde_json::Value, key: &str) -> &'a str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_and_post_reach_the_backend_as_http1_with_forwarding_headers() {
     let backend = echo_backend().await;
-    let (_dir, server, port) = start_quic(&backend.to_string(), "", "");
+    let log_requests = "[log]\nrequests = true";
+    let (_dir, server, port) = start_quic(&backend.to_string(), log_requests, "");
     let client = tokio::task::spawn_blocking(move || {
         let get = h3(
             port,
@@ -130,6 +131,20 @@ async fn get_and_post_reach_the_backend_as_http1_with_forwarding_headers() {
     assert!(
         receives > 0.0 && receives <= received,
         "{receives} receives for {received} datagrams"
+    );
+    // `[log] requests`: a line each, the path without its query.
+    let get = server.log.wait_for("path=/hello ", 0);
+    assert!(get.contains("version=3 method=GET host=localhost"), "{get}");
+    assert!(get.contains("status=200 answered_by=backend"), "{get}");
+    let post = server.log.wait_for("path=/upload ", 0);
+    assert!(
+        post.contains("method=POST") && post.contains("status=200"),
+        "{post}"
+    );
+    assert!(
+        !server.log.text().contains("/hello?x=1"),
+        "{}",
+        server.log.text()
     );
 }
 
