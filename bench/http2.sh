@@ -12,7 +12,8 @@
 # requests an HTTP/2 connection has open at once; CONNECTIONS (default 16 for HTTP/2, 64 for
 # HTTP/1.1, one request at a time each). HAPROXY_AWSLC names the HAProxy binary (default
 # /opt/haproxy-awslc/sbin/haproxy, built by ../shared/tools/build-haproxy-awslc.sh; without
-# it only tlsterm runs).
+# it only tlsterm runs). TLSTERM_BASE=/path/to/tlsterm adds that build as "tlsterm-base", in
+# the same runs (an A/B of a change).
 set -euo pipefail
 RUNS=${1:-5}
 SECS=${2:-5}
@@ -71,6 +72,7 @@ CONF
 
 servers=(tlsterm)
 [ -x "$HAPROXY" ] && servers+=(haproxy-awslc) || echo "no $HAPROXY: tlsterm only" >&2
+[ -n "${TLSTERM_BASE:-}" ] && servers+=(tlsterm-base)
 QUOTA_CGROUP=/sys/fs/cgroup/cpu/tlsterm-bench-server
 mkdir -p "$QUOTA_CGROUP"
 echo 100000 > "$QUOTA_CGROUP/cpu.cfs_period_us"
@@ -79,6 +81,7 @@ cpu_ticks() { awk '{s += $14 + $15} END {print s}' "/proc/$1/stat"; }
 start() {
     case $1 in
         tlsterm) taskset -c 0 "$TLSTERM" serve -c "$WORK/tlsterm.toml" 2>"$WORK/server.log" & ;;
+        tlsterm-base) taskset -c 0 "$TLSTERM_BASE" serve -c "$WORK/tlsterm.toml" 2>"$WORK/server.log" & ;;
         haproxy-awslc) taskset -c 0 "$HAPROXY" -db -f "$WORK/haproxy.cfg" 2>"$WORK/server.log" & ;;
     esac
     server=$!
