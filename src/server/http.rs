@@ -410,7 +410,7 @@ fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
 
 /// One request: rewritten for the backend, sent on a pooled connection, its response
 /// streamed back; 502 when no backend answers, 504 when it answers too late, 405 for
-/// CONNECT, 400 for an HTTP/2 request HTTP/1.1 cannot carry.
+/// CONNECT (but for HTTP/2's WebSocket), 400 for an HTTP/2 request HTTP/1.1 cannot carry.
 async fn forward(
     mut request: Request<Incoming>,
     context: Rc<HttpContext>,
@@ -464,7 +464,7 @@ async fn forward(
     if let Some(protocol) = &upgrade {
         forwarding::keep_upgrade(&mut parts.headers, protocol.clone());
     }
-    // ...asks the backend as HTTP/1.1 does.
+    // An HTTP/2 client's WebSocket asks the backend as an HTTP/1.1 client's does.
     let websocket =
         websocket_client.map(|client| (websocket::as_upgrade_request(&mut parts), client));
     // The backend gets the origin form (`/path?query`) even from a client that sent the
@@ -501,13 +501,13 @@ async fn forward(
         }
         if let Some((key, client)) = websocket {
             drop(connection);
-            if !key.accepted_by(response.headers()) {
-                tracing::debug!("WebSocket over HTTP/2: the backend's accept does not match");
-                return Ok(simple_answer(StatusCode::BAD_GATEWAY));
-            }
             let (buffer, idle) = (context.buffer_size, context.idle_timeout);
-            let head = websocket::opened(response, client, buffer, idle);
-            return Ok(Response::from_parts(head, Relayed::empty()));
+            return Ok(
+                match websocket::opened(response, &key, client, buffer, idle) {
+                    Some(head) => Response::from_parts(head, Relayed::empty()),
+                    None => simple_answer(StatusCode::BAD_GATEWAY),
+                },
+            );
         }
     }
     let (mut parts, body) = response.into_parts();

@@ -773,12 +773,16 @@ async fn switching_backend() -> std::net::SocketAddr {
                     name.eq_ignore_ascii_case("sec-websocket-key")
                         .then(|| value.trim())
                 });
-                let accept = key.map_or(String::new(), |key| {
-                    let guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-                    boring::base64::encode_block(&boring::sha::sha1(
-                        format!("{key}{guid}").as_bytes(),
-                    ))
-                });
+                // Asked for `/wrong-accept`, a wrong one.
+                let accept = match head.starts_with("get /wrong-accept ") {
+                    true => "d3Jvbmc=".to_string(),
+                    false => key.map_or(String::new(), |key| {
+                        let guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+                        boring::base64::encode_block(&boring::sha::sha1(
+                            format!("{key}{guid}").as_bytes(),
+                        ))
+                    }),
+                };
                 let answer = format!(
                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
                      Connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\
@@ -907,12 +911,18 @@ async fn an_http2_client_opens_a_websocket_on_a_stream() {
     let mut stream = TokioIo::new(hyper::upgrade::on(&mut opened).await.unwrap());
     stream.write_all(b"hello").await.unwrap();
     assert_eq!(read_until(&mut stream, b"HELLO").await, "HELLO");
-    // The connection serves other streams beside the WebSocket.
+    // The connection serves other streams beside the WebSocket; a backend whose accept does
+    // not answer tlsterm's key is no WebSocket server: 502.
     let again = sender
         .send_request(request(hyper::Method::GET))
         .await
         .unwrap();
     assert_eq!(again.status(), 400);
+    let mut wrong = request(hyper::Method::CONNECT);
+    *wrong.uri_mut() = "https://localhost/wrong-accept".parse().unwrap();
+    let websocket = hyper::ext::Protocol::from_static("websocket");
+    wrong.extensions_mut().insert(websocket);
+    assert_eq!(sender.send_request(wrong).await.unwrap().status(), 502);
     stream.write_all(b"bye").await.unwrap();
     assert_eq!(read_until(&mut stream, b"BYE").await, "BYE");
 }

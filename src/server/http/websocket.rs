@@ -63,16 +63,21 @@ pub fn as_upgrade_request(parts: &mut request::Parts) -> Key {
     Key(key)
 }
 
-/// The backend switched (its 101 answered the key): the client gets a 200 with the
+/// The backend switched: if its 101 answers `key`, the client gets a 200 with the
 /// backend's fields (its subprotocol and extensions among them) but those of the HTTP/1.1
 /// switch, and the two sides are relayed once hyper has handed both over, with the
-/// listener's buffer size and idle timeout.
+/// listener's buffer size and idle timeout; `None` (a 502 for the client) if it does not.
 pub fn opened(
     mut response: hyper::Response<Incoming>,
+    key: &Key,
     client: OnUpgrade,
     buffer_size: usize,
     idle_timeout: std::time::Duration,
-) -> response::Parts {
+) -> Option<response::Parts> {
+    if !key.accepted_by(response.headers()) {
+        tracing::debug!("WebSocket over HTTP/2: the backend's accept does not match the key");
+        return None;
+    }
     let backend = hyper::upgrade::on(&mut response);
     tokio::task::spawn_local(async move {
         let (Ok(client), Ok(backend)) = (client.await, backend.await) else {
@@ -86,7 +91,7 @@ pub fn opened(
     parts.status = StatusCode::OK;
     forwarding::drop_connection_specific(&mut parts.headers);
     parts.headers.remove(&SEC_WEBSOCKET_ACCEPT);
-    parts
+    Some(parts)
 }
 
 #[cfg(test)]
