@@ -116,9 +116,10 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         }
     }
     out.push_str(&format!(
-        "connections    accepted {}   active now {:.0}\n",
+        "connections    accepted {}   active now {:.0}   to backends, pooled {:.0}\n",
         rate(view.value("tlsterm_connections_accepted_total", "")),
-        now.value("tlsterm_connections_active", "")
+        now.value("tlsterm_connections_active", ""),
+        now.value("tlsterm_backend_pooled_connections", "")
     ));
     // Counters by label set: (metric, title, width of the label column).
     let counters = [

@@ -631,6 +631,9 @@ async fn requests_beyond_backend_max_connections_wait_for_a_free_connection() {
     let admin = admin_address(&server.config).unwrap();
     wait_for_metric(admin, "tlsterm_backend_connection_waits_total 3");
     wait_for_metric(admin, "tlsterm_backend_pooled_connections 2");
+    let stats = run(Command::new(TLSTERM).args(["stats", "--admin", &admin.to_string()]));
+    let stats = String::from_utf8_lossy(&stats.stdout);
+    assert!(stats.contains("to backends, pooled 2"), "{stats}");
     // Two at a time reach the backend, on the same two connections throughout.
     for held in [2, 4, 5] {
         wait_until("the backend holds the requests", || seen.waiting() == held);
