@@ -155,10 +155,20 @@ where
                         if !std::mem::replace(&mut waited, true) {
                             super::metrics::record_backend_wait();
                         }
-                        // Registered at its first poll, right here: nothing runs between
-                        // the count above and it, so no wake-up is missed.
-                        slots.freed.notified().await;
-                        continue;
+                        // A connection given back whose task has yet to take the end of its
+                        // last response is as good as free: waited for, it is this
+                        // request's (no other wake-up would come for it).
+                        if let Some(mut settling) = self.take_settling(pool) {
+                            if settling.ready().await.is_err() {
+                                continue;
+                            }
+                            (settling, false)
+                        } else {
+                            // Registered at its first poll, right here: nothing runs
+                            // between the count above and it, so no wake-up is missed.
+                            slots.freed.notified().await;
+                            continue;
+                        }
                     }
                 },
             };
@@ -234,12 +244,25 @@ where
     /// An idle connection ready for a request; one the backend closed is dropped, one not
     /// ready yet (its last response just read, its task not yet run) stays for later.
     fn take_idle(&self, pool: &Arc<BackendPool>) -> Option<Borrowed<B>> {
+        self.take_idle_where(pool, SendRequest::is_ready)
+    }
+
+    /// The idle connection given back last, ready or not (see [`Self::take_idle`]).
+    fn take_settling(&self, pool: &Arc<BackendPool>) -> Option<Borrowed<B>> {
+        self.take_idle_where(pool, |_| true)
+    }
+
+    fn take_idle_where(
+        &self,
+        pool: &Arc<BackendPool>,
+        usable: impl Fn(&Borrowed<B>) -> bool,
+    ) -> Option<Borrowed<B>> {
         let mut idle = self.idle.borrow_mut();
         let (_, list) = idle.iter_mut().find(|(kept, _)| Arc::ptr_eq(kept, pool))?;
         list.retain(|waiting| !waiting.sender.is_closed());
         // The most recently given back: the others then stay unused and are closed.
-        let ready = list.iter().rposition(|waiting| waiting.sender.is_ready())?;
-        Some(list.remove(ready).sender)
+        let at = list.iter().rposition(|waiting| usable(&waiting.sender))?;
+        Some(list.remove(at).sender)
     }
 }
 
@@ -380,7 +403,6 @@ mod tests {
                 };
                 for give_back in [true, false] {
                     let (response, busy) = backends.send(&pool, get().unwrap()).await.unwrap();
-                    response.into_body().collect().await.unwrap();
                     let (second, second_backends) = (pool.clone(), backends.clone());
                     let waiting = tokio::task::spawn_local(async move {
                         request(&second_backends, &second).await;
@@ -389,11 +411,18 @@ mod tests {
                         tokio::task::yield_now().await;
                     }
                     assert!(!waiting.is_finished(), "the second request waits");
+                    // Given back as soon as its response is read, maybe before the
+                    // connection's task has taken the response's end: the waiting request
+                    // takes it all the same.
+                    response.into_body().collect().await.unwrap();
                     match give_back {
                         true => backends.give_back(&pool, busy),
                         false => drop(busy),
                     }
-                    waiting.await.unwrap();
+                    tokio::time::timeout(Duration::from_secs(10), waiting)
+                        .await
+                        .expect("the waiting request got a connection")
+                        .unwrap();
                     // One connection for both when given back; a second once the first closed.
                     assert_eq!(next(&mut events).await, Seen::Accepted);
                     if !give_back {
