@@ -20,8 +20,7 @@ struct ProxyMetrics {
     pooled_connections: IntGauge,
 }
 
-static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| {
-    ProxyMetrics {
+static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
     connect_failures: metrics::counter(
         "backend_connect_failures_total",
         "Backend connection attempts that failed",
@@ -42,21 +41,13 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| {
         &["version", "answer"],
     ),
     http_parked: metrics::counter("http_parked_total", HTTP_PARKED_HELP),
-    pooled_connections: metrics::gauge(
-        "backend_pooled_connections",
-        "Connections open from the workers' pools to backends (mode = \"http\", HTTP/3), busy or idle",
-    ),
-    backend_waits: metrics::counter(
-        "backend_connection_waits_total",
-        "Requests (mode = \"http\", HTTP/3) that waited for a backend connection: every one a \
-         worker may open to the backends (backend_max_connections) was busy",
-    ),
     http_early_requests: metrics::counter_vec(
         "http_early_data_requests_total",
         HTTP_EARLY_REQUESTS_HELP,
         &["version"],
     ),
-}
+    backend_waits: metrics::counter("backend_connection_waits_total", BACKEND_WAITS_HELP),
+    pooled_connections: metrics::gauge("backend_pooled_connections", POOLED_CONNECTIONS_HELP),
 });
 
 const HTTP_REQUESTS_HELP: &str = "Requests of mode = \"http\" listeners, by the client's HTTP \
@@ -66,6 +57,13 @@ const HTTP_REQUESTS_HELP: &str = "Requests of mode = \"http\" listeners, by the 
 const HTTP_EARLY_REQUESTS_HELP: &str = "Requests of mode = \"http\" listeners forwarded \
     before the client's handshake was confirmed (sent in 0-RTT data, so possibly replayed; \
     the backend gets them with Early-Data: 1), by the client's HTTP version";
+
+const BACKEND_WAITS_HELP: &str = "Requests (mode = \"http\", HTTP/3) that waited for a \
+    backend connection: every one a worker may open to the backends (backend_max_connections) \
+    was busy";
+
+const POOLED_CONNECTIONS_HELP: &str = "Connections open from the workers' pools to backends \
+    (mode = \"http\", HTTP/3), busy or idle";
 
 const HTTP_PARKED_HELP: &str = "Times a mode = \"http\" connection, quiet between requests, \
     gave up its HTTP buffers until the client sent more";

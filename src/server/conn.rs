@@ -112,8 +112,7 @@ pub fn handle(
         };
 
         if *state.config.mode.get_ref() == ListenerMode::Http {
-            let log_requests = log.requests;
-            let serving = serve_http(tls, &negotiated, state, client, started, log_requests, stop);
+            let serving = serve_http(tls, &negotiated, state, client, started, log.requests, stop);
             let outcome = serving.await;
             return end.after_relay(&negotiated, outcome);
         }

@@ -418,9 +418,11 @@ async fn forward(
     activity: Rc<Activity>,
     version: ClientHttp,
 ) -> Result<Response<Relayed>, hyper::Error> {
+    // Before the client's handshake is confirmed, the request could be a replay.
+    let early = context.early_data.as_ref().is_some_and(|c| !c.confirmed());
     let logged = context
         .log_requests
-        .then(|| request_line(&request, &context, version));
+        .then(|| request_line(&request, version, early));
     let answered = |answer: &str, status: StatusCode| {
         metrics::record_http_request(version.label(), answer);
         if let Some(line) = &logged {
@@ -446,12 +448,11 @@ async fn forward(
         }
     }
     // HTTP/1.1's switch to another protocol (WebSocket) is asked of the backend too; HTTP/2
-    // has no such switch.
+    // asks for its WebSocket with an extended CONNECT instead (below).
     let upgrade = match version {
         ClientHttp::Http1 => forwarding::upgrade_of(&parts.headers),
         ClientHttp::Http2 => None,
     };
-    let early = context.early_data.as_ref().is_some_and(|c| !c.confirmed());
     if early {
         metrics::record_http_early_request(version.label());
     }
@@ -530,19 +531,15 @@ async fn forward(
     Ok(Response::from_parts(parts, body))
 }
 
-/// What the log line of `request` says of it (`[log] requests`).
-fn request_line<B>(
-    request: &Request<B>,
-    context: &HttpContext,
-    version: ClientHttp,
-) -> RequestLine {
+/// What the log line of `request` says of it (`[log] requests`); `early`: it came before
+/// the client's handshake was confirmed.
+fn request_line<B>(request: &Request<B>, version: ClientHttp, early: bool) -> RequestLine {
     let host = request
         .headers()
         .get(hyper::header::HOST)
         .and_then(|host| host.to_str().ok())
         .or_else(|| request.uri().authority().map(|a| a.as_str()))
         .unwrap_or("-");
-    let early = context.early_data.as_ref().is_some_and(|c| !c.confirmed());
     let (method, path) = (request.method().as_str(), request.uri().path());
     RequestLine::new(version.label(), method, host, path, early)
 }

@@ -286,15 +286,13 @@ fn build_quic(
     }
     let mut certs = file_certificates.to_vec();
     certs.extend(acme_certificates(acme, listener));
-    let log_requests = config.log.requests;
-    let pools = pools.to_vec();
     let service = crate::quic::QuicService::build(
         listener,
         certs,
         sessions,
         &config.session,
-        pools,
-        log_requests,
+        pools.to_vec(),
+        config.log.requests,
     )
     .with_context(|| format!("listener {}: QUIC", listener.address()))?;
     Ok(Some(Arc::new(service)))
