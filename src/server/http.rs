@@ -493,23 +493,24 @@ async fn forward(
             return Ok(simple_answer(StatusCode::GATEWAY_TIMEOUT));
         }
     };
+    let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+    // The backend connection is the switched connection's now, never the pool's.
+    if let Some((key, client)) = websocket.filter(|_| switching) {
+        drop(connection);
+        let (buffer, idle) = (context.buffer_size, context.idle_timeout);
+        // Counted and logged as the client sees it: a 200, or tlsterm's 502 when the
+        // backend's accept does not answer the key.
+        let Some(head) = websocket::opened(response, &key, client, buffer, idle) else {
+            answered("502", StatusCode::BAD_GATEWAY);
+            return Ok(simple_answer(StatusCode::BAD_GATEWAY));
+        };
+        answered("backend", head.status);
+        return Ok(Response::from_parts(head, Relayed::empty()));
+    }
     answered("backend", response.status());
-    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-        // The backend connection is the switched connection's now, never the pool's.
-        if upgrade.is_some() {
-            drop(connection);
-            return Ok(switched(response, &context));
-        }
-        if let Some((key, client)) = websocket {
-            drop(connection);
-            let (buffer, idle) = (context.buffer_size, context.idle_timeout);
-            return Ok(
-                match websocket::opened(response, &key, client, buffer, idle) {
-                    Some(head) => Response::from_parts(head, Relayed::empty()),
-                    None => simple_answer(StatusCode::BAD_GATEWAY),
-                },
-            );
-        }
+    if switching && upgrade.is_some() {
+        drop(connection);
+        return Ok(switched(response, &context));
     }
     let (mut parts, body) = response.into_parts();
     forwarding::drop_connection_specific(&mut parts.headers);

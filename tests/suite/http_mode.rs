@@ -880,7 +880,7 @@ async fn an_http2_client_opens_a_websocket_on_a_stream() {
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use tokio::io::AsyncWriteExt;
     let backend = switching_backend().await;
-    let (_dir, _server, port) = start_http(&backend.to_string(), OFFER_H2);
+    let (_dir, server, port) = start_http(&backend.to_string(), OFFER_H2);
     let tls = tls_connect(port, "localhost", boring::ssl::SslVersion::TLS1_3, &["h2"])
         .await
         .unwrap();
@@ -928,4 +928,12 @@ async fn an_http2_client_opens_a_websocket_on_a_stream() {
     assert_eq!(sender.send_request(wrong).await.unwrap().status(), 502);
     stream.write_all(b"bye").await.unwrap();
     assert_eq!(read_until(&mut stream, b"BYE").await, "BYE");
+    // Counted as the client saw them: the refused WebSocket as tlsterm's 502, not as the
+    // backend's 101.
+    let admin = admin_address(&server.config).unwrap();
+    let answered = |answer: &str| {
+        let label = format!("answer=\"{answer}\"");
+        metric(admin, "tlsterm_http_requests_total", &label)
+    };
+    assert_eq!((answered("backend"), answered("502")), (3.0, 1.0));
 }
