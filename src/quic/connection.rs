@@ -1,16 +1,20 @@
 //! One QUIC connection's task: quiche's state, its HTTP/3 layer, and the streams of its
-//! requests. It reads the datagrams the endpoint routes to it, runs quiche's timers,
-//! moves request bodies to their request tasks and responses back, and sends what quiche
-//! has to send. Signatures of its handshake go through the worker's engine queue: the
+//! requests. It reads the datagrams the endpoint routes to it, runs quiche's timers, runs
+//! its requests (each a future of its own, polled by this task), moves request bodies to
+//! them and responses back, and sends what quiche has to send. Signatures of its handshake go through the worker's engine queue: the
 //! private-key method's future wakes this task when one is ready.
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Wake, Waker};
+use std::task::{Poll, Wake, Waker};
 
 use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use quiche::h3;
 use tokio::sync::{mpsc, watch, Notify};
 
@@ -210,6 +214,7 @@ pub(super) async fn run(
                 woken.set(wake.notified());
                 turn = Turn::Woken;
             }
+            _ = progress(&mut http) => turn = Turn::Woken,
             _ = &mut drain, if !drain_seen => drain_seen = true,
             // The acknowledgement hold needs nothing here: the next turn sends.
             _ = &mut timer, if deadline.is_some() => {
@@ -240,7 +245,8 @@ enum Turn {
     Start,
     /// Datagrams came, and nothing else.
     Datagrams,
-    /// A wake-up: an asynchronous step of the handshake is done, or a reply came.
+    /// A wake-up: an asynchronous step of the handshake is done, a reply came, or a
+    /// request body's channel has room.
     Woken,
     /// A timer, the drain, or a turn the loop repeats at once.
     Other,
@@ -386,10 +392,16 @@ fn follow_paths(conn: &mut quiche::Connection, context: &mut ConnectionContext) 
     }
 }
 
+/// The requests of a connection in progress: each forwards one request to a backend.
+type Running = FuturesUnordered<Pin<Box<dyn Future<Output = ()>>>>;
+
 /// The HTTP/3 layer of an established connection, and its request streams.
 struct Requests {
     h3: h3::Connection,
     streams: HashMap<u64, Stream>,
+    running: Running,
+    /// Set by a running request when it queued a reply.
+    replied: Rc<Cell<bool>>,
     /// Streams answered whose last bytes quiche may still have to send or resend.
     unacknowledged: Vec<u64>,
     goaway_sent: bool,
@@ -422,6 +434,8 @@ impl Requests {
             Ok(h3) => Some(Requests {
                 h3,
                 streams: HashMap::new(),
+                running: FuturesUnordered::new(),
+                replied: Rc::new(Cell::new(false)),
                 unacknowledged: Vec::new(),
                 goaway_sent: false,
                 client: ClientAddress::new(context.client.ip()),
@@ -447,18 +461,19 @@ impl Requests {
         if self.client.ip() != context.client.ip() {
             self.client = ClientAddress::new(context.client.ip());
         }
-        let (h3, streams) = (&mut self.h3, &mut self.streams);
+        let (h3, streams, running) = (&mut self.h3, &mut self.streams, &mut self.running);
         let requests = RequestsContext {
             connection: context,
             client: &self.client,
             client_cert: &self.client_cert,
             confirmed: &self.confirmed,
             wake,
+            replied: &self.replied,
         };
-        let mut started = poll_requests(h3, conn, streams, &requests);
+        let mut started = poll_requests(h3, conn, streams, running, &requests);
         move_bodies(h3, conn, streams);
         // Reading a body's last bytes queues its Finished event.
-        started |= poll_requests(h3, conn, streams, &requests);
+        started |= poll_requests(h3, conn, streams, running, &requests);
         let replied = send_replies(h3, conn, streams, &mut self.unacknowledged);
         // quiche forgets a stream once both sides are done and acknowledged.
         self.unacknowledged
@@ -491,6 +506,23 @@ struct Served {
     replied: bool,
 }
 
+/// Runs the connection's requests until one of them has queued a reply; never ends before
+/// HTTP/3 has started.
+fn progress(http: &mut Option<Option<Requests>>) -> impl Future<Output = ()> + '_ {
+    std::future::poll_fn(move |cx| {
+        let Some(Some(requests)) = http.as_mut() else {
+            return Poll::Pending;
+        };
+        // Until nothing is ready: a request that is not woken again unless polled to its
+        // pending state would stall.
+        while let Poll::Ready(Some(())) = requests.running.poll_next_unpin(cx) {}
+        match requests.replied.take() {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }
+    })
+}
+
 /// Sends every packet quiche has ready, several in one system call where the kernel
 /// segments them (see [`Outbox`]).
 async fn flush(conn: &mut quiche::Connection, socket: &QuicSocket) {
@@ -517,14 +549,16 @@ struct RequestsContext<'a> {
     client_cert: &'a CertFields,
     confirmed: &'a watch::Receiver<bool>,
     wake: &'a Arc<Notify>,
+    replied: &'a Rc<Cell<bool>>,
 }
 
-/// Takes HTTP/3's events: new requests start their task; a reset aborts one. True when a
+/// Takes HTTP/3's events: new requests join `running`; a reset aborts one. True when a
 /// request was started.
 fn poll_requests(
     h3: &mut h3::Connection,
     conn: &mut quiche::Connection,
     streams: &mut HashMap<u64, Stream>,
+    running: &mut Running,
     context: &RequestsContext<'_>,
 ) -> bool {
     let mut started = false;
@@ -536,7 +570,9 @@ fn poll_requests(
                     continue;
                 }
                 metrics::record_stream();
-                streams.insert(id, start_request(list, more_frames, context, conn));
+                let (stream, request) = start_request(list, more_frames, context, conn);
+                streams.insert(id, stream);
+                running.push(request);
                 started = true;
             }
             Ok((id, h3::Event::Finished)) => {
@@ -564,12 +600,13 @@ fn poll_requests(
     }
 }
 
+/// A request's stream, and the future that forwards it.
 fn start_request(
     fields: Vec<h3::Header>,
     has_body: bool,
     context: &RequestsContext<'_>,
     conn: &quiche::Connection,
-) -> Stream {
+) -> (Stream, Pin<Box<dyn Future<Output = ()>>>) {
     let wake = context.wake;
     let (body_tx, body) = if has_body {
         let (tx, rx) = mpsc::channel(BODY_QUEUE);
@@ -588,19 +625,20 @@ fn start_request(
             .clone(),
         client: context.client.clone(),
         client_cert: context.client_cert.clone(),
-        wake: wake.clone(),
+        replied: context.replied.clone(),
         early: (!conn.is_established()).then(|| context.confirmed.clone()),
     };
-    tokio::task::spawn_local(request::forward(fields, body, request_context, replies_tx));
-    Stream {
+    let request = Box::pin(request::forward(fields, body, request_context, replies_tx));
+    let stream = Stream {
         body: body_tx,
         replies,
         unsent: None,
         done: false,
-    }
+    };
+    (stream, request)
 }
 
-/// Moves request-body data from QUIC to the request tasks while their channels have room;
+/// Moves request-body data from QUIC to the running requests while their channels have room;
 /// what stays unread holds QUIC's flow-control window shut.
 fn move_bodies(
     h3: &mut h3::Connection,
@@ -625,7 +663,7 @@ fn move_bodies(
     }
 }
 
-/// Writes the request tasks' replies to their streams while quiche has room, and forgets
+/// Writes the running requests' replies to their streams while quiche has room, and forgets
 /// a stream whose response has ended (adding it to `answered`). True when a reply was
 /// taken.
 fn send_replies(
@@ -642,7 +680,7 @@ fn send_replies(
                 None => match stream.replies.try_recv() {
                     Ok(reply) => reply,
                     Err(mpsc::error::TryRecvError::Empty) => break,
-                    // The task ended without a last reply: it panicked, or was cancelled.
+                    // The request ended without a last reply.
                     Err(mpsc::error::TryRecvError::Disconnected) => Reply::Abort,
                 },
             };

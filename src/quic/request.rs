@@ -1,14 +1,17 @@
 //! One HTTP/3 request: sent to a backend as HTTP/1.1, and its response handed back to the
 //! connection's task piece by piece (head, body chunks, trailers), each waiting for room
-//! in a short channel, so a large or slow response is never held whole.
+//! in a short channel, so a large or slow response is never held whole. The request runs
+//! as a future polled by the connection's task among its other requests, not as a task of
+//! its own: no task is spawned per request, and a reply wakes no other task.
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use quiche::h3::{Header, NameValue};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 
 use super::headers::{request_head, ResponseFields};
 use super::metrics;
@@ -48,8 +51,8 @@ pub(super) struct RequestContext {
     /// The connection's verified client certificate as fields (empty without one, or with
     /// `quic_client_cert_headers = false`).
     pub client_cert: CertFields,
-    /// Woken whenever a reply is queued.
-    pub wake: Arc<Notify>,
+    /// Set whenever a reply is queued: the connection's task then writes it out.
+    pub replied: Rc<Cell<bool>>,
     /// The request came in 0-RTT data: `Some` until the handshake is confirmed (then
     /// `true`), `None` for a request of an established connection.
     pub early: Option<watch::Receiver<bool>>,
@@ -64,10 +67,10 @@ pub(super) async fn forward(
     replies: mpsc::Sender<Reply>,
 ) {
     let send = |reply: Reply| {
-        let (replies, wake) = (&replies, &context.wake);
+        let (replies, replied) = (&replies, &context.replied);
         async move {
             let sent = replies.send(reply).await.is_ok();
-            wake.notify_one();
+            replied.set(true);
             sent
         }
     };
