@@ -19,9 +19,10 @@ pub struct LogConfig {
     /// One line per closed connection (client, SNI, ALPN, version, cipher, bytes, reason).
     #[serde(default)]
     pub connections: bool,
-    /// One line per request of a `mode = "http"` listener or over HTTP/3, once its answer's
-    /// head is on its way (client, HTTP version, method, host, path without its query,
-    /// status, who answered, time to that head, whether it came in early data).
+    /// One line per request of a `mode = "http"` listener or over HTTP/3, once its answer
+    /// has ended (client, HTTP version, method, host, path without its query, status, who
+    /// answered, time to the head and to the end, body bytes to the client, whether the body
+    /// was whole, whether the request came in early data).
     #[serde(default)]
     pub requests: bool,
 }

@@ -84,20 +84,22 @@ pub(super) async fn forward(
         }
     }
     let early = context.early.is_some();
-    let logged = context
+    let mut logged = context
         .service
         .log_requests
         .then(|| request_line(&fields, early));
-    let answered = |answer: &str, status: u16| {
-        if let Some(line) = &logged {
-            line.log(context.client.ip(), answer, status);
-        }
+    // The request's log line, written once the answer (which a body may follow) ends.
+    let client_ip = context.client.ip();
+    let mut answered = |answer: &'static str, status: u16, body_follows: bool| {
+        logged
+            .take()
+            .map(|line| line.answered(client_ip, answer, status, body_follows))
     };
     let head = match request_head(&fields, &context.client, &context.client_cert, early) {
         Ok(head) => head,
         Err(bad) => {
             tracing::debug!(reason = bad.0, "HTTP/3 request refused");
-            answered("400", 400);
+            drop(answered("400", 400, false));
             send(simple_answer(400)).await;
             return;
         }
@@ -114,20 +116,20 @@ pub(super) async fn forward(
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "HTTP/3 request: no answer from the backend");
             metrics::record_backend_error(502);
-            answered("502", 502);
+            drop(answered("502", 502, false));
             send(simple_answer(502)).await;
             return;
         }
         Err(_) => {
             metrics::record_backend_error(504);
-            answered("504", 504);
+            drop(answered("504", 504, false));
             send(simple_answer(504)).await;
             return;
         }
     };
     let (parts, mut body) = response.into_parts();
-    answered("backend", parts.status.as_u16());
     let fin = hyper::body::Body::is_end_stream(&body);
+    let mut log = answered("backend", parts.status.as_u16(), !fin);
     let fields = ResponseFields::new(Some(parts.status.as_u16()), parts.headers);
     if !send(Reply::Head { fields, fin }).await || fin {
         if fin {
@@ -140,7 +142,12 @@ pub(super) async fn forward(
             None => Reply::End,
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) if data.is_empty() => continue,
-                Ok(data) => Reply::Data(data),
+                Ok(data) => {
+                    if let Some(log) = log.as_mut() {
+                        log.sent(data.len());
+                    }
+                    Reply::Data(data)
+                }
                 Err(frame) => match frame.into_trailers() {
                     Ok(trailers) => Reply::Trailers(ResponseFields::new(None, trailers)),
                     Err(_) => continue,
@@ -159,6 +166,9 @@ pub(super) async fn forward(
         if last {
             break;
         }
+    }
+    if let Some(log) = log {
+        log.ended();
     }
     context.backends.give_back(&pool, connection);
 }

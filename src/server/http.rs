@@ -39,7 +39,7 @@ use crate::proxy::http_backend::{Backends, Borrowed};
 use crate::proxy::metrics;
 use crate::proxy::pool::BackendPool;
 use crate::proxy::relay::{self, RelayEnd, RelayOutcome, Side};
-use crate::proxy::request_log::RequestLine;
+use crate::proxy::request_log::{Answering, RequestLine};
 use crate::tls::early_data::Confirmation;
 
 mod activity;
@@ -420,14 +420,22 @@ async fn forward(
 ) -> Result<Response<Relayed>, hyper::Error> {
     // Before the client's handshake is confirmed, the request could be a replay.
     let early = context.early_data.as_ref().is_some_and(|c| !c.confirmed());
-    let logged = context
+    let mut logged = context
         .log_requests
         .then(|| request_line(&request, version, early));
-    let answered = |answer: &str, status: StatusCode| {
+    // Counts the request by who answered it; its log line is written once the answer
+    // returned (which a body may follow) ends.
+    let client_ip = context.client.ip();
+    let mut answered = |answer: &'static str, status: StatusCode, body_follows: bool| {
         metrics::record_http_request(version.label(), answer);
-        if let Some(line) = &logged {
-            line.log(context.client.ip(), answer, status.as_u16());
-        }
+        logged
+            .take()
+            .map(|line| line.answered(client_ip, answer, status.as_u16(), body_follows))
+    };
+    // tlsterm's own answer: a status, no body.
+    let mut refuse = |answer: &'static str, status: StatusCode| {
+        drop(answered(answer, status, false));
+        simple_answer(status)
     };
     // HTTP/2's WebSocket (extended CONNECT): the client's side of its stream, once hyper
     // hands it over.
@@ -437,14 +445,12 @@ async fn forward(
     if parts.method == Method::CONNECT && websocket_client.is_none() {
         // A tunnel through the backend is not a request to it (a backend that is itself a
         // forward proxy would open it to anywhere).
-        answered("405", StatusCode::METHOD_NOT_ALLOWED);
-        return Ok(simple_answer(StatusCode::METHOD_NOT_ALLOWED));
+        return Ok(refuse("405", StatusCode::METHOD_NOT_ALLOWED));
     }
     if version == ClientHttp::Http2 {
         if let Err(why) = forwarding::http2_fields_as_http11(&parts.uri, &mut parts.headers) {
             tracing::debug!(why, "HTTP/2 request refused");
-            answered("400", StatusCode::BAD_REQUEST);
-            return Ok(simple_answer(StatusCode::BAD_REQUEST));
+            return Ok(refuse("400", StatusCode::BAD_REQUEST));
         }
     }
     // HTTP/1.1's switch to another protocol (WebSocket) is asked of the backend too; HTTP/2
@@ -485,12 +491,10 @@ async fn forward(
         Ok(Ok(answer)) => answer,
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "HTTP request: no answer from the backend");
-            answered("502", StatusCode::BAD_GATEWAY);
-            return Ok(simple_answer(StatusCode::BAD_GATEWAY));
+            return Ok(refuse("502", StatusCode::BAD_GATEWAY));
         }
         Err(_) => {
-            answered("504", StatusCode::GATEWAY_TIMEOUT);
-            return Ok(simple_answer(StatusCode::GATEWAY_TIMEOUT));
+            return Ok(refuse("504", StatusCode::GATEWAY_TIMEOUT));
         }
     };
     let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
@@ -501,17 +505,18 @@ async fn forward(
         // Counted and logged as the client sees it: a 200, or tlsterm's 502 when the
         // backend's accept does not answer the key.
         let Some(head) = websocket::opened(response, &key, client, buffer, idle) else {
-            answered("502", StatusCode::BAD_GATEWAY);
-            return Ok(simple_answer(StatusCode::BAD_GATEWAY));
+            return Ok(refuse("502", StatusCode::BAD_GATEWAY));
         };
-        answered("backend", head.status);
+        drop(answered("backend", head.status, false));
         return Ok(Response::from_parts(head, Relayed::empty()));
     }
-    answered("backend", response.status());
     if switching && upgrade.is_some() {
+        drop(answered("backend", response.status(), false));
         drop(connection);
         return Ok(switched(response, &context));
     }
+    let body_follows = !response.body().is_end_stream();
+    let log = answered("backend", response.status(), body_follows);
     let (mut parts, body) = response.into_parts();
     forwarding::drop_connection_specific(&mut parts.headers);
     let give_back = GiveBack {
@@ -519,15 +524,16 @@ async fn forward(
         pool: context.pool.clone(),
         connection,
     };
-    let body = if body.is_end_stream() {
-        give_back.now();
-        Relayed::empty()
-    } else {
+    let body = if body_follows {
         Relayed {
             body: Some(body),
             give_back: Some(give_back),
             in_service: None,
+            log,
         }
+    } else {
+        give_back.now();
+        Relayed::empty()
     };
     Ok(Response::from_parts(parts, body))
 }
@@ -589,6 +595,8 @@ struct Relayed {
     give_back: Option<GiveBack>,
     /// The request counted as being answered until hyper is done with its response.
     in_service: Option<Counted>,
+    /// The request's log line, written when the body ends or is dropped before.
+    log: Option<Answering>,
 }
 
 impl Relayed {
@@ -597,6 +605,7 @@ impl Relayed {
             body: None,
             give_back: None,
             in_service: None,
+            log: None,
         }
     }
 }
@@ -615,9 +624,17 @@ impl Body for Relayed {
         let frame = std::task::ready!(Pin::new(&mut *body).poll_frame(cx));
         // hyper stops polling once the body says it has ended (its length reached), so
         // the end is noticed here, not only from a final `None`.
-        if frame.is_none() || body.is_end_stream() {
+        let ended = frame.is_none() || body.is_end_stream();
+        let data = frame.as_ref().and_then(|f| f.as_ref().ok()?.data_ref());
+        if let (Some(log), Some(data)) = (self.log.as_mut(), data) {
+            log.sent(data.len());
+        }
+        if ended {
             if let Some(give_back) = self.give_back.take() {
                 give_back.now();
+            }
+            if let Some(log) = self.log.take() {
+                log.ended();
             }
         }
         Poll::Ready(frame)

@@ -141,6 +141,8 @@ async fn get_and_post_reach_the_backend_as_http1_with_forwarding_headers() {
         post.contains("method=POST") && post.contains("status=200"),
         "{post}"
     );
+    // Written once the answer ended, with the body bytes that went to the client.
+    assert!(post.contains("bytes=3000000 complete=true"), "{post}");
     assert!(
         !server.log.text().contains("/hello?x=1"),
         "{}",
@@ -813,10 +815,17 @@ async fn a_backend_dying_mid_response_resets_the_stream() {
             // Dropped here: the connection closes 99,000 bytes short.
         }
     });
-    let (_dir, _server, port) = start_quic(&address.to_string(), "", "");
+    let log_requests = "[log]\nrequests = true";
+    let (_dir, server, port) = start_quic(&address.to_string(), log_requests, "");
     let answers = tokio::task::spawn_blocking(move || h3(port, &[]))
         .await
         .unwrap();
+    // Its log line says the answer was cut short.
+    let line = server.log.wait_for("tlsterm::request", 0);
+    assert!(
+        line.contains("status=200") && line.contains("complete=false"),
+        "{line}"
+    );
     // The reset may overtake the response head (quiche drops what it has not sent yet):
     // either way the client sees an error, never a complete answer.
     let answer = &answers[0];

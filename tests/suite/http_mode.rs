@@ -277,17 +277,29 @@ async fn each_request_is_logged_without_its_query() {
     ];
     let config = write_config(dir.path(), "[log]\nrequests = true", &listeners);
     let server = Server::start(&config);
-    tokio::task::spawn_blocking(move || {
-        curl(port, &["https://localhost/hello?token=s3cr3t"]);
+    let size = tokio::task::spawn_blocking(move || {
         curl(dead_port, &["--http1.1", "https://localhost/gone"]);
+        // A POST, whose body the backend echoes: an answer with a body.
+        let size = ["--output", "/dev/null", "--write-out", "%{size_download}"];
+        let post = [
+            "--data",
+            "ten bytes!",
+            "https://localhost/hello?token=s3cr3t",
+        ];
+        curl(port, &[&size[..], &post[..]].concat())
     })
     .await
     .unwrap();
     let ok = server.log.wait_for("path=/hello", 0);
+    // Written once the answer's body ended: its length as the client received it.
+    assert_eq!(size, "10");
+    let sent = format!("bytes={size} complete=true");
+    assert!(ok.contains(&sent), "{sent} in {ok}");
+    assert!(ok.contains("total_us="), "{ok}");
     for field in [
         "client=127.0.0.1",
         "version=1.1",
-        "method=GET",
+        "method=POST",
         "host=localhost",
         "status=200",
         "answered_by=backend",
@@ -300,6 +312,7 @@ async fn each_request_is_logged_without_its_query() {
         failed.contains("status=502") && failed.contains("answered_by=502"),
         "{failed}"
     );
+    assert!(failed.contains("bytes=0 complete=true"), "{failed}");
     assert!(
         !server.log.text().contains("s3cr3t"),
         "{}",
