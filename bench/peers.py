@@ -411,6 +411,34 @@ def engine_paths(text):
     return out
 
 
+# The engine's batch-size histograms: how full its batches ran (a saturated server fills
+# them; a batch of 5 costs the RSA kernel two passes where 4 cost one).
+BATCH_SERIES = {"signatures": "tlsterm_engine_batch_operations",
+                "key_shares": "tlsterm_engine_key_share_batch_operations"}
+
+
+def batch_histograms(text):
+    """Per kind: batches, operations in them, and batches of at most `le` operations."""
+    out = {}
+    for kind, series in BATCH_SERIES.items():
+        buckets = {m.group(1): int(float(m.group(2))) for m in
+                   re.finditer(series + r'_bucket\{le="([^"]+)"\} (\S+)', text)}
+        count = re.search(series + r'_count (\S+)', text)
+        total = re.search(series + r'_sum (\S+)', text)
+        out[kind] = {"batches": int(float(count.group(1))) if count else 0,
+                     "operations": int(float(total.group(1))) if total else 0,
+                     "le": buckets}
+    return out
+
+
+def batch_deltas(before, after):
+    """`batch_histograms` of what happened between two readings."""
+    return {kind: {"batches": a["batches"] - before[kind]["batches"],
+                   "operations": a["operations"] - before[kind]["operations"],
+                   "le": {le: n - before[kind]["le"].get(le, 0) for le, n in a["le"].items()}}
+            for kind, a in after.items()}
+
+
 def tlsterm_counts(server):
     """tlsterm's own count of full and resumed handshakes, key shares and signatures by
     path (its /metrics), or None."""
@@ -420,7 +448,15 @@ def tlsterm_counts(server):
         text = tlsterm_metrics()
     except OSError:
         return None
-    return handshake_kinds(text, "tlsterm_handshakes_total") | engine_paths(text)
+    return (handshake_kinds(text, "tlsterm_handshakes_total") | engine_paths(text)
+            | {"batches": batch_histograms(text)})
+
+
+def mean_batch(runs, kind):
+    """Operations per batch of `kind` over `runs`, or None without batches."""
+    batches = [r["engine_batches"][kind] for r in runs if "engine_batches" in r]
+    n = sum(b["batches"] for b in batches)
+    return sum(b["operations"] for b in batches) / n if n else None
 
 
 def batched_share(runs, kind):
@@ -491,6 +527,7 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
         res["engine_paths"] = {
             kind: {path: n - srv_hs0[kind].get(path, 0) for path, n in srv_hs1[kind].items()}
             for kind in ENGINE_PATHS}
+        res["engine_batches"] = batch_deltas(srv_hs0["batches"], srv_hs1["batches"])
     if rate:
         res["hs_cdf"] = r["handshake_latency"]["cdf"]
         res["lag_p50_us"] = r["start_lag"]["p50_us"]
@@ -813,10 +850,13 @@ def summarize(results):
             if "server_resumed" in runs[0]:
                 batched = [f"{kind.replace('_', ' ')} {share * 100:.0f}%" for kind in ENGINE_PATHS
                            if (share := batched_share(runs, kind)) is not None]
+                sizes = [f"{kind.replace('_', ' ')} {size:.1f}" for kind in BATCH_SERIES
+                         if (size := mean_batch(runs, kind)) is not None]
                 lines.append(f"\n{srv}'s own count (/metrics): "
                              f"{sum(r['server_full'] for r in runs)} full, "
                              f"{sum(r['server_resumed'] for r in runs)} resumed handshakes"
-                             + (f"; computed in batches: {', '.join(batched)}" if batched else ""))
+                             + (f"; computed in batches: {', '.join(batched)}" if batched else "")
+                             + (f"; operations per batch: {', '.join(sizes)}" if sizes else ""))
         # tlsterm / peer ratios on the per-CPU-second figure that matters for the scenario
         key = "mb_per_server_cpu_s" if bulk else "handshakes_per_server_cpu_s"
         mine = [s for s in per if s.startswith("tlsterm")]
