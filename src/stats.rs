@@ -151,6 +151,7 @@ fn render(now: &Snapshot, window: Option<(&Snapshot, Duration)>) -> String {
         ("tlsterm_http_requests_total", "http requests", 32),
         ("tlsterm_http_parked_total", "http parked", 22),
         ("tlsterm_http_early_data_requests_total", "http 0-rtt", 22),
+        ("tlsterm_http_too_early_retries_total", "http 425 again", 22),
         (
             "tlsterm_backend_connection_waits_total",
             "backend waits",

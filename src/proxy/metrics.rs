@@ -16,6 +16,7 @@ struct ProxyMetrics {
     http_requests: IntCounterVec,
     http_parked: IntCounter,
     http_early_requests: IntCounterVec,
+    http_too_early_retries: IntCounterVec,
     backend_waits: IntCounter,
     pooled_connections: IntGauge,
 }
@@ -46,6 +47,11 @@ static METRICS: LazyLock<ProxyMetrics> = LazyLock::new(|| ProxyMetrics {
         HTTP_EARLY_REQUESTS_HELP,
         &["version"],
     ),
+    http_too_early_retries: metrics::counter_vec(
+        "http_too_early_retries_total",
+        HTTP_TOO_EARLY_RETRIES_HELP,
+        &["version"],
+    ),
     backend_waits: metrics::counter("backend_connection_waits_total", BACKEND_WAITS_HELP),
     pooled_connections: metrics::gauge("backend_pooled_connections", POOLED_CONNECTIONS_HELP),
 });
@@ -57,6 +63,10 @@ const HTTP_REQUESTS_HELP: &str = "Requests of mode = \"http\" listeners, by the 
 const HTTP_EARLY_REQUESTS_HELP: &str = "Requests of mode = \"http\" listeners forwarded \
     before the client's handshake was confirmed (sent in 0-RTT data, so possibly replayed; \
     the backend gets them with Early-Data: 1), by the client's HTTP version";
+
+const HTTP_TOO_EARLY_RETRIES_HELP: &str = "Requests that tlsterm forwarded in early data, \
+    that the backend answered 425 Too Early, and that tlsterm sent again once the client's \
+    handshake was confirmed (mode = \"http\" and HTTP/3), by the client's HTTP version";
 
 const BACKEND_WAITS_HELP: &str = "Requests (mode = \"http\", HTTP/3) that waited for a \
     backend connection: every one a worker may open to the backends (backend_max_connections) \
@@ -114,6 +124,17 @@ pub fn record_http_early_request(version: &str) {
     }
     METRICS
         .http_early_requests
+        .with_label_values(&[version])
+        .inc();
+}
+
+/// A request answered 425 Too Early sent to the backend again after the handshake.
+pub fn record_too_early_retry(version: &str) {
+    if !metrics::enabled() {
+        return;
+    }
+    METRICS
+        .http_too_early_retries
         .with_label_values(&[version])
         .inc();
 }

@@ -612,7 +612,7 @@ fn start_request(
         let (tx, rx) = mpsc::channel(BODY_QUEUE);
         (Some(tx), RequestBody::streamed(rx, wake.clone()))
     } else {
-        (None, RequestBody::empty(wake.clone()))
+        (None, RequestBody::empty())
     };
     let (replies_tx, replies) = mpsc::channel(REPLY_QUEUE);
     let request_context = RequestContext {

@@ -19,6 +19,7 @@ use super::request_body::{Backends, RequestBody};
 use super::service::QuicService;
 use crate::proxy::client_cert::CertFields;
 use crate::proxy::forwarding::ClientAddress;
+use crate::proxy::http_backend::Borrowed;
 use crate::proxy::pool::BackendPool;
 use crate::proxy::request_log::RequestLine;
 
@@ -104,26 +105,44 @@ pub(super) async fn forward(
             return;
         }
     };
+    // Sent again once the handshake is confirmed should the backend find it too early
+    // (425): a request without a body that tlsterm marked early and no earlier hop had
+    // (then the 425 goes back for that hop to act on, as RFC 8470 asks).
+    let retry = early && body.is_empty() && !fields.iter().any(|f| f.name() == b"early-data");
     let request = head.body(body).expect("a head checked field by field");
-    let pool = context.pool;
-    let sent = tokio::time::timeout(
-        context.service.backend_timeout,
-        context.backends.send(&pool, request),
-    )
-    .await;
-    let (response, connection) = match sent {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(err)) => {
-            tracing::debug!(error = %err, "HTTP/3 request: no answer from the backend");
-            metrics::record_backend_error(502);
-            drop(answered("502", 502, false));
-            send(simple_answer(502)).await;
-            return;
+    let pool = context.pool.clone();
+    let mut answer = ask(&context, request).await;
+    let too_early = |answer: &Result<_, u16>| matches!(answer, Ok((response, _)) if hyper::Response::status(response) == 425);
+    if retry && too_early(&answer) {
+        let mut confirmed = context.early.clone().expect("a request forwarded early");
+        let wait = confirmed.wait_for(|confirmed| *confirmed);
+        let in_time = matches!(
+            tokio::time::timeout(context.service.backend_timeout, wait).await,
+            Ok(Ok(_))
+        );
+        if in_time {
+            if let Ok((response, connection)) = answer {
+                if hyper::body::Body::is_end_stream(response.body()) {
+                    context.backends.give_back(&pool, connection);
+                }
+            }
+            crate::proxy::metrics::record_too_early_retry("3");
+            let head = request_head(&fields, &context.client, &context.client_cert, false)
+                .expect("the same fields as the first try");
+            let request = head.body(RequestBody::empty()).expect("a checked head");
+            answer = ask(&context, request).await;
         }
-        Err(_) => {
-            metrics::record_backend_error(504);
-            drop(answered("504", 504, false));
-            send(simple_answer(504)).await;
+    }
+    let (response, connection) = match answer {
+        Ok(answer) => answer,
+        Err(status) => {
+            metrics::record_backend_error(status);
+            drop(answered(
+                if status == 502 { "502" } else { "504" },
+                status,
+                false,
+            ));
+            send(simple_answer(status)).await;
             return;
         }
     };
@@ -171,6 +190,34 @@ pub(super) async fn forward(
         log.ended();
     }
     context.backends.give_back(&pool, connection);
+}
+
+/// Sends `request` over one of the worker's connections to the backends; `Err` is the
+/// status tlsterm answers itself: 502 when no backend answers, 504 when none does within
+/// the backend timeout.
+async fn ask(
+    context: &RequestContext,
+    request: hyper::Request<RequestBody>,
+) -> Result<
+    (
+        hyper::Response<hyper::body::Incoming>,
+        Borrowed<RequestBody>,
+    ),
+    u16,
+> {
+    let sent = tokio::time::timeout(
+        context.service.backend_timeout,
+        context.backends.send(&context.pool, request),
+    )
+    .await;
+    match sent {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(err)) => {
+            tracing::debug!(error = %err, "HTTP/3 request: no answer from the backend");
+            Err(502)
+        }
+        Err(_) => Err(504),
+    }
 }
 
 /// What the log line of a request with these fields says of it (`[log] requests`).

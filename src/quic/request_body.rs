@@ -21,18 +21,21 @@ impl std::fmt::Display for BodyAborted {
 
 impl std::error::Error for BodyAborted {}
 
+/// The chunks of a request body from the connection's task, which is told through the
+/// `Notify` that the channel has room again.
+type Chunks = (mpsc::Receiver<Result<Bytes, BodyAborted>>, Arc<Notify>);
+
 /// A request body as the client's connection task hands it over, chunk by chunk: the
 /// channel is short, so the task reads from QUIC only as fast as the backend takes it.
 pub(super) struct RequestBody {
-    chunks: Option<mpsc::Receiver<Result<Bytes, BodyAborted>>>,
-    /// Tells the connection task that the channel has room again.
-    room: Arc<Notify>,
+    /// `None` once the body has ended (or when there is none).
+    chunks: Option<Chunks>,
 }
 
 impl RequestBody {
-    /// No body; `room` is never notified (the connection's own wake-up serves, unused).
-    pub(super) fn empty(room: Arc<Notify>) -> RequestBody {
-        RequestBody { chunks: None, room }
+    /// No body.
+    pub(super) fn empty() -> RequestBody {
+        RequestBody { chunks: None }
     }
 
     /// A request without a body (its HEADERS frame ended the stream).
@@ -45,8 +48,7 @@ impl RequestBody {
         room: Arc<Notify>,
     ) -> RequestBody {
         RequestBody {
-            chunks: Some(chunks),
-            room,
+            chunks: Some((chunks, room)),
         }
     }
 }
@@ -59,12 +61,12 @@ impl Body for RequestBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyAborted>>> {
-        let Some(chunks) = self.chunks.as_mut() else {
+        let Some((chunks, room)) = self.chunks.as_mut() else {
             return Poll::Ready(None);
         };
         match chunks.poll_recv(cx) {
             Poll::Ready(Some(chunk)) => {
-                self.room.notify_one();
+                room.notify_one();
                 Poll::Ready(Some(chunk.map(Frame::data)))
             }
             Poll::Ready(None) => {

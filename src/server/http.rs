@@ -24,6 +24,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::Either;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_LENGTH};
 use hyper::service::Service;
@@ -44,13 +45,15 @@ use crate::tls::early_data::Confirmation;
 
 mod activity;
 mod gather;
+mod too_early;
 mod websocket;
 use activity::{Activity, Counted, Watched};
 use gather::Gathered;
+use too_early::{Retry, ToBackend};
 
 thread_local! {
     /// This worker's idle connections to every `mode = "http"` listener's backends.
-    static BACKENDS: Rc<Backends<Incoming>> = Rc::default();
+    static BACKENDS: Rc<Backends<ToBackend>> = Rc::default();
 }
 
 /// What every request of one client connection is forwarded with.
@@ -80,7 +83,7 @@ pub(super) struct HttpContext {
 struct Served {
     context: Rc<HttpContext>,
     /// The worker's backend connections.
-    backends: Rc<Backends<Incoming>>,
+    backends: Rc<Backends<ToBackend>>,
     /// What moves on the connection, and when.
     activity: Rc<Activity>,
 }
@@ -414,7 +417,7 @@ fn end_of(served: Result<(), hyper::Error>) -> RelayEnd {
 async fn forward(
     mut request: Request<Incoming>,
     context: Rc<HttpContext>,
-    backends: Rc<Backends<Incoming>>,
+    backends: Rc<Backends<ToBackend>>,
     activity: Rc<Activity>,
     version: ClientHttp,
 ) -> Result<Response<Relayed>, hyper::Error> {
@@ -462,41 +465,43 @@ async fn forward(
     if early {
         metrics::record_http_early_request(version.label());
     }
-    forwarding::rewrite_request(
-        &mut parts.headers,
-        &context.client,
-        &context.client_cert,
-        early,
-    );
+    let switch = upgrade.is_some() || websocket_client.is_some();
+    let retry = Retry::of(&parts, early, body.is_end_stream(), switch);
+    for_backend(&mut parts, &context, early);
     if let Some(protocol) = &upgrade {
         forwarding::keep_upgrade(&mut parts.headers, protocol.clone());
     }
     // An HTTP/2 client's WebSocket asks the backend as an HTTP/1.1 client's does.
     let websocket =
         websocket_client.map(|client| (websocket::as_upgrade_request(&mut parts), client));
-    // The backend gets the origin form (`/path?query`) even from a client that sent the
-    // absolute form, and HTTP/1.1 framing of hyper's choosing.
-    if let Some(origin) = parts.uri.path_and_query() {
-        parts.uri = Uri::from(origin.clone());
-    }
-    parts.version = Version::HTTP_11;
-    let waiting = Counted::start(activity, |activity| &activity.waiting);
-    let sent = tokio::time::timeout(
-        context.idle_timeout,
-        backends.send(&context.pool, Request::from_parts(parts, body)),
-    )
-    .await;
-    drop(waiting);
-    let (response, connection) = match sent {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(err)) => {
-            tracing::debug!(error = %err, "HTTP request: no answer from the backend");
-            return Ok(refuse("502", StatusCode::BAD_GATEWAY));
-        }
-        Err(_) => {
-            return Ok(refuse("504", StatusCode::GATEWAY_TIMEOUT));
-        }
+    let request = Request::from_parts(parts, Either::Left(body));
+    let (mut response, mut connection) = match ask(&backends, &context, &activity, request).await {
+        Ok(answer) => answer,
+        Err((answer, status)) => return Ok(refuse(answer, status)),
     };
+    if let Some(retry) = retry.filter(|_| response.status() == StatusCode::TOO_EARLY) {
+        let confirmation = context
+            .early_data
+            .as_ref()
+            .expect("a request forwarded early");
+        // The client's Finished is waited for no longer than a backend's answer.
+        if tokio::time::timeout(context.idle_timeout, confirmation.wait())
+            .await
+            .is_ok()
+        {
+            if response.body().is_end_stream() {
+                backends.give_back(&context.pool, connection);
+            }
+            metrics::record_too_early_retry(version.label());
+            let mut parts = retry.into_parts();
+            for_backend(&mut parts, &context, false);
+            let request = Request::from_parts(parts, Retry::body());
+            (response, connection) = match ask(&backends, &context, &activity, request).await {
+                Ok(answer) => answer,
+                Err((answer, status)) => return Ok(refuse(answer, status)),
+            };
+        }
+    }
     let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     // The backend connection is the switched connection's now, never the pool's.
     if let Some((key, client)) = websocket.filter(|_| switching) {
@@ -538,6 +543,46 @@ async fn forward(
     Ok(Response::from_parts(parts, body))
 }
 
+/// Rewrites a request's head for the backend: tlsterm's forwarding fields (and the
+/// early-data mark for a request forwarded `early`), the origin form of its target
+/// (`/path?query`, even from a client that sent the absolute form), and HTTP/1.1 (whose
+/// framing hyper chooses).
+fn for_backend(parts: &mut hyper::http::request::Parts, context: &HttpContext, early: bool) {
+    forwarding::rewrite_request(
+        &mut parts.headers,
+        &context.client,
+        &context.client_cert,
+        early,
+    );
+    if let Some(origin) = parts.uri.path_and_query() {
+        parts.uri = Uri::from(origin.clone());
+    }
+    parts.version = Version::HTTP_11;
+}
+
+/// Sends `request` over one of the worker's connections to the backends; `Err` is
+/// tlsterm's own answer: 502 when no backend answers, 504 when none does within
+/// `idle_timeout`.
+async fn ask(
+    backends: &Backends<ToBackend>,
+    context: &HttpContext,
+    activity: &Rc<Activity>,
+    request: Request<ToBackend>,
+) -> Result<(Response<Incoming>, Borrowed<ToBackend>), (&'static str, StatusCode)> {
+    let waiting = Counted::start(activity.clone(), |activity| &activity.waiting);
+    let sent =
+        tokio::time::timeout(context.idle_timeout, backends.send(&context.pool, request)).await;
+    drop(waiting);
+    match sent {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(err)) => {
+            tracing::debug!(error = %err, "HTTP request: no answer from the backend");
+            Err(("502", StatusCode::BAD_GATEWAY))
+        }
+        Err(_) => Err(("504", StatusCode::GATEWAY_TIMEOUT)),
+    }
+}
+
 /// What the log line of `request` says of it (`[log] requests`); `early`: it came before
 /// the client's handshake was confirmed.
 fn request_line<B>(request: &Request<B>, version: ClientHttp, early: bool) -> RequestLine {
@@ -576,9 +621,9 @@ fn simple_answer(status: StatusCode) -> Response<Relayed> {
 
 /// A borrowed backend connection and where it goes back.
 struct GiveBack {
-    backends: Rc<Backends<Incoming>>,
+    backends: Rc<Backends<ToBackend>>,
     pool: Arc<BackendPool>,
-    connection: Borrowed<Incoming>,
+    connection: Borrowed<ToBackend>,
 }
 
 impl GiveBack {

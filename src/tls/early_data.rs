@@ -21,6 +21,7 @@ use std::task::{Context, Poll};
 
 use boring::ssl::{ClientHello, ExtensionType, SslRef};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 use tokio_boring::SslStream;
 
@@ -38,11 +39,36 @@ fn confirmed(ssl: &SslRef) -> bool {
 /// connection goes through the gate, so what the gate saw is the connection's state:
 /// what was read before it turned true came as early data.
 #[derive(Clone, Default)]
-pub struct Confirmation(Rc<Cell<bool>>);
+pub struct Confirmation(Rc<ConfirmationState>);
+
+#[derive(Default)]
+struct ConfirmationState {
+    confirmed: Cell<bool>,
+    /// Told when `confirmed` turns true.
+    turned: Notify,
+}
 
 impl Confirmation {
     pub fn confirmed(&self) -> bool {
-        self.0.get()
+        self.0.confirmed.get()
+    }
+
+    /// Until the handshake is confirmed (forever, should the connection end before: its
+    /// timeout for the client's Finished ends it then).
+    pub async fn wait(&self) {
+        let turned = self.0.turned.notified();
+        tokio::pin!(turned);
+        // Registered before the check, so that a turn between the two is not missed.
+        turned.as_mut().enable();
+        if !self.confirmed() {
+            turned.await;
+        }
+    }
+
+    fn set(&self, confirmed: bool) {
+        if confirmed && !self.0.confirmed.replace(true) {
+            self.0.turned.notify_waiters();
+        }
     }
 }
 
@@ -80,7 +106,7 @@ impl<S> EarlyDataGate<S> {
     /// Whether the handshake is confirmed now; what [`Confirmation`] says follows.
     fn confirmed(&self) -> bool {
         let confirmed = confirmed(self.stream.ssl());
-        self.confirmation.0.set(confirmed);
+        self.confirmation.set(confirmed);
         confirmed
     }
 

@@ -551,6 +551,60 @@ async fn in_early_data_a_request_with_a_body_waits_for_the_handshake() {
     wait_for_metric(admin, "tlsterm_quic_early_data_requests_total 2");
 }
 
+/// A GET in 0-RTT data that the backend refuses as too early (425) is sent again once the
+/// handshake is confirmed, without `Early-Data`, and the client gets the backend's 200:
+/// quiche's client resumes, sends the GET in 0-RTT data and holds back its Finished; the
+/// backend sees the GET once, marked; once the Finished goes it sees it again, unmarked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_as_too_early_is_sent_again_after_the_handshake() {
+    let (backend, seen) = echo_backend_watched().await;
+    let (_dir, server, port) = start_quic(&backend.to_string(), "", "early_data = true\n");
+    let status = tokio::task::spawn_blocking(move || {
+        let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let session = quiche_session(server);
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut conn = quiche_client(&socket, server, Some(&session));
+        quiche_flush(&mut conn, &socket);
+        let mut h3 =
+            quiche::h3::Connection::with_transport(&mut conn, &quiche::h3::Config::new().unwrap())
+                .expect("HTTP/3 in 0-RTT data");
+        let path = format!("/too-early-{}", hex_sha256(&random_id()));
+        let stream = h3
+            .send_request(&mut conn, &request_fields("GET", &path), true)
+            .unwrap();
+        quiche_flush(&mut conn, &socket);
+        // Its Finished stays unsent: the backend's 425 waits for it.
+        quiche_handshake(&mut conn, &socket, server);
+        wait_until("the GET from 0-RTT data at the backend", || {
+            seen.received(&path) == ["1"]
+        });
+        quiche_flush(&mut conn, &socket);
+        wait_until("the GET again, after the handshake", || {
+            seen.received(&path) == ["1", ""]
+        });
+        let info = from_server(&socket, server);
+        loop {
+            conn.recv(&mut receive(&socket), info).unwrap();
+            while let Ok((id, event)) = h3.poll(&mut conn) {
+                if let (true, quiche::h3::Event::Headers { list, .. }) = (id == stream, event) {
+                    use quiche::h3::NameValue;
+                    let status = list.iter().find(|field| field.name() == b":status");
+                    return String::from_utf8_lossy(status.unwrap().value()).into_owned();
+                }
+            }
+            quiche_flush(&mut conn, &socket);
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, "200");
+    let admin = admin_address(&server.config).unwrap();
+    wait_for_metric(
+        admin,
+        "tlsterm_http_too_early_retries_total{version=\"3\"} 1",
+    );
+}
+
 /// A request the backend answers at once costs one datagram from tlsterm, not two: the
 /// acknowledgement of the client's request waits briefly and leaves with the response.
 /// quiche's client sends 20 GETs one after another on one connection and counts the

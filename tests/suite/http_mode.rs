@@ -509,6 +509,46 @@ async fn requests_sent_in_early_data_reach_the_backend_marked() {
     assert_eq!(metric(admin, early_requests, "version=\"1.1\""), 1.0);
 }
 
+/// A request that tlsterm forwarded in 0-RTT data and that the backend refuses as too
+/// early (425) is sent again once the client's handshake is confirmed, without the mark:
+/// the client gets the backend's real answer. One that the client itself marked (an
+/// earlier hop forwarded it early) gets the 425, for that hop to act on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_as_too_early_is_sent_again_after_the_handshake() {
+    let (backend, echo) = echo_backend_watched().await;
+    let (dir, server, port) = start_http(&backend.to_string(), "early_data = true");
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let (session, early) = (file("session.pem"), file("early.txt"));
+    let request = "GET /too-early HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    std::fs::write(&early, request).unwrap();
+    let marked = "GET /too-early-marked HTTP/1.1\r\nHost: localhost\r\nEarly-Data: 1\r\n\
+                  Connection: close\r\n\r\n";
+    let (first, resumed) = tokio::task::spawn_blocking(move || {
+        let full = ["-tls1_3", "-ign_eof", "-sess_out", &session];
+        let first = s_client(port, &full, marked);
+        let resumed = [
+            "-tls1_3",
+            "-ign_eof",
+            "-sess_in",
+            &session,
+            "-early_data",
+            &early,
+        ];
+        (first, s_client(port, &resumed, ""))
+    })
+    .await
+    .unwrap();
+    assert!(first.contains("HTTP/1.1 425"), "{first}");
+    assert_eq!(echo.received("/too-early-marked"), ["1"]);
+    assert!(resumed.contains("Early data was accepted"), "{resumed}");
+    assert!(resumed.contains("HTTP/1.1 200"), "{resumed}");
+    assert!(resumed.contains("x-seen-path: /too-early"), "{resumed}");
+    assert_eq!(echo.received("/too-early"), ["1", ""], "marked, then not");
+    let admin = admin_address(&server.config).unwrap();
+    let retries = "tlsterm_http_too_early_retries_total";
+    assert_eq!(metric(admin, retries, "version=\"1.1\""), 1.0);
+}
+
 /// A connection on which nothing moves for a second after an answer gives up hyper's
 /// buffers (it parks) and answers its next request as before, also one whose head began
 /// before it parked (the bytes hyper read but had not used go to the next connection).

@@ -64,7 +64,9 @@ impl Echo {
 }
 
 /// Echoes a request: its body back, and what it saw as `x-seen-*` headers. A request to
-/// `/wait` is answered once the test releases it, one to `/never` never.
+/// `/wait` is answered once the test releases it, one to `/never` never; one for a path
+/// that starts with `/too-early` is refused with 425 Too Early while it carries
+/// `Early-Data: 1` (as a backend does for what it must not act on twice).
 async fn echo(
     request: Request<Incoming>,
     state: Arc<Echo>,
@@ -93,6 +95,12 @@ async fn echo(
         .lock()
         .unwrap()
         .push((parts.uri.path().to_string(), seen("early-data")));
+    if parts.uri.path().starts_with("/too-early") && seen("early-data") == "1" {
+        let too_early = Response::builder()
+            .status(425)
+            .header("x-seen-early-data", "1");
+        return Ok(too_early.body(Full::default()).unwrap());
+    }
     let mut response = Response::builder()
         .header("x-seen-method", parts.method.as_str())
         .header("x-seen-path", parts.uri.to_string())
