@@ -13,7 +13,9 @@
 # HTTP/1.1, one request at a time each). HAPROXY_AWSLC names the HAProxy binary (default
 # /opt/haproxy-awslc/sbin/haproxy, built by ../shared/tools/build-haproxy-awslc.sh; without
 # it only tlsterm runs). TLSTERM_BASE=/path/to/tlsterm adds that build as "tlsterm-base", in
-# the same runs (an A/B of a change).
+# the same runs (an A/B of a change). PROFILE=1 records each measurement with perf and
+# prints, per request, where the server's CPU time went (bench/where_time_goes.py; perf's
+# own cost lowers the figures a little).
 set -euo pipefail
 RUNS=${1:-5}
 SECS=${2:-5}
@@ -99,14 +101,21 @@ for run in $(seq 1 "$RUNS"); do
             else
                 flags=(--h1 -c "${CONNECTIONS:-64}")
             fi
+            data="$WORK/perf-$name-${protocol//\//}.data"
+            [ -n "${PROFILE:-}" ] && { perf record -q -F 1999 -o "$data" -p $server >/dev/null 2>&1 & profiler=$!; }
             before=$(cpu_ticks $server)
             out=$(taskset -c 1 h2load -D "$SECS" "${flags[@]}" "https://127.0.0.1:9717$URL_PATH" 2>&1)
             ticks=$(($(cpu_ticks $server) - before))
+            [ -n "${PROFILE:-}" ] && { kill -INT $profiler; wait $profiler 2>/dev/null || true; }
             kill $server; wait $server 2>/dev/null || true
             done=$(sed -n 's/^requests: .* \([0-9]*\) succeeded.*/\1/p' <<< "$out")
             negotiated=$(sed -n 's/^Application protocol: //p' <<< "$out")
             echo "run $run $protocol $name requests=$done protocol=$negotiated server_cpu_s=$(echo "scale=2; $ticks/100" | bc) per_cpu_s=$((done * 100 / ticks))" \
                 | tee -a "$WORK/results"
+            if [ -n "${PROFILE:-}" ]; then
+                echo "$name over $protocol: where a request's server CPU went"
+                python3 "$ROOT/bench/where_time_goes.py" "$data" "$(echo "scale=2; $ticks/100" | bc)" "$done"
+            fi
         done
     done
 done
