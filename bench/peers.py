@@ -470,16 +470,32 @@ def batched_share(runs, kind):
     return paths.get("batch", 0) / total if total else None
 
 
+# --profile: each measurement recorded with perf, and where the server's CPU time went per
+# handshake printed (bench/where_time_goes.py).
+PROFILE = {"on": False, "runs": 0}
+
+
 def measure(server, backend, extra, path, conc, duration, rate=None):
     load = Path("/proc/loadavg").read_text().split()[0]
     srv_hs0 = tlsterm_counts(server)
     spids, bpids = server.pids(), backend.pids()
+    profiler = None
+    if PROFILE["on"]:
+        PROFILE["runs"] += 1
+        data = RUN / f"perf-{server.name}-{PROFILE['runs']}.data"
+        profiler = subprocess.Popen(["perf", "record", "-q", "-F", "1999", "-o", str(data),
+                                     "-p", ",".join(str(p) for p in spids)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     s0, b0, busy0 = cpu_seconds(spids), cpu_seconds(bpids), cpu_busy()
     try:
         r = bench(extra, path, conc, duration, rate)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
         log(f"bench failed: {e} {getattr(e, 'stderr', '')}")
         return None
+    finally:
+        if profiler:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait()
     busy1 = cpu_busy()
     srv_hs1 = tlsterm_counts(server)
     spids = sorted(set(spids) | set(server.pids()))
@@ -528,6 +544,10 @@ def measure(server, backend, extra, path, conc, duration, rate=None):
             kind: {path: n - srv_hs0[kind].get(path, 0) for path, n in srv_hs1[kind].items()}
             for kind in ENGINE_PATHS}
         res["engine_batches"] = batch_deltas(srv_hs0["batches"], srv_hs1["batches"])
+    if profiler:
+        import where_time_goes
+        where_time_goes.print_breakdown(f"{server.name} ({data})", data, scpu,
+                                        r["handshakes"], "handshake")
     if rate:
         res["hs_cdf"] = r["handshake_latency"]["cdf"]
         res["lag_p50_us"] = r["start_lag"]["p50_us"]
@@ -569,6 +589,10 @@ def main():
     ap.add_argument("--engine", default="batch", help="tlsterm [engine] mode for plain 'tlsterm'")
     ap.add_argument("--backend", default="auto", choices=["auto", "tlsterm", "nginx"])
     ap.add_argument("--no-record", action="store_true", help="skip the record-layer microbenchmark")
+    ap.add_argument("--profile", action="store_true",
+                    help="record each measurement with perf and print where the server's CPU "
+                    "time went per handshake (bench/where_time_goes.py); perf's own cost "
+                    "lowers the figures a little")
     ap.add_argument("--interleave", action="store_true",
                     help="rotate servers run by run instead of all runs of one server in a row")
     ap.add_argument("--nice", type=int, default=-20, help="niceness of server, backend and client")
@@ -583,6 +607,7 @@ def main():
                     help="where the JSON, tables and charts go (default bench/results; give "
                          "another directory for smoke runs, so they stay out of the committed results)")
     args = ap.parse_args()
+    PROFILE["on"] = args.profile
     global NICE
     NICE = ["nice", "-n", str(args.nice)] if args.nice else []
     raise_priority(args.nice)
