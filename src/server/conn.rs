@@ -98,15 +98,21 @@ pub fn handle(
     // Made here rather than in the block: the block then keeps the permits once, not also
     // their moved-out room.
     let open = Open::new(state, permits);
+    // Counted as a handshake in progress from its accept, not from the task's first poll:
+    // a worker accepts the connections waiting in its backlog before their tasks run, and
+    // the first of them to queue its key share would otherwise find itself the only
+    // handshake in progress and have it computed alone.
+    let in_progress = HandshakeGuard::enter();
     async move {
         let state = &open.state;
         let started = Instant::now();
+        let handshake = handshake(stream, client, state, log.connections, started, in_progress);
         let Some(Established {
             mut tls,
             negotiated,
             end,
             local,
-        }) = Box::pin(handshake(stream, client, state, log.connections, started)).await
+        }) = Box::pin(handshake).await
         else {
             return;
         };
@@ -206,10 +212,11 @@ async fn handshake(
     state: &ListenerState,
     log_connections: bool,
     started: Instant,
+    in_progress: HandshakeGuard,
 ) -> Option<Established> {
     let local = local_address(&stream, state);
     let _ = stream.set_nodelay(true);
-    let result = accept(stream, client, state).await?;
+    let result = accept(stream, client, state, in_progress).await?;
     let end = ConnectionEnd {
         log: log_connections,
         client,
@@ -281,11 +288,13 @@ impl Drop for Open {
 }
 
 /// The TLS handshake, within `handshake_timeout`, with the time spent inside BoringSSL;
-/// `None` when no connection object could be made.
+/// `None` when no connection object could be made. The handshake counts as in progress
+/// for the worker's engine queue until this returns.
 async fn accept(
     stream: TcpStream,
     client: SocketAddr,
     state: &ListenerState,
+    _in_progress: HandshakeGuard,
 ) -> Option<Result<(TlsResult, Duration), tokio::time::error::Elapsed>> {
     let mut ssl = match state.tls.new_ssl(client.ip()) {
         Ok(ssl) => ssl,
@@ -302,7 +311,6 @@ async fn accept(
     // connection's memory.
     crate::sys::shed_handshake_config(&mut ssl);
 
-    let _guard = HandshakeGuard::enter();
     let handshake = PollTimer {
         inner: Box::pin(SslStreamBuilder::new(ssl, ReadAhead::new(stream)).accept()),
         busy: Duration::ZERO,
