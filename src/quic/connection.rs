@@ -1,8 +1,9 @@
 //! One QUIC connection's task: quiche's state, its HTTP/3 layer, and the streams of its
 //! requests. It reads the datagrams the endpoint routes to it, runs quiche's timers, runs
 //! its requests (each a future of its own, polled by this task), moves request bodies to
-//! them and responses back, and sends what quiche has to send. Signatures of its handshake go through the worker's engine queue: the
-//! private-key method's future wakes this task when one is ready.
+//! them and responses back, and sends what quiche has to send. Signatures of its
+//! handshake go through the worker's engine queue: the private-key method's future wakes
+//! this task when one is ready.
 
 use std::cell::Cell;
 use std::collections::HashMap;

@@ -112,7 +112,7 @@ pub(super) async fn forward(
     let request = head.body(body).expect("a head checked field by field");
     let pool = context.pool.clone();
     let mut answer = ask(&context, request).await;
-    let too_early = |answer: &Result<_, u16>| matches!(answer, Ok((response, _)) if hyper::Response::status(response) == 425);
+    let too_early = |answer: &Answer| matches!(answer, Ok((head, _)) if head.status() == 425);
     if retry && too_early(&answer) {
         let mut confirmed = context.early.clone().expect("a request forwarded early");
         let wait = confirmed.wait_for(|confirmed| *confirmed);
@@ -192,19 +192,19 @@ pub(super) async fn forward(
     context.backends.give_back(&pool, connection);
 }
 
-/// Sends `request` over one of the worker's connections to the backends; `Err` is the
-/// status tlsterm answers itself: 502 when no backend answers, 504 when none does within
-/// the backend timeout.
-async fn ask(
-    context: &RequestContext,
-    request: hyper::Request<RequestBody>,
-) -> Result<
+/// A backend's answer and the connection it came on, or the status tlsterm answers itself.
+type Answer = Result<
     (
         hyper::Response<hyper::body::Incoming>,
         Borrowed<RequestBody>,
     ),
     u16,
-> {
+>;
+
+/// Sends `request` over one of the worker's connections to the backends; `Err` is the
+/// status tlsterm answers itself: 502 when no backend answers, 504 when none does within
+/// the backend timeout.
+async fn ask(context: &RequestContext, request: hyper::Request<RequestBody>) -> Answer {
     let sent = tokio::time::timeout(
         context.service.backend_timeout,
         context.backends.send(&context.pool, request),
