@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use hyper::header::HeaderName;
 use quiche::h3::{Header, NameValue};
 use tokio::sync::{mpsc, watch};
 
@@ -18,7 +19,7 @@ use super::metrics;
 use super::request_body::{Backends, RequestBody};
 use super::service::QuicService;
 use crate::proxy::client_cert::CertFields;
-use crate::proxy::forwarding::ClientAddress;
+use crate::proxy::forwarding::{self, ClientAddress};
 use crate::proxy::http_backend::Borrowed;
 use crate::proxy::pool::BackendPool;
 use crate::proxy::request_log::RequestLine;
@@ -108,12 +109,10 @@ pub(super) async fn forward(
     // Sent again once the handshake is confirmed should the backend find it too early
     // (425): a request without a body that tlsterm marked early and no earlier hop had
     // (then the 425 goes back for that hop to act on, as RFC 8470 asks).
-    let retry = early && body.is_empty() && !fields.iter().any(|f| f.name() == b"early-data");
+    let retry = early && body.is_empty() && !marked_early_before(&fields);
     let request = head.body(body).expect("a head checked field by field");
-    let pool = context.pool.clone();
     let mut answer = ask(&context, request).await;
-    let too_early = |answer: &Answer| matches!(answer, Ok((head, _)) if head.status() == 425);
-    if retry && too_early(&answer) {
+    if retry && matches!(&answer, Ok((head, _)) if head.status() == 425) {
         let mut confirmed = context.early.clone().expect("a request forwarded early");
         let wait = confirmed.wait_for(|confirmed| *confirmed);
         let in_time = matches!(
@@ -123,7 +122,7 @@ pub(super) async fn forward(
         if in_time {
             if let Ok((response, connection)) = answer {
                 if hyper::body::Body::is_end_stream(response.body()) {
-                    context.backends.give_back(&pool, connection);
+                    context.backends.give_back(&context.pool, connection);
                 }
             }
             crate::proxy::metrics::record_too_early_retry("3");
@@ -135,13 +134,9 @@ pub(super) async fn forward(
     }
     let (response, connection) = match answer {
         Ok(answer) => answer,
-        Err(status) => {
+        Err((answer, status)) => {
             metrics::record_backend_error(status);
-            drop(answered(
-                if status == 502 { "502" } else { "504" },
-                status,
-                false,
-            ));
+            drop(answered(answer, status, false));
             send(simple_answer(status)).await;
             return;
         }
@@ -152,7 +147,7 @@ pub(super) async fn forward(
     let fields = ResponseFields::new(Some(parts.status.as_u16()), parts.headers);
     if !send(Reply::Head { fields, fin }).await || fin {
         if fin {
-            context.backends.give_back(&pool, connection);
+            context.backends.give_back(&context.pool, connection);
         }
         return;
     }
@@ -189,21 +184,22 @@ pub(super) async fn forward(
     if let Some(log) = log {
         log.ended();
     }
-    context.backends.give_back(&pool, connection);
+    context.backends.give_back(&context.pool, connection);
 }
 
-/// A backend's answer and the connection it came on, or the status tlsterm answers itself.
+/// A backend's answer and the connection it came on, or the answer tlsterm makes itself
+/// (as the log line names it, and its status).
 type Answer = Result<
     (
         hyper::Response<hyper::body::Incoming>,
         Borrowed<RequestBody>,
     ),
-    u16,
+    (&'static str, u16),
 >;
 
-/// Sends `request` over one of the worker's connections to the backends; `Err` is the
-/// status tlsterm answers itself: 502 when no backend answers, 504 when none does within
-/// the backend timeout.
+/// Sends `request` over one of the worker's connections to the backends; `Err` is
+/// tlsterm's own answer: 502 when no backend answers, 504 when none does within the
+/// backend timeout.
 async fn ask(context: &RequestContext, request: hyper::Request<RequestBody>) -> Answer {
     let sent = tokio::time::timeout(
         context.service.backend_timeout,
@@ -214,10 +210,17 @@ async fn ask(context: &RequestContext, request: hyper::Request<RequestBody>) -> 
         Ok(Ok(answer)) => Ok(answer),
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "HTTP/3 request: no answer from the backend");
-            Err(502)
+            Err(("502", 502))
         }
-        Err(_) => Err(504),
+        Err(_) => Err(("504", 504)),
     }
+}
+
+/// Whether the client's fields say an earlier hop forwarded the request in early data.
+fn marked_early_before(fields: &[Header]) -> bool {
+    fields.iter().any(|field| {
+        HeaderName::from_bytes(field.name()).is_ok_and(|name| forwarding::marks_early_data(&name))
+    })
 }
 
 /// What the log line of a request with these fields says of it (`[log] requests`).
