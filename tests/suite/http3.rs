@@ -469,6 +469,24 @@ fn send_segmented(socket: &std::net::UdpSocket, datagrams: &[(Vec<u8>, SocketAdd
     state.try_send(socket.into(), &transmit).unwrap();
 }
 
+/// quiche's client resuming a session with `server`: its ClientHello sent (it makes the
+/// 0-RTT keys), and HTTP/3 opened in 0-RTT data, the handshake left to the caller.
+fn resumed_in_0rtt(
+    server: SocketAddr,
+) -> (
+    std::net::UdpSocket,
+    quiche::Connection,
+    quiche::h3::Connection,
+) {
+    let session = quiche_session(server);
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut conn = quiche_client(&socket, server, Some(&session));
+    quiche_flush(&mut conn, &socket);
+    let h3 = quiche::h3::Connection::with_transport(&mut conn, &quiche::h3::Config::new().unwrap())
+        .expect("HTTP/3 in 0-RTT data");
+    (socket, conn, h3)
+}
+
 /// A resumed client's first flight, unsent: its ClientHello (which makes the 0-RTT keys),
 /// then a GET for `path` in 0-RTT data.
 fn early_get(conn: &mut quiche::Connection, path: &str) -> Vec<(Vec<u8>, SocketAddr)> {
@@ -506,15 +524,7 @@ async fn in_early_data_a_request_with_a_body_waits_for_the_handshake() {
     let (_dir, server, port) = start_quic(&backend.to_string(), "", "early_data = true\n");
     tokio::task::spawn_blocking(move || {
         let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let session = quiche_session(server);
-
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut conn = quiche_client(&socket, server, Some(&session));
-        // The ClientHello first: it makes the 0-RTT keys.
-        quiche_flush(&mut conn, &socket);
-        let mut h3 =
-            quiche::h3::Connection::with_transport(&mut conn, &quiche::h3::Config::new().unwrap())
-                .expect("HTTP/3 in 0-RTT data");
+        let (socket, mut conn, mut h3) = resumed_in_0rtt(server);
         let id = hex_sha256(&random_id());
         let (post_path, get_path) = (format!("/upload-{id}"), format!("/page-{id}"));
         let post = h3
@@ -561,13 +571,7 @@ async fn a_request_refused_as_too_early_is_sent_again_after_the_handshake() {
     let (_dir, server, port) = start_quic(&backend.to_string(), "", "early_data = true\n");
     let status = tokio::task::spawn_blocking(move || {
         let server: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let session = quiche_session(server);
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut conn = quiche_client(&socket, server, Some(&session));
-        quiche_flush(&mut conn, &socket);
-        let mut h3 =
-            quiche::h3::Connection::with_transport(&mut conn, &quiche::h3::Config::new().unwrap())
-                .expect("HTTP/3 in 0-RTT data");
+        let (socket, mut conn, mut h3) = resumed_in_0rtt(server);
         let path = format!("/too-early-{}", hex_sha256(&random_id()));
         let stream = h3
             .send_request(&mut conn, &request_fields("GET", &path), true)

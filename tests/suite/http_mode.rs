@@ -477,27 +477,11 @@ fn settings_a_forwarded_request_cannot_carry_are_refused_with_their_line() {
 async fn requests_sent_in_early_data_reach_the_backend_marked() {
     let (backend, echo) = echo_backend_watched().await;
     let (dir, server, port) = start_http(&backend.to_string(), "early_data = true");
-    let file = |name: &str| dir.path().join(name).display().to_string();
-    let (session, early) = (file("session.pem"), file("early.txt"));
-    std::fs::write(&early, "GET /early HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
     let marked =
         "GET /marked HTTP/1.1\r\nHost: localhost\r\nEarly-Data: 1\r\nConnection: close\r\n\r\n";
+    let early = "GET /early HTTP/1.1\r\nHost: localhost\r\n\r\n";
     let after = "GET /after HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-    let (first, resumed) = tokio::task::spawn_blocking(move || {
-        let full = ["-tls1_3", "-ign_eof", "-sess_out", &session];
-        let first = s_client(port, &full, marked);
-        let resumed = [
-            "-tls1_3",
-            "-ign_eof",
-            "-sess_in",
-            &session,
-            "-early_data",
-            &early,
-        ];
-        (first, s_client(port, &resumed, after))
-    })
-    .await
-    .unwrap();
+    let (first, resumed) = resume_with_early_data(dir.path(), port, marked, early, after).await;
     assert!(first.contains("x-seen-early-data: 1"), "{first}");
     assert!(resumed.contains("Early data was accepted"), "{resumed}");
     assert!(resumed.contains("x-seen-path: /after"), "{resumed}");
@@ -517,27 +501,10 @@ async fn requests_sent_in_early_data_reach_the_backend_marked() {
 async fn a_request_refused_as_too_early_is_sent_again_after_the_handshake() {
     let (backend, echo) = echo_backend_watched().await;
     let (dir, server, port) = start_http(&backend.to_string(), "early_data = true");
-    let file = |name: &str| dir.path().join(name).display().to_string();
-    let (session, early) = (file("session.pem"), file("early.txt"));
-    let request = "GET /too-early HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-    std::fs::write(&early, request).unwrap();
     let marked = "GET /too-early-marked HTTP/1.1\r\nHost: localhost\r\nEarly-Data: 1\r\n\
                   Connection: close\r\n\r\n";
-    let (first, resumed) = tokio::task::spawn_blocking(move || {
-        let full = ["-tls1_3", "-ign_eof", "-sess_out", &session];
-        let first = s_client(port, &full, marked);
-        let resumed = [
-            "-tls1_3",
-            "-ign_eof",
-            "-sess_in",
-            &session,
-            "-early_data",
-            &early,
-        ];
-        (first, s_client(port, &resumed, ""))
-    })
-    .await
-    .unwrap();
+    let early = "GET /too-early HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    let (first, resumed) = resume_with_early_data(dir.path(), port, marked, early, "").await;
     assert!(first.contains("HTTP/1.1 425"), "{first}");
     assert_eq!(echo.received("/too-early-marked"), ["1"]);
     assert!(resumed.contains("Early data was accepted"), "{resumed}");
@@ -547,6 +514,36 @@ async fn a_request_refused_as_too_early_is_sent_again_after_the_handshake() {
     let admin = admin_address(&server.config).unwrap();
     let retries = "tlsterm_http_too_early_retries_total";
     assert_eq!(metric(admin, retries, "version=\"1.1\""), 1.0);
+}
+
+/// openssl s_client twice on the listener at `port`: a full TLS 1.3 handshake that sends
+/// `first` and keeps its session (in `dir`), then a resumption that sends `early` as 0-RTT
+/// data and `after` once connected; what each printed.
+async fn resume_with_early_data(
+    dir: &std::path::Path,
+    port: u16,
+    first: &'static str,
+    early: &str,
+    after: &'static str,
+) -> (String, String) {
+    let file = |name: &str| dir.join(name).display().to_string();
+    let (session, early_file) = (file("session.pem"), file("early.txt"));
+    std::fs::write(&early_file, early).unwrap();
+    tokio::task::spawn_blocking(move || {
+        let full = ["-tls1_3", "-ign_eof", "-sess_out", &session];
+        let first = s_client(port, &full, first);
+        let resumed = [
+            "-tls1_3",
+            "-ign_eof",
+            "-sess_in",
+            &session,
+            "-early_data",
+            &early_file,
+        ];
+        (first, s_client(port, &resumed, after))
+    })
+    .await
+    .unwrap()
 }
 
 /// A connection on which nothing moves for a second after an answer gives up hyper's
@@ -957,9 +954,15 @@ async fn an_http2_client_opens_a_websocket_on_a_stream() {
         .await
         .unwrap();
     assert_eq!(plain.status(), 400);
-    let mut connect = request(hyper::Method::CONNECT);
-    let websocket = hyper::ext::Protocol::from_static("websocket");
-    connect.extensions_mut().insert(websocket);
+    // An extended CONNECT for a WebSocket at `target`.
+    let websocket = |target: &str| {
+        let mut connect = request(hyper::Method::CONNECT);
+        *connect.uri_mut() = target.parse().unwrap();
+        let protocol = hyper::ext::Protocol::from_static("websocket");
+        connect.extensions_mut().insert(protocol);
+        connect
+    };
+    let connect = websocket("https://localhost/chat");
     let mut opened = sender.send_request(connect).await.unwrap();
     assert_eq!(opened.status(), 200, "{opened:?}");
     assert_eq!(opened.headers()["x-seen-forwarded"], "true");
@@ -974,10 +977,7 @@ async fn an_http2_client_opens_a_websocket_on_a_stream() {
         .await
         .unwrap();
     assert_eq!(again.status(), 400);
-    let mut wrong = request(hyper::Method::CONNECT);
-    *wrong.uri_mut() = "https://localhost/wrong-accept".parse().unwrap();
-    let websocket = hyper::ext::Protocol::from_static("websocket");
-    wrong.extensions_mut().insert(websocket);
+    let wrong = websocket("https://localhost/wrong-accept");
     assert_eq!(sender.send_request(wrong).await.unwrap().status(), 502);
     stream.write_all(b"bye").await.unwrap();
     assert_eq!(read_until(&mut stream, b"BYE").await, "BYE");
